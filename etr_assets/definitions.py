@@ -1,0 +1,28 @@
+"""The code location: one Definitions object, `defs`, assembled from `etr_assets.defs`.
+
+Importing it reads settings and builds definitions only: no JVM starts until an asset needs Spark.
+"""
+
+from __future__ import annotations
+
+from dagster import Definitions, in_process_executor
+
+from etr_assets.defs.jobs import daily_schedule, pipeline_job
+from etr_assets.defs.resources import build_resources
+from etr_assets.defs.transactions import build_transaction_assets, daily_partitions
+from etr_assets.settings import Settings
+
+
+def build_definitions(settings: Settings) -> Definitions:
+    job = pipeline_job(daily_partitions(settings))
+    return Definitions(
+        assets=build_transaction_assets(settings),
+        jobs=[job],
+        schedules=[daily_schedule(job)],
+        resources=build_resources(settings),
+        # One process per run, steps in order: one JVM per run instead of one per step (STACK.md: 38 s -> 7 s).
+        executor=in_process_executor,
+    )
+
+
+defs = build_definitions(Settings.from_env())

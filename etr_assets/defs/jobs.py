@@ -1,0 +1,34 @@
+"""The main job over the transaction pipeline, and its daily schedule (stopped until someone starts it)."""
+
+from __future__ import annotations
+
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    PartitionsDefinition,
+    ScheduleDefinition,
+    build_schedule_from_partitioned_job,
+    define_asset_job,
+)
+
+PIPELINE_GROUPS = ("raw", "bronze", "silver", "gold")
+
+
+def pipeline_job(partitions: PartitionsDefinition):
+    return define_asset_job(
+        name="etr_pipeline",
+        selection=AssetSelection.groups(*PIPELINE_GROUPS),
+        partitions_def=partitions,
+        description="Fetch a day of BNPL transactions and refresh bronze, silver and gold for it.",
+    )
+
+
+def daily_schedule(job) -> ScheduleDefinition:
+    # Runs at 02:00 UTC for the day that just ended; stopped by default so a fresh install does nothing alone.
+    return build_schedule_from_partitioned_job(
+        job,
+        name="etr_pipeline_daily",
+        hour_of_day=2,
+        default_status=DefaultScheduleStatus.STOPPED,
+        description="Each night, runs etr_pipeline for the previous day's partition.",
+    )

@@ -1,0 +1,170 @@
+"""Spark configuration per profile, and where the jars come from.
+
+`spark_conf(settings)` is a plain dict so it can be tested without a JVM (the `aws` profile cannot run here) and
+handed to dagster-pyspark's resource. `catalog_conf` is the part Spark reads lazily, so it can be applied to a
+session that already exists (PySparkResource's getOrCreate silently ignores later static config).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from pathlib import Path
+
+from etr_assets.settings import Settings
+
+SCALA = "2.12"  # pyspark 3.5 is built for Scala 2.12
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
+# Jars the `s3` profile needs beside Spark's hadoop-client 3.3.4 (STACK.md); setup fetches them here.
+S3A_JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
+POSTGRES_JDBC_GLOB = "/usr/share/java/postgresql*.jar"
+
+
+class JarNotFound(RuntimeError):
+    """A jar the profile needs is missing; the message says how to get it."""
+
+
+def iceberg_runtime_jar() -> str:
+    """The Iceberg Spark runtime inside the snowpark-connect-deps-iceberg wheel (the only source here)."""
+    spec = importlib.util.find_spec("snowpark_connect_deps_iceberg")
+    if spec is None or not spec.submodule_search_locations:
+        raise JarNotFound(
+            "the Iceberg Spark runtime jar was not found: install snowpark-connect-deps-iceberg==1.0.2 "
+            "(./dev setup does), or set ETR_SPARK_JARS / ETR_SPARK_PACKAGES / ETR_ICEBERG_PROVIDED=true"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0]) / "jars"
+    found = sorted(glob.glob(str(folder / f"iceberg-spark-runtime-3.5_{SCALA}-*.jar")))
+    if not found:
+        raise JarNotFound(f"no iceberg-spark-runtime-3.5_{SCALA} jar in {folder}")
+    return found[-1]
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get("ETR_JARS_DIR", Path(__file__).resolve().parents[2] / ".jars"))
+
+
+def s3_profile_jars() -> list[str]:
+    jars = [str(jars_dir() / name) for name in S3A_JARS]
+    jars += sorted(glob.glob(POSTGRES_JDBC_GLOB))[:1]
+    missing = [j for j in jars if not Path(j).exists()]
+    if missing or len(jars) < 3:
+        raise JarNotFound(
+            f"the s3 profile needs {', '.join(S3A_JARS)} in {jars_dir()} and Debian's libpostgresql-jdbc-java; "
+            f"missing: {', '.join(missing) or 'postgresql JDBC driver'}. Run: ./dev setup --s3"
+        )
+    return jars
+
+
+def jars_for(settings: Settings) -> list[str]:
+    if settings.spark_jars:
+        return list(settings.spark_jars)
+    jars: list[str] = []
+    if not (settings.provided_iceberg or settings.spark_packages or settings.profile == "aws"):
+        jars.append(iceberg_runtime_jar())
+    if settings.profile == "s3":
+        jars += s3_profile_jars()
+    return jars
+
+
+def catalog_conf(settings: Settings) -> dict[str, str]:
+    """The Iceberg catalog of the profile. Read lazily by Spark, so settable on a live session."""
+    prefix = f"spark.sql.catalog.{settings.catalog}"
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", "spark.sql.defaultCatalog": settings.catalog}
+    if settings.profile == "local":
+        conf |= {f"{prefix}.type": "hadoop", f"{prefix}.warehouse": settings.warehouse}
+    elif settings.profile == "s3":
+        conf |= {
+            f"{prefix}.type": "jdbc",
+            f"{prefix}.uri": settings.jdbc_url,
+            f"{prefix}.jdbc.schema-version": "V1",
+            f"{prefix}.warehouse": settings.warehouse,
+        }
+        if settings.jdbc_user:
+            conf[f"{prefix}.jdbc.user"] = settings.jdbc_user
+        if settings.jdbc_password:
+            conf[f"{prefix}.jdbc.password"] = settings.jdbc_password
+    else:  # aws: Glue Data Catalog with S3FileIO, as Glue 5.0 / EMR expect
+        conf |= {
+            f"{prefix}.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
+            f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+            f"{prefix}.warehouse": settings.warehouse,
+            f"{prefix}.client.region": settings.region,
+        }
+    return conf
+
+
+def s3a_conf(settings: Settings) -> dict[str, str]:
+    if settings.profile != "s3":
+        return {}
+    conf = {
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.buffer.dir": str(settings.scratch_dir / "s3a"),
+        "spark.hadoop.fs.s3a.endpoint.region": settings.region,
+    }
+    if settings.s3_endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https")).lower()
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        # Keys stay in the environment; S3A reads them there, so they never enter Spark's config.
+        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
+            "com.amazonaws.auth.EnvironmentVariableCredentialsProvider"
+        )
+    return conf
+
+
+def spark_conf(settings: Settings) -> dict[str, str]:
+    """Everything a session for this profile needs: static settings, jars, catalog."""
+    scratch = settings.scratch_dir
+    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J_FILE} -Duser.timezone=UTC"
+    conf = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": "etr_assets",
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": settings.driver_memory,
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        "spark.local.dir": str(scratch / "local"),
+        "spark.sql.warehouse.dir": str(scratch / "spark-warehouse"),
+    }
+    if settings.spark_master.startswith("local"):
+        # Nothing listens beyond loopback on a laptop.
+        conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    jars = jars_for(settings)
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    if settings.spark_packages:
+        conf["spark.jars.packages"] = ",".join(settings.spark_packages)
+    return conf | s3a_conf(settings) | catalog_conf(settings)
+
+
+def get_spark(settings: Settings, extra: dict[str, str] | None = None):
+    """The process's Spark session for this profile (created once), with the profile's catalog applied."""
+    from pyspark.sql import SparkSession  # imported here: importing this module must not need a JVM
+
+    conf = spark_conf(settings) | (extra or {})
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    return attach_catalog(spark, settings)
+
+
+def attach_catalog(spark, settings: Settings):
+    """Point a live session at this profile's catalog (safe to repeat)."""
+    extensions = spark.sparkContext.getConf().get("spark.sql.extensions", "")
+    if ICEBERG_EXTENSIONS not in extensions:
+        raise RuntimeError(
+            "the running Spark session was created without the Iceberg SQL extensions; "
+            "create it through etr_assets.lake.session.get_spark (or add spark.sql.extensions)"
+        )
+    for key, value in catalog_conf(settings).items():
+        spark.conf.set(key, value)
+    return spark

@@ -1,0 +1,156 @@
+"""TableSpec: the single declaration of an Iceberg table.
+
+Name, columns, partitioning, properties, write order and personal-data columns are written once, here; DDL,
+evolution, the Spark read schema, the UI's column schema and erasure's list of tables are derived from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+SIMPLE_TYPES = ("string", "bigint", "int", "double", "boolean", "date", "timestamp")
+_TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
+
+MIB = 1024 * 1024
+
+# Properties every table gets unless its spec overrides them (seed 001, STACK.md, apache/iceberg #732).
+DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
+    {
+        "format-version": "2",
+        "write.format.default": "parquet",
+        "write.parquet.compression-codec": "zstd",
+        "write.target-file-size-bytes": str(128 * MIB),
+        "write.distribution-mode": "hash",
+        # Concurrent writers: Iceberg re-applies a losing append/overwrite itself this many times.
+        "commit.retry.num-retries": "10",
+        "commit.retry.min-wait-ms": "100",
+        "commit.retry.max-wait-ms": "30000",
+        "commit.retry.total-timeout-ms": "600000",
+        # Keep metadata.json history bounded (mitodl/ol-data-platform #2238).
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": "50",
+        "write.metadata.metrics.default": "truncate(16)",
+        # Snapshot retention read by expire_snapshots.
+        "history.expire.max-snapshot-age-ms": str(7 * 24 * 3600 * 1000),
+        "history.expire.min-snapshots-to-keep": "10",
+    }
+)
+
+
+class SpecError(ValueError):
+    """A table spec is malformed; the message names the table and the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # Spark SQL type name: one of SIMPLE_TYPES or decimal(p,s)
+    doc: str = ""
+    required: bool = False  # a NOT NULL column: rows without it never reach the table
+    pii: bool = False  # holds personal data: erased on a GDPR request
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    namespace: str
+    name: str
+    description: str
+    columns: tuple[Column, ...]
+    partition_by: tuple[str, ...] = ()  # Iceberg transforms, e.g. "days(transaction_date)"
+    write_order: tuple[str, ...] = ()  # sort within each written file
+    properties: Mapping[str, str] = dataclasses.field(default_factory=dict)  # overrides DEFAULT_PROPERTIES
+    subject_column: str | None = None  # the column naming the data subject, for erasure
+
+    def __post_init__(self) -> None:
+        where = f"table spec {self.namespace}.{self.name}"
+        for part in (self.namespace, self.name):
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", part):
+                raise SpecError(f"{where}: {part!r} is not a lower-case identifier")
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise SpecError(f"{where}: duplicate column names {sorted(n for n in names if names.count(n) > 1)}")
+        for column in self.columns:
+            if column.type not in SIMPLE_TYPES and not _DECIMAL.match(column.type):
+                raise SpecError(f"{where}: column {column.name!r} has unsupported type {column.type!r}")
+        for transform in self.partition_by:
+            match = _TRANSFORM.match(transform)
+            if not match:
+                raise SpecError(f"{where}: partition transform {transform!r} is not understood")
+            source = match.group(2) or match.group(5) or match.group(6)
+            if source not in names:
+                raise SpecError(f"{where}: partition transform {transform!r} names unknown column {source!r}")
+        for name in self.write_order:
+            if name not in names:
+                raise SpecError(f"{where}: write order names unknown column {name!r}")
+        if self.subject_column is not None and self.subject_column not in names:
+            raise SpecError(f"{where}: subject column {self.subject_column!r} is not a column")
+        if self.subject_column is None and self.pii_columns:
+            raise SpecError(f"{where}: has personal data {self.pii_columns} but no subject column to erase by")
+
+    # --- derived ----------------------------------------------------------------------------------------
+    @property
+    def identifier(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+    def qualified(self, catalog: str) -> str:
+        return f"{catalog}.{self.namespace}.{self.name}"
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def pii_columns(self) -> list[str]:
+        return [c.name for c in self.columns if c.pii]
+
+    @property
+    def required_columns(self) -> list[str]:
+        return [c.name for c in self.columns if c.required]
+
+    @property
+    def holds_personal_data(self) -> bool:
+        return bool(self.pii_columns)
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise SpecError(f"table spec {self.identifier} has no column {name!r}")
+
+    @property
+    def table_properties(self) -> dict[str, str]:
+        return {**DEFAULT_PROPERTIES, **self.properties}
+
+    @property
+    def target_file_size_bytes(self) -> int:
+        return int(self.table_properties["write.target-file-size-bytes"])
+
+    def ddl_columns(self) -> str:
+        return ",\n  ".join(
+            f"{c.name} {c.type}{' NOT NULL' if c.required else ''}" + (f" COMMENT {_sql_string(c.doc)}" if c.doc else "")
+            for c in self.columns
+        )
+
+    def create_ddl(self, catalog: str) -> str:
+        """CREATE TABLE for this spec. Names come from validated identifiers; no user input is formatted in."""
+        lines = [f"CREATE TABLE {self.qualified(catalog)} (\n  {self.ddl_columns()}\n) USING iceberg"]
+        if self.partition_by:
+            lines.append(f"PARTITIONED BY ({', '.join(self.partition_by)})")
+        lines.append(f"COMMENT {_sql_string(self.description)}")
+        props = ",\n  ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in sorted(self.table_properties.items()))
+        lines.append(f"TBLPROPERTIES (\n  {props}\n)")
+        return "\n".join(lines)
+
+    def write_order_ddl(self, catalog: str) -> str | None:
+        """Cluster writes by partition and sort inside each file (STACK.md: avoids OOM, keeps files few)."""
+        if not self.write_order:
+            return None
+        return f"ALTER TABLE {self.qualified(catalog)} WRITE DISTRIBUTED BY PARTITION LOCALLY ORDERED BY {', '.join(self.write_order)}"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

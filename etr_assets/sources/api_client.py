@@ -1,0 +1,117 @@
+"""A small client for paginated JSON APIs: bearer token, timeouts, retries with backoff and jitter.
+
+Stdlib only. Records are returned exactly as the API sent them (one JSON object each) so the raw zone keeps
+what arrived, byte for byte per record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import json
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiError(RuntimeError):
+    """The API refused or failed; the message names the endpoint, the status and the attempts made."""
+
+    def __init__(self, message: str, *, endpoint: str, status: int | None = None):
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.status = status
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5
+    base_delay: float = 0.5  # seconds; doubles each attempt
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.max_delay)
+        # Full jitter: spreads retries of parallel partitions instead of synchronizing them.
+        return rng.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+
+
+@dataclasses.dataclass
+class ApiClient:
+    base_url: str
+    token: str
+    page_size: int = 100
+    timeout: float = 30.0
+    retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
+    _rng: random.Random = dataclasses.field(default_factory=random.Random, repr=False)
+
+    def get_json(self, path: str, params: dict[str, object]) -> dict:
+        """GET one JSON document, retrying 429/5xx and connection errors."""
+        url = f"{self.base_url.rstrip('/')}/{path.lstrip('/')}?{urllib.parse.urlencode(params)}"
+        endpoint = f"GET {self.base_url.rstrip('/')}/{path.lstrip('/')}"
+        request = urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        )
+        last = "no attempt made"
+        status: int | None = None
+        for attempt in range(1, self.retry.attempts + 1):
+            retry_after = None
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    body = response.read()
+                try:
+                    return json.loads(body)
+                except json.JSONDecodeError as exc:
+                    raise ApiError(f"{endpoint} returned a body that is not JSON ({exc})", endpoint=endpoint) from None
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+                detail = _error_detail(exc)
+                if status not in RETRYABLE_STATUS:
+                    raise ApiError(f"{endpoint} answered {status}: {detail}", endpoint=endpoint, status=status) from None
+                last = f"{status}: {detail}"
+                retry_after = _retry_after_seconds(exc.headers.get("Retry-After"))
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                status = None
+                last = f"connection failed: {getattr(exc, 'reason', exc)}"
+            if attempt < self.retry.attempts:
+                time.sleep(self.retry.delay(attempt, retry_after, self._rng))
+        raise ApiError(
+            f"{endpoint} failed after {self.retry.attempts} attempts; last: {last}", endpoint=endpoint, status=status
+        )
+
+    def iter_pages(self, path: str, params: dict[str, object]) -> Iterator[list[dict]]:
+        """Yield each page's records until the API says there is no next page."""
+        page = 1
+        while True:
+            doc = self.get_json(path, {**params, "page": page, "page_size": self.page_size})
+            data = doc.get("data")
+            if not isinstance(data, list):
+                raise ApiError(f"GET {path} page {page}: response has no 'data' list", endpoint=path)
+            yield data
+            next_page = doc.get("next_page")
+            if not next_page:
+                return
+            page = int(next_page)
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = exc.read().decode("utf-8", "replace")
+        return json.loads(body).get("error", body)[:300]
+    except Exception:
+        return exc.reason if isinstance(exc.reason, str) else "no detail"
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None

@@ -1,0 +1,185 @@
+"""The raw zone: API responses kept as they arrived, one folder per batch, with state markers.
+
+Layout: ``{root}/{source}/{endpoint}/{batch_id}/`` holding ``part-NNNNN.jsonl`` files and markers:
+
+- ``.pending``       written first: the batch exists but is not yet in Iceberg;
+- ``_manifest.json`` written after the last part: the download finished (files, record count);
+- ``.complete``      written only after the batch's rows are committed to Iceberg.
+
+A batch that is pending without a manifest was cut off mid-download and must be fetched again; one with a
+manifest but no ``.complete`` is loaded by the next run. Raw files are never modified or deleted by loading.
+Batch ids start with the business day, then the UTC time of the fetch, so names sort oldest first.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import datetime as dt
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+PENDING, MANIFEST, COMPLETE = ".pending", "_manifest.json", ".complete"
+
+
+class RawZoneError(RuntimeError):
+    """A raw-zone read or write failed; the message names the batch or file."""
+
+
+class RawStorage(abc.ABC):
+    """Where raw files live: a local folder here; S3 in the `s3` and `aws` profiles."""
+
+    @abc.abstractmethod
+    def write_bytes(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def read_bytes(self, key: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list_children(self, prefix: str) -> list[str]:
+        """Names directly under ``prefix`` (folders and files), sorted."""
+
+    @abc.abstractmethod
+    def uri(self, key: str) -> str:
+        """What Spark reads for ``key``."""
+
+
+class LocalStorage(RawStorage):
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write then rename: a reader never sees half a file, even if the process dies mid-write.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def read_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise RawZoneError(f"raw file {self._path(key)} does not exist") from None
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).exists()
+
+    def list_children(self, prefix: str) -> list[str]:
+        folder = self._path(prefix)
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if not p.name.startswith(".tmp-"))
+
+    def uri(self, key: str) -> str:
+        return str(self._path(key))
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    source: str
+    endpoint: str
+    batch_id: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}/{self.endpoint}/{self.batch_id}"
+
+    @property
+    def day(self) -> dt.date:
+        return dt.date.fromisoformat(self.batch_id[:10])
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchManifest:
+    files: tuple[str, ...]
+    records: int
+    fetched_at: str
+
+
+class RawZone:
+    def __init__(self, storage: RawStorage):
+        self.storage = storage
+
+    # --- writing ------------------------------------------------------------------------------------
+    def start_batch(self, source: str, endpoint: str, day: dt.date, now: dt.datetime | None = None) -> Batch:
+        now = now or dt.datetime.now(dt.timezone.utc)
+        batch = Batch(source, endpoint, f"{day.isoformat()}_{now:%Y%m%dT%H%M%S%fZ}_{secrets.token_hex(3)}")
+        marker = {"started_at": now.isoformat(), "day": day.isoformat()}
+        self.storage.write_bytes(f"{batch.key}/{PENDING}", json.dumps(marker).encode())
+        return batch
+
+    def write_part(self, batch: Batch, number: int, records: list[dict]) -> str:
+        name = f"part-{number:05d}.jsonl"
+        payload = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
+        self.storage.write_bytes(f"{batch.key}/{name}", payload.encode("utf-8"))
+        return name
+
+    def seal(self, batch: Batch, files: list[str], records: int) -> BatchManifest:
+        manifest = BatchManifest(tuple(files), records, dt.datetime.now(dt.timezone.utc).isoformat())
+        self.storage.write_bytes(f"{batch.key}/{MANIFEST}", json.dumps(dataclasses.asdict(manifest)).encode())
+        return manifest
+
+    def mark_complete(self, batch: Batch, detail: dict | None = None) -> None:
+        info = {"completed_at": dt.datetime.now(dt.timezone.utc).isoformat(), **(detail or {})}
+        self.storage.write_bytes(f"{batch.key}/{COMPLETE}", json.dumps(info).encode())
+
+    # --- reading ------------------------------------------------------------------------------------
+    def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:
+        names = self.storage.list_children(f"{source}/{endpoint}")
+        found = [Batch(source, endpoint, name) for name in names if _looks_like_batch(name)]
+        return [b for b in found if day is None or b.day == day]
+
+    def manifest(self, batch: Batch) -> BatchManifest | None:
+        if not self.storage.exists(f"{batch.key}/{MANIFEST}"):
+            return None
+        raw = json.loads(self.storage.read_bytes(f"{batch.key}/{MANIFEST}"))
+        return BatchManifest(tuple(raw["files"]), int(raw["records"]), raw["fetched_at"])
+
+    def is_complete(self, batch: Batch) -> bool:
+        return self.storage.exists(f"{batch.key}/{COMPLETE}")
+
+    def latest_sealed(self, source: str, endpoint: str, day: dt.date) -> Batch | None:
+        """The newest fully downloaded batch of a day: the one that defines that day's records."""
+        sealed = [b for b in self.batches(source, endpoint, day) if self.manifest(b) is not None]
+        return sealed[-1] if sealed else None
+
+    def uncommitted(self, source: str, endpoint: str, day: dt.date) -> list[Batch]:
+        """Downloaded batches of a day not yet committed to Iceberg, oldest first."""
+        return [
+            b for b in self.batches(source, endpoint, day) if self.manifest(b) is not None and not self.is_complete(b)
+        ]
+
+    def file_uris(self, batch: Batch) -> list[str]:
+        manifest = self.manifest(batch)
+        if manifest is None:
+            raise RawZoneError(f"raw batch {batch.key} has no {MANIFEST}: its download did not finish")
+        return [self.storage.uri(f"{batch.key}/{name}") for name in manifest.files]
+
+
+def _looks_like_batch(name: str) -> bool:
+    try:
+        dt.date.fromisoformat(name[:10])
+    except ValueError:
+        return False
+    return name[10:11] == "_"
+
+
+def local_raw_zone(root: str | Path) -> RawZone:
+    return RawZone(LocalStorage(root))

@@ -1,0 +1,27 @@
+"""Every table of the lake, declared once. ALL_SPECS is what erasure, `etr tables` and bootstrap iterate."""
+
+from etr_assets.lake.specs import TableSpec
+from etr_assets.tables.operations import DATA_QUALITY_METRICS, GDPR_ACTIONS
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+
+ALL_SPECS: tuple[TableSpec, ...] = (
+    BRONZE_TRANSACTIONS,
+    SILVER_TRANSACTIONS,
+    GOLD_DAILY_SUMMARY,
+    GDPR_ACTIONS,
+    DATA_QUALITY_METRICS,
+)
+
+
+def spec_for(identifier: str) -> TableSpec:
+    """The spec of `namespace.name`; a clear error listing the known tables otherwise."""
+    for spec in ALL_SPECS:
+        if spec.identifier == identifier:
+            return spec
+    known = ", ".join(s.identifier for s in ALL_SPECS)
+    raise KeyError(f"no table spec named {identifier!r}; known tables: {known}")
+
+
+def personal_data_specs() -> tuple[TableSpec, ...]:
+    """Tables erasure must visit: derived from the specs, never a hand-kept list."""
+    return tuple(spec for spec in ALL_SPECS if spec.holds_personal_data)

@@ -1,0 +1,84 @@
+"""The eTR+ transaction tables: bronze (as received), silver (typed, deduplicated), gold (daily summary)."""
+
+from etr_assets.lake.specs import MIB, Column, TableSpec
+
+# Fields of the BNPL API's transaction record, as it sends them. Read with this schema, never inferred
+# (apache/iceberg #4849); the amount stays text in bronze so no precision is lost before silver types it.
+_API_FIELDS = (
+    Column("transaction_id", "bigint", "Transaction id assigned by the BNPL provider"),
+    Column("customer_id", "bigint", "Customer who made the purchase", pii=True),
+    Column("merchant_id", "bigint", "Merchant where the purchase was made"),
+    Column("amount", "string", "Purchase amount as sent by the API (decimal text)"),
+    Column("currency", "string", "ISO 4217 currency code"),
+    Column("instalments", "int", "Number of instalments the purchase is split into"),
+    Column("payment_method", "string", "CARD, FPX, EWALLET or DIRECT_DEBIT"),
+    Column("status", "string", "PENDING, APPROVED, PROCESSED, DECLINED or REFUNDED"),
+    Column("transaction_date", "date", "Business date of the purchase"),
+    Column("created_at", "timestamp", "When the provider created the transaction (UTC)"),
+    Column("updated_at", "timestamp", "When the provider last changed the transaction (UTC)"),
+)
+
+BRONZE_TRANSACTIONS = TableSpec(
+    namespace="bronze",
+    name="bnpl_transactions_raw",
+    description="BNPL transactions exactly as the API delivered them, one row per received record, with lineage",
+    columns=_API_FIELDS
+    + (
+        Column("_batch_id", "string", "Raw-zone batch the record arrived in", required=True),
+        Column("_source_file", "string", "Raw-zone file the record was read from", required=True),
+        Column("_ingested_at", "timestamp", "When the record was loaded into Iceberg", required=True),
+    ),
+    partition_by=("days(transaction_date)",),
+    write_order=("transaction_date", "transaction_id"),
+    subject_column="customer_id",
+)
+
+STATUSES = ("PENDING", "APPROVED", "PROCESSED", "DECLINED", "REFUNDED")
+
+SILVER_TRANSACTIONS = TableSpec(
+    namespace="silver",
+    name="bnpl_transactions_clean",
+    description="One row per transaction: typed, validated, latest update wins",
+    columns=(
+        Column("transaction_id", "bigint", "Transaction id (unique)", required=True),
+        Column("customer_id", "bigint", "Customer who made the purchase", required=True, pii=True),
+        Column("merchant_id", "bigint", "Merchant where the purchase was made", required=True),
+        Column("amount", "decimal(10,2)", "Purchase amount", required=True),
+        Column("currency", "string", "ISO 4217 currency code, upper case", required=True),
+        Column("instalments", "int", "Number of instalments"),
+        Column("payment_method", "string", "Payment method, upper case"),
+        Column("status", "string", "One of " + ", ".join(STATUSES), required=True),
+        Column("transaction_date", "date", "Business date of the purchase", required=True),
+        Column("created_at", "timestamp", "When the provider created the transaction (UTC)"),
+        Column("updated_at", "timestamp", "When the provider last changed the transaction (UTC)", required=True),
+        Column("_batch_id", "string", "Raw-zone batch of the winning record", required=True),
+        Column("_processed_at", "timestamp", "When silver wrote the row", required=True),
+    ),
+    partition_by=("days(transaction_date)",),
+    write_order=("transaction_date", "customer_id"),
+    subject_column="customer_id",
+)
+
+GOLD_DAILY_SUMMARY = TableSpec(
+    namespace="gold",
+    name="bnpl_daily_summary",
+    description="Per day and currency: transaction counts by outcome, amounts and distinct customers",
+    columns=(
+        Column("transaction_date", "date", "Business date", required=True),
+        Column("currency", "string", "ISO 4217 currency code", required=True),
+        Column("transactions", "bigint", "Transactions of the day", required=True),
+        Column("approved", "bigint", "Transactions APPROVED or PROCESSED", required=True),
+        Column("declined", "bigint", "Transactions DECLINED", required=True),
+        Column("refunded", "bigint", "Transactions REFUNDED", required=True),
+        Column("pending", "bigint", "Transactions still PENDING", required=True),
+        Column("gross_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts", required=True),
+        Column("refunded_amount", "decimal(18,2)", "Sum of REFUNDED amounts", required=True),
+        Column("average_amount", "decimal(12,2)", "Mean amount over all transactions"),
+        Column("distinct_customers", "bigint", "Customers with at least one transaction", required=True),
+        Column("distinct_merchants", "bigint", "Merchants with at least one transaction", required=True),
+        Column("_computed_at", "timestamp", "When gold computed the row", required=True),
+    ),
+    partition_by=("days(transaction_date)",),
+    write_order=("transaction_date", "currency"),
+    properties={"write.target-file-size-bytes": str(32 * MIB)},
+)
