@@ -95,8 +95,12 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
             metadata=definition_metadata(spec, settings.catalog),
         )
 
-    def result(lake: LakeResource, spec: TableSpec, layer: pipeline.LayerResult) -> MaterializeResult:
+    def result(context, lake: LakeResource, spec: TableSpec, layer: pipeline.LayerResult) -> MaterializeResult:
         location = table_location(lake.session(), spec.qualified(lake.catalog))
+        context.log.info(
+            f"{spec.identifier}: replaced {len(layer.rows_by_day)} day(s) with {layer.rows} rows in snapshot "
+            f"{layer.commit.snapshot_id} (+{layer.commit.added_files}/-{layer.commit.removed_files} files)"
+        )
         return MaterializeResult(metadata=commit_metadata(layer, location))
 
     @table_asset(
@@ -109,7 +113,7 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource
     ) -> MaterializeResult:
         layer = pipeline.load_bronze(lake.session(), lake.catalog, raw_zone.zone(), days_of(context))
-        return result(lake, BRONZE_TRANSACTIONS, layer)
+        return result(context, lake, BRONZE_TRANSACTIONS, layer)
 
     @table_asset(
         SILVER_TRANSACTIONS,
@@ -119,7 +123,7 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
     )
     def silver_bnpl_transactions_clean(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
         layer = pipeline.build_silver(lake.session(), lake.catalog, days_of(context))
-        return result(lake, SILVER_TRANSACTIONS, layer)
+        return result(context, lake, SILVER_TRANSACTIONS, layer)
 
     @table_asset(
         GOLD_DAILY_SUMMARY,
@@ -128,6 +132,6 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
     )
     def gold_bnpl_daily_summary(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
         layer = pipeline.build_gold(lake.session(), lake.catalog, days_of(context))
-        return result(lake, GOLD_DAILY_SUMMARY, layer)
+        return result(context, lake, GOLD_DAILY_SUMMARY, layer)
 
     return [raw_bnpl_transactions, bronze_bnpl_transactions_raw, silver_bnpl_transactions_clean, gold_bnpl_daily_summary]

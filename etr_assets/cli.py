@@ -1,0 +1,139 @@
+"""`etr`: the lake from a terminal.
+
+    etr sql "SELECT ..." [--json] [--limit N]   Spark SQL on the profile's catalog (time travel included)
+    etr tables [--json]                          every table of the specs: rows, snapshots, files, size
+    etr api [--port 8765] ...                    the synthetic BNPL API on its own
+
+Errors are one line on stderr and a non-zero exit, never a Java stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import decimal
+import json
+import sys
+
+from etr_assets.settings import Settings, SettingsError
+
+
+def _human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def render_table(header: list[str], rows: list[list[object]]) -> str:
+    cells = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    rule = "  ".join("-" * w for w in widths)
+    body = ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join([line, rule, *body])
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _error_line(exc: BaseException) -> str:
+    """The first meaningful line of a Spark/Java error, without the JVM's stack."""
+    text = str(getattr(exc, "desc", None) or exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        text = str(java.getMessage() or java.toString())
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return first.removeprefix("[") if first.startswith("[") and "]" not in first else first
+
+
+def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
+    from etr_assets.lake.session import get_spark
+
+    spark = get_spark(settings)
+    try:
+        df = spark.sql(args.query)
+        rows = df.limit(args.limit + 1).collect() if args.limit else df.collect()
+    except Exception as exc:  # AnalysisException, ParseException, Py4JJavaError...
+        print(f"etr sql: {_error_line(exc)}", file=sys.stderr)
+        return 1
+    truncated = bool(args.limit) and len(rows) > args.limit
+    rows = rows[: args.limit] if args.limit else rows
+    if args.json:
+        for row in rows:
+            print(json.dumps(_jsonable(row.asDict(recursive=True))))
+    else:
+        print(render_table(df.columns, [list(r) for r in rows]))
+        more = f" (first {args.limit}; use --limit 0 for all)" if truncated else ""
+        print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{more})")
+    return 0
+
+
+def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
+    from etr_assets.lake.metadata import table_stats
+    from etr_assets.tables import ALL_SPECS
+
+    stats = [table_stats(settings, spec) for spec in ALL_SPECS]
+    if args.json:
+        for s in stats:
+            print(json.dumps(_jsonable({**s.__dict__, "current_snapshot_id": str(s.current_snapshot_id or "")})))
+        return 0
+    rows = [
+        [s.table, s.rows, s.snapshots, s.data_files, _human_bytes(s.bytes), f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"]
+        if s.exists
+        else [s.table, "-", "-", "-", "-", "not created yet"]
+        for s in stats
+    ]
+    print(render_table(["table", "rows", "snapshots", "files", "size", "last updated"], rows))
+    return 0
+
+
+def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
+    from etr_assets.sources import synthetic_api
+
+    forwarded = ["--host", args.host, "--port", str(args.port), "--seed", str(settings.api_seed)]
+    forwarded += ["--per-day", str(settings.api_transactions_per_day)]
+    return synthetic_api.main(forwarded)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="etr", description="Work with the eTR+ lakehouse (profile from ETR_PROFILE).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sql = sub.add_parser("sql", help="run Spark SQL on the profile's Iceberg catalog and print the result")
+    sql.add_argument("query", help='e.g. "SELECT * FROM silver.bnpl_transactions_clean LIMIT 5"')
+    sql.add_argument("--json", action="store_true", help="one JSON object per row")
+    sql.add_argument("--limit", type=int, default=100, help="rows to print at most (0: all; default 100)")
+    sql.set_defaults(run=cmd_sql)
+    tables = sub.add_parser("tables", help="list every table with rows, snapshots, files and size")
+    tables.add_argument("--json", action="store_true", help="one JSON object per table")
+    tables.set_defaults(run=cmd_tables)
+    api = sub.add_parser("api", help="serve the synthetic BNPL API until Ctrl-C")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8765)
+    api.set_defaults(run=cmd_api)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        return args.run(settings, args)
+    except (SettingsError, RuntimeError, OSError) as exc:
+        print(f"etr {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
