@@ -9,12 +9,12 @@ from dagster import Definitions, in_process_executor
 
 from etr_assets.defs.jobs import daily_schedule, pipeline_job
 from etr_assets.defs.resources import build_resources
-from etr_assets.defs.transactions import build_transaction_assets, daily_partitions
+from etr_assets.defs.transactions import build_transaction_assets
 from etr_assets.settings import Settings
 
 
 def build_definitions(settings: Settings) -> Definitions:
-    job = pipeline_job(daily_partitions(settings))
+    job = pipeline_job()
     return Definitions(
         assets=build_transaction_assets(settings),
         jobs=[job],

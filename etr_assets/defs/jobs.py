@@ -5,7 +5,6 @@ from __future__ import annotations
 from dagster import (
     AssetSelection,
     DefaultScheduleStatus,
-    PartitionsDefinition,
     ScheduleDefinition,
     build_schedule_from_partitioned_job,
     define_asset_job,
@@ -14,11 +13,10 @@ from dagster import (
 PIPELINE_GROUPS = ("raw", "bronze", "silver", "gold")
 
 
-def pipeline_job(partitions: PartitionsDefinition):
+def pipeline_job():
     return define_asset_job(
         name="etr_pipeline",
         selection=AssetSelection.groups(*PIPELINE_GROUPS),
-        partitions_def=partitions,
         description="Fetch a day of BNPL transactions and refresh bronze, silver and gold for it.",
     )
 

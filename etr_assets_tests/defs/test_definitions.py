@@ -1,0 +1,95 @@
+"""The code location loads, and shows what the UI needs, without starting a JVM."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+from dagster import AssetKey, DefaultScheduleStatus, Definitions
+
+from etr_assets.definitions import build_definitions, defs
+from etr_assets.settings import Settings
+from etr_assets.tables.transactions import SILVER_TRANSACTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPECTED_ASSETS = {
+    "raw/bnpl_transactions": "raw",
+    "bronze/bnpl_transactions_raw": "bronze",
+    "silver/bnpl_transactions_clean": "silver",
+    "gold/bnpl_daily_summary": "gold",
+}
+
+
+def asset_specs():
+    return {key.to_user_string(): spec for a in defs.assets for key, spec in a.specs_by_key.items()}
+
+
+def test_definitions_load_with_the_expected_assets_and_groups():
+    Definitions.validate_loadable(defs)
+    specs = asset_specs()
+    assert {key: spec.group_name for key, spec in specs.items()} == EXPECTED_ASSETS
+    graph = defs.resolve_asset_graph()
+    assert graph.get(AssetKey(["gold", "bnpl_daily_summary"])).parent_keys == {
+        AssetKey(["silver", "bnpl_transactions_clean"])
+    }
+    assert graph.get(AssetKey(["bronze", "bnpl_transactions_raw"])).parent_keys == {AssetKey(["raw", "bnpl_transactions"])}
+
+
+def test_table_assets_carry_kinds_column_schema_and_table_name():
+    spec = asset_specs()["silver/bnpl_transactions_clean"]
+    assert spec.kinds == {"iceberg", "spark"}
+    schema = spec.metadata["dagster/column_schema"]
+    assert [c.name for c in schema.columns] == SILVER_TRANSACTIONS.column_names
+    amount = next(c for c in schema.columns if c.name == "amount")
+    assert amount.type == "decimal(10,2)" and amount.constraints.nullable is False
+    customer = next(c for c in schema.columns if c.name == "customer_id")
+    assert "personal data" in customer.constraints.other
+    assert spec.metadata["dagster/table_name"] == "etr.silver.bnpl_transactions_clean"
+    assert spec.description
+
+
+def test_local_profile_serializes_writers_per_table_with_pools(tmp_path):
+    local = build_definitions(Settings(home=tmp_path))
+    pools = {k.to_user_string(): a.op.pool for a in local.assets for k in a.keys}
+    assert pools["silver/bnpl_transactions_clean"] == "iceberg_silver_bnpl_transactions_clean"
+    assert pools["raw/bnpl_transactions"] is None
+    shared = build_definitions(Settings(profile="aws", bucket="b", api_url="https://api.example.test"))
+    assert all(a.op.pool is None for a in shared.assets)
+
+
+def test_pipeline_job_is_partitioned_daily_with_a_stopped_schedule():
+    job = defs.resolve_job_def("etr_pipeline")
+    assert job.partitions_def.get_first_partition_key() == "2025-01-01"
+    assert job.executor_def.name == "in_process"
+    schedule = defs.resolve_schedule_def("etr_pipeline_daily")
+    assert schedule.default_status == DefaultScheduleStatus.STOPPED
+    assert schedule.job_name == "etr_pipeline"
+
+
+def test_importing_the_definitions_starts_no_jvm():
+    probe = (
+        "import json, time; t = time.perf_counter(); import etr_assets.definitions as d; "
+        "elapsed = time.perf_counter() - t; import pyspark; "
+        "print(json.dumps({'gateway': pyspark.SparkContext._gateway is not None, 'seconds': elapsed}))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["gateway"] is False  # no JVM until an asset asks for Spark
+    print(f"import etr_assets.definitions took {result['seconds']:.2f} s")
+
+
+def test_deployment_files_point_at_the_definitions_module():
+    cloud = yaml.safe_load((ROOT / "dagster_cloud.yaml").read_text())
+    assert cloud["locations"] == [
+        {"location_name": "etr_assets", "code_source": {"module_name": "etr_assets.definitions"}}
+    ]
+    workspace = yaml.safe_load((ROOT / "workspace.yaml").read_text())
+    assert workspace["load_from"][0]["python_module"]["module_name"] == "etr_assets.definitions"
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    assert tool["dagster"]["module_name"] == "etr_assets.definitions"
+    assert tool["dg"]["project"]["root_module"] == "etr_assets"
+    assert tool["dg"]["project"]["code_location_target_module"] == "etr_assets.definitions"

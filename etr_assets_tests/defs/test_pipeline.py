@@ -1,0 +1,76 @@
+"""The pipeline through Dagster, in process, on the shared Spark session and a lake of the test's own."""
+
+from __future__ import annotations
+
+import pytest
+from dagster import DagsterInstance, materialize
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from etr_assets.definitions import build_definitions
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+
+DAYS = ["2025-01-01", "2025-01-02", "2025-01-03"]
+
+
+@pytest.fixture
+def pipeline_defs(settings, lake):
+    return build_definitions(settings)
+
+
+def materialize_day(defs, day, instance):
+    resources = defs.get_repository_def().get_top_level_resources()
+    result = materialize(list(defs.assets), resources=resources, partition_key=day, instance=instance)
+    assert result.success
+    return {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+
+
+def counts_by_day(lake, settings, spec):
+    query = f"SELECT CAST(transaction_date AS STRING), count(*) FROM {spec.qualified(settings.catalog)} GROUP BY 1"
+    return dict(lake.sql(query).collect())
+
+
+def test_three_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings, lake):
+    instance = DagsterInstance.ephemeral()
+    for day in DAYS:
+        metadata = materialize_day(pipeline_defs, day, instance)
+
+    per_day = settings.api_transactions_per_day
+    assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {d: per_day for d in DAYS}
+    bronze = counts_by_day(lake, settings, BRONZE_TRANSACTIONS)
+    assert set(bronze) == set(DAYS) and all(n >= per_day for n in bronze.values())
+    gold_totals = dict(lake.sql(
+        f"SELECT CAST(transaction_date AS STRING), sum(transactions) FROM {GOLD_DAILY_SUMMARY.qualified(settings.catalog)} GROUP BY 1"
+    ).collect())
+    assert gold_totals == {d: per_day for d in DAYS}
+
+    # The last materialization's metadata describes the commit that Iceberg recorded.
+    silver = metadata["silver/bnpl_transactions_clean"]
+    current = lake.sql(
+        f"SELECT snapshot_id FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).first()[0]
+    assert silver["snapshot_id"].value == str(current)  # a string: ids exceed 32 bits
+    assert silver["dagster/row_count"].value == per_day
+    assert silver["files_added"].value >= 1 and silver["table_rows"].value == per_day * len(DAYS)
+    assert silver["table_uri"].value.endswith("/silver/bnpl_transactions_clean")
+    assert silver["table"].value == SILVER_TRANSACTIONS.qualified(settings.catalog)
+    assert metadata["raw/bnpl_transactions"]["dagster/row_count"].value == bronze[DAYS[-1]]
+
+    before = {spec.name: counts_by_day(lake, settings, spec) for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)}
+    rerun = materialize_day(pipeline_defs, DAYS[1], instance)
+    after = {spec.name: counts_by_day(lake, settings, spec) for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)}
+    assert before == after
+    assert rerun["silver/bnpl_transactions_clean"]["records_removed"].value == per_day  # replaced, not appended
+
+
+def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lake):
+    job = pipeline_defs.resolve_job_def("etr_pipeline")
+    result = job.execute_in_process(
+        instance=DagsterInstance.ephemeral(),
+        tags={ASSET_PARTITION_RANGE_START_TAG: DAYS[0], ASSET_PARTITION_RANGE_END_TAG: DAYS[-1]},
+    )
+    assert result.success
+    materialized = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
+    assert ("gold/bnpl_daily_summary", DAYS[1]) in materialized and len(materialized) == 4 * len(DAYS)
+    assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {d: settings.api_transactions_per_day for d in DAYS}
+    snapshots = lake.sql(f"SELECT count(*) FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.snapshots").first()[0]
+    assert snapshots == 1  # the whole range in one atomic commit

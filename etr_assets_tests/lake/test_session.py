@@ -1,0 +1,83 @@
+"""Spark configuration per profile (the aws profile cannot run here, so its configuration is what we test)."""
+
+from pathlib import Path
+
+import pytest
+
+from etr_assets.lake.session import ICEBERG_EXTENSIONS, JarNotFound, iceberg_runtime_jar, spark_conf
+from etr_assets.settings import Settings, SettingsError
+
+
+def test_iceberg_runtime_comes_from_the_wheel():
+    jar = Path(iceberg_runtime_jar())
+    assert jar.exists() and jar.name.startswith("iceberg-spark-runtime-3.5_2.12-1.10.")
+
+
+def test_local_profile_is_a_quiet_small_hadoop_catalog(tmp_path):
+    conf = spark_conf(Settings(home=tmp_path))
+    assert conf["spark.sql.catalog.etr"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf["spark.sql.catalog.etr.type"] == "hadoop"
+    assert conf["spark.sql.catalog.etr.warehouse"] == (tmp_path / "warehouse").as_uri()
+    assert conf["spark.sql.defaultCatalog"] == "etr"
+    assert conf["spark.sql.extensions"] == ICEBERG_EXTENSIONS
+    assert conf["spark.jars"] == iceberg_runtime_jar()
+    assert conf["spark.ui.enabled"] == "false" and conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert "log4j2.properties" in conf["spark.driver.extraJavaOptions"]
+    assert conf["spark.local.dir"].startswith(str(tmp_path))
+
+
+def test_aws_profile_uses_glue_and_s3fileio_with_the_platforms_iceberg():
+    conf = spark_conf(Settings(profile="aws", bucket="etr-lake", region="ap-southeast-5", catalog="glue_catalog"))
+    prefix = "spark.sql.catalog.glue_catalog"
+    assert conf[prefix] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf[f"{prefix}.catalog-impl"] == "org.apache.iceberg.aws.glue.GlueCatalog"
+    assert conf[f"{prefix}.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf[f"{prefix}.warehouse"] == "s3://etr-lake/warehouse"
+    assert conf[f"{prefix}.client.region"] == "ap-southeast-5"
+    assert conf["spark.sql.extensions"] == ICEBERG_EXTENSIONS
+    assert "spark.jars" not in conf  # Glue 5.0 / EMR ship Iceberg (--datalake-formats iceberg)
+    assert not any(key.startswith("spark.hadoop.fs.s3a") for key in conf)
+    assert "spark.driver.bindAddress" in conf  # local[2] by default; a cluster master drops it
+    cluster = spark_conf(Settings(profile="aws", bucket="b", spark_master="yarn"))
+    assert "spark.driver.bindAddress" not in cluster
+
+
+def test_users_can_bring_their_own_jars_or_maven_coordinates():
+    own = spark_conf(Settings(spark_jars=("/opt/jars/iceberg.jar",)))
+    assert own["spark.jars"] == "/opt/jars/iceberg.jar"
+    maven = spark_conf(Settings(spark_packages=("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.7.1",)))
+    assert maven["spark.jars.packages"].endswith(":1.7.1") and "spark.jars" not in maven
+
+
+def test_s3_profile_names_the_jars_it_lacks(tmp_path, monkeypatch):
+    monkeypatch.setenv("ETR_JARS_DIR", str(tmp_path))
+    with pytest.raises(JarNotFound, match="hadoop-aws-3.3.1.jar"):
+        spark_conf(Settings(profile="s3", bucket="b", jdbc_url="jdbc:postgresql://127.0.0.1:5432/etr"))
+
+
+def test_settings_come_from_documented_variables(tmp_path):
+    settings = Settings.from_env(
+        {"ETR_HOME": str(tmp_path), "ETR_PROFILE": "local", "ETR_START_DATE": "2024-06-01",
+         "ETR_API_TRANSACTIONS_PER_DAY": "15", "ETR_SPARK_JARS": "/a.jar, /b.jar"}
+    )
+    assert settings.home == tmp_path and settings.start_date.isoformat() == "2024-06-01"
+    assert settings.api_transactions_per_day == 15 and settings.spark_jars == ("/a.jar", "/b.jar")
+    assert Settings.from_env({}).home == Path(".etr").absolute()
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"ETR_PROFILE": "gcp"}, "ETR_PROFILE='gcp' is not one of local, s3, aws"),
+        ({"ETR_PROFILE": "aws"}, "ETR_PROFILE=aws needs ETR_S3_BUCKET"),
+        ({"ETR_PROFILE": "s3", "ETR_S3_BUCKET": "b"}, "ETR_PROFILE=s3 needs ETR_JDBC_URL"),
+        ({"ETR_START_DATE": "yesterday"}, "ETR_START_DATE='yesterday' is not a date"),
+        ({"ETR_API_TRANSACTIONS_PER_DAY": "many"}, "ETR_API_TRANSACTIONS_PER_DAY='many' is not an integer"),
+        ({"ETR_CATALOG": "my-catalog"}, "ETR_CATALOG='my-catalog' must be a plain identifier"),
+    ],
+)
+def test_bad_settings_name_the_variable(env, message):
+    with pytest.raises(SettingsError) as failure:
+        Settings.from_env(env)
+    assert message in str(failure.value)

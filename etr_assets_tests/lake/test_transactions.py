@@ -1,0 +1,146 @@
+"""The transaction pipeline library on real Spark + Iceberg, against the real synthetic API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from decimal import Decimal
+
+import pytest
+
+from etr_assets.lake import transactions as pipeline
+from etr_assets.sources.api_client import ApiClient
+from etr_assets.sources.fetch import fetch_day
+from etr_assets.sources.raw_zone import local_raw_zone
+from etr_assets.sources.synthetic_api import transactions_for
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+
+DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2)]
+
+
+def expected_latest(api, day):
+    """Plain-Python truth: per transaction id, the record with the newest updated_at."""
+    latest = {}
+    for record in transactions_for(api.config, day):
+        seen = latest.get(record["transaction_id"])
+        if seen is None or record["updated_at"] > seen["updated_at"]:
+            latest[record["transaction_id"]] = record
+    return latest
+
+
+@pytest.fixture
+def raw(settings, api):
+    zone = local_raw_zone(settings.raw_root)
+    client = ApiClient(api.url, api.config.token, page_size=25)
+    for day in DAYS:
+        fetch_day(client, zone, "transactions", day)
+    return zone
+
+
+def rows(lake, spec, settings, columns="*", where="true"):
+    return lake.sql(f"SELECT {columns} FROM {spec.qualified(settings.catalog)} WHERE {where}").collect()
+
+
+def test_bronze_keeps_every_received_record_with_lineage_and_completes_the_batch(lake, settings, raw, api):
+    result = pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+
+    received = sum(len(transactions_for(api.config, d)) for d in DAYS)
+    bronze = rows(lake, BRONZE_TRANSACTIONS, settings)
+    assert len(bronze) == received == result.rows
+    assert result.commit.snapshot_id is not None and result.commit.added_records == received
+    assert all(r["_batch_id"] and r["_source_file"].endswith(".jsonl") and r["_ingested_at"] for r in bronze)
+    assert {r["amount"] for r in bronze} <= {t["amount"] for d in DAYS for t in transactions_for(api.config, d)}
+    for day in DAYS:
+        (batch,) = raw.batches("bnpl", "transactions", day)
+        assert raw.is_complete(batch)
+        assert raw.uncommitted("bnpl", "transactions", day) == []
+
+
+def test_silver_is_typed_deduplicated_and_latest_update_wins(lake, settings, raw, api):
+    pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+    result = pipeline.build_silver(lake, settings.catalog, DAYS)
+
+    silver = rows(lake, SILVER_TRANSACTIONS, settings)
+    truth = {k: v for d in DAYS for k, v in expected_latest(api, d).items()}
+    assert len(silver) == len(truth) == result.rows == settings.api_transactions_per_day * len(DAYS)
+    assert result.extra["duplicates_removed"] == sum(len(transactions_for(api.config, d)) for d in DAYS) - len(truth)
+    for row in silver:
+        want = truth[row["transaction_id"]]
+        assert row["status"] == want["status"]
+        assert row["amount"] == Decimal(want["amount"])  # decimal(10,2), exact
+        assert row["updated_at"] == dt.datetime.fromisoformat(want["updated_at"].replace("Z", "")).replace(tzinfo=None)
+    schema = {f.name: f.dataType.simpleString() for f in lake.table(SILVER_TRANSACTIONS.qualified(settings.catalog)).schema}
+    assert schema["amount"] == "decimal(10,2)" and schema["transaction_date"] == "date"
+
+
+def test_gold_matches_a_plain_python_summary(lake, settings, raw, api):
+    pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+    pipeline.build_silver(lake, settings.catalog, DAYS)
+    pipeline.build_gold(lake, settings.catalog, DAYS)
+
+    want = defaultdict(lambda: {"transactions": 0, "gross": Decimal("0"), "declined": 0})
+    for day in DAYS:
+        for record in expected_latest(api, day).values():
+            cell = want[(day, record["currency"])]
+            cell["transactions"] += 1
+            cell["declined"] += record["status"] == "DECLINED"
+            if record["status"] in ("APPROVED", "PROCESSED"):
+                cell["gross"] += Decimal(record["amount"])
+    gold = {(r["transaction_date"], r["currency"]): r for r in rows(lake, GOLD_DAILY_SUMMARY, settings)}
+    assert set(gold) == set(want)
+    for key, cell in want.items():
+        assert gold[key]["transactions"] == cell["transactions"]
+        assert gold[key]["gross_amount"] == cell["gross"]
+        assert gold[key]["declined"] == cell["declined"]
+
+
+def test_rebuilding_a_day_replaces_it_without_duplicates(lake, settings, raw, api):
+    for _ in range(2):
+        pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+        pipeline.build_silver(lake, settings.catalog, DAYS)
+        pipeline.build_gold(lake, settings.catalog, DAYS)
+    first = {r[0]: r[1] for r in rows(lake, SILVER_TRANSACTIONS, settings, "transaction_date, count(*)", "true GROUP BY 1")}
+
+    # A new download of one day supersedes the old batch; the other day is untouched.
+    fetch_day(ApiClient(api.url, api.config.token), raw, "transactions", DAYS[0])
+    pipeline.load_bronze(lake, settings.catalog, raw, [DAYS[0]])
+    pipeline.build_silver(lake, settings.catalog, [DAYS[0]])
+    after = {r[0]: r[1] for r in rows(lake, SILVER_TRANSACTIONS, settings, "transaction_date, count(*)", "true GROUP BY 1")}
+    assert first == after == {d: settings.api_transactions_per_day for d in DAYS}
+    bronze_batches = rows(lake, BRONZE_TRANSACTIONS, settings, "DISTINCT _batch_id", f"transaction_date = DATE'{DAYS[0]}'")
+    newest = raw.batches("bnpl", "transactions", DAYS[0])[-1]
+    assert [r[0] for r in bronze_batches] == [newest.batch_id]
+    assert all(raw.is_complete(b) for b in raw.batches("bnpl", "transactions", DAYS[0]))
+
+
+def test_a_day_without_transactions_empties_that_day(lake, settings, raw):
+    day = dt.date(2025, 3, 3)
+    batch = raw.start_batch("bnpl", "transactions", day)
+    raw.seal(batch, [], 0)
+    result = pipeline.load_bronze(lake, settings.catalog, raw, [day])
+    assert result.rows == 0 and raw.is_complete(batch)
+    assert pipeline.build_silver(lake, settings.catalog, [day]).rows == 0
+
+
+def test_malformed_input_fails_naming_the_batch_and_loses_nothing(lake, settings, raw):
+    day = dt.date(2025, 3, 4)
+    batch = raw.start_batch("bnpl", "transactions", day)
+    good = {"transaction_id": 1, "customer_id": 2, "merchant_id": 3, "amount": "1.00", "currency": "MYR",
+            "instalments": 3, "payment_method": "CARD", "status": "APPROVED", "transaction_date": day.isoformat(),
+            "created_at": "2025-03-04T10:00:00Z", "updated_at": "2025-03-04T10:00:00Z"}
+    raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl",
+                            (json.dumps(good) + "\n{not json\n" + json.dumps({**good, "customer_id": "abc"}) + "\n").encode())
+    raw.seal(batch, ["part-00001.jsonl"], 3)
+
+    with pytest.raises(pipeline.BadInputError) as failure:
+        pipeline.load_bronze(lake, settings.catalog, raw, [day])
+    message = str(failure.value)
+    assert batch.key in message and "2 record(s)" in message and "part-00001.jsonl" in message
+    assert not raw.is_complete(batch)  # stays pending: fixed input can be retried
+    assert raw.storage.exists(f"{batch.key}/part-00001.jsonl")
+
+
+def test_missing_download_is_a_clear_error(lake, settings, raw):
+    with pytest.raises(pipeline.BadInputError, match="no downloaded raw batch for 2025-04-01"):
+        pipeline.load_bronze(lake, settings.catalog, raw, [dt.date(2025, 4, 1)])

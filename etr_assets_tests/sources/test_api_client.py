@@ -1,0 +1,115 @@
+"""The API client against real HTTP servers on loopback: the synthetic API, and a scripted flaky one."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from etr_assets.sources.api_client import ApiClient, ApiError, RetryPolicy
+from etr_assets.sources.synthetic_api import transactions_for
+
+FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
+
+
+class ScriptedServer:
+    """Answers each request with the next scripted (status, headers, body); the last one repeats."""
+
+    def __init__(self, script):
+        self.script, self.requests = list(script), []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.requests.append((self.path, self.headers.get("Authorization"), time.monotonic()))
+                status, headers, body = outer.script[min(len(outer.requests), len(outer.script)) - 1]
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(json.dumps(body).encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+PAGE = (200, {}, {"data": [{"id": 1}], "next_page": None})
+
+
+def test_pages_are_followed_until_the_last(api):
+    import datetime as dt
+
+    day = dt.date(2025, 2, 1)
+    client = ApiClient(api.url, api.config.token, page_size=7)
+    pages = list(client.iter_pages("/v1/transactions", {"date": day.isoformat()}))
+    assert len(pages) > 1 and all(len(p) <= 7 for p in pages)
+    assert [r for p in pages for r in p] == transactions_for(api.config, day)
+
+
+def test_5xx_is_retried_then_succeeds_and_the_token_is_sent():
+    with ScriptedServer([(503, {}, {"error": "busy"}), (502, {}, {}), PAGE]) as server:
+        doc = ApiClient(server.url, "s3cret", retry=FAST).get_json("/v1/x", {"a": 1})
+    assert doc["data"] == [{"id": 1}]
+    assert len(server.requests) == 3
+    assert all(auth == "Bearer s3cret" and path == "/v1/x?a=1" for path, auth, _ in server.requests)
+
+
+def test_429_honours_retry_after():
+    with ScriptedServer([(429, {"Retry-After": "0.3"}, {"error": "slow down"}), PAGE]) as server:
+        ApiClient(server.url, "t", retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=5)).get_json("/v1/x", {})
+    (_, _, first), (_, _, second) = server.requests
+    assert second - first >= 0.28  # the server's wait, not the 0.01 s backoff
+
+
+def test_retry_after_is_capped_by_the_policy():
+    with ScriptedServer([(429, {"Retry-After": "3600"}, {}), PAGE]) as server:
+        ApiClient(server.url, "t", retry=FAST).get_json("/v1/x", {})
+    (_, _, first), (_, _, second) = server.requests
+    assert second - first < 1
+
+
+def test_last_retry_failure_names_endpoint_status_and_attempts():
+    with ScriptedServer([(500, {}, {"error": "database down"})]) as server:
+        with pytest.raises(ApiError) as failure:
+            ApiClient(server.url, "t", retry=FAST).get_json("/v1/transactions", {"date": "2025-01-01"})
+    message = str(failure.value)
+    assert f"GET {server.url}/v1/transactions failed after 4 attempts" in message
+    assert "500: database down" in message and failure.value.status == 500
+    assert len(server.requests) == 4
+
+
+def test_client_errors_are_not_retried(api):
+    with pytest.raises(ApiError, match="answered 401") as failure:
+        ApiClient(api.url, "wrong-token", retry=FAST).get_json("/v1/transactions", {"date": "2025-01-01"})
+    assert failure.value.status == 401
+
+
+def test_connection_refused_is_retried_then_reported():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(ApiError, match="failed after 4 attempts; last: connection failed"):
+        ApiClient(f"http://127.0.0.1:{port}", "t", retry=FAST, timeout=2).get_json("/v1/x", {})
+
+
+def test_a_page_without_data_is_an_error():
+    with ScriptedServer([(200, {}, {"items": []})]) as server:
+        with pytest.raises(ApiError, match="response has no 'data' list"):
+            list(ApiClient(server.url, "t", retry=FAST).iter_pages("/v1/x", {}))

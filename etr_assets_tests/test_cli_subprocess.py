@@ -1,0 +1,258 @@
+"""The lake end to end through its real command lines: `dagster asset materialize`, then `etr sql` / `etr tables`.
+
+One 3-day backfill (module fixture) feeds every assertion; each `etr sql` is a JVM start (~15 s), so the layer
+counts come from a single UNION ALL query. Everything runs in subprocesses with ETR_HOME and DAGSTER_HOME under
+pytest's tmp dir, never the user's ~/.etr or the repo's .etr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DAYS = ("2025-01-01", "2025-01-02", "2025-01-03")
+PER_DAY = 50  # ETR_API_TRANSACTIONS_PER_DAY: the synthetic API serves exactly this many distinct transactions
+PIPELINE = "group:raw,group:bronze,group:silver,group:gold"
+MATERIALIZE_TIMEOUT_S = 300
+SQL_TIMEOUT_S = 180
+
+# One JVM for all three layers. Per layer and day: n rows, distinct keys (transaction ids; currencies in gold),
+# distinct currencies, and gold's sum(transactions).
+COUNTS_SQL = """
+SELECT 'bronze' AS layer, CAST(transaction_date AS STRING) AS day, count(*) AS n,
+       count(DISTINCT transaction_id) AS keys, count(DISTINCT currency) AS currencies, CAST(NULL AS BIGINT) AS total
+FROM bronze.bnpl_transactions_raw GROUP BY transaction_date
+UNION ALL
+SELECT 'silver', CAST(transaction_date AS STRING), count(*), count(DISTINCT transaction_id),
+       count(DISTINCT currency), CAST(NULL AS BIGINT)
+FROM silver.bnpl_transactions_clean GROUP BY transaction_date
+UNION ALL
+SELECT 'gold', CAST(transaction_date AS STRING), count(*), count(DISTINCT currency),
+       count(DISTINCT currency), sum(transactions)
+FROM gold.bnpl_daily_summary GROUP BY transaction_date
+ORDER BY layer, day
+"""
+
+
+# --- helpers -----------------------------------------------------------------------------------------------
+
+
+def isolated_env(root: Path, **extra: str) -> dict[str, str]:
+    """The caller's environment without any ETR_* / DAGSTER_HOME, pointed at homes under `root`."""
+    etr_home, dagster_home = root / "etr", root / "dagster"
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    if not (dagster_home / "dagster.yaml").exists():
+        shutil.copy(REPO / "dagster.yaml", dagster_home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_"))}
+    env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home), "PYTHONWARNINGS": "ignore"}
+    return env | extra
+
+
+def tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Done:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return (
+            f"{' '.join(self.args)!r} exited {self.returncode}\n"
+            f"--- stdout tail:\n{tail(self.stdout)}\n--- stderr tail:\n{tail(self.stderr)}"
+        )
+
+
+def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """A command from the venv's bin, in its own process group (so a timeout can stop its JVM too)."""
+    return subprocess.Popen(
+        [str(BIN / args[0]), *args[1:]],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> Done:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = kill_group(proc)
+        pytest.fail(f"{proc.args!r} still running after {timeout} s\n--- stderr tail:\n{tail(err)}")
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    return Done([Path(proc.args[0]).name, *proc.args[1:]], proc.returncode, out, err)
+
+
+def kill_group(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGINT the group we started, SIGKILL it after 20 s; return what it wrote."""
+    pgid = proc.pid
+    for sig, grace in ((signal.SIGINT, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.communicate()
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = SQL_TIMEOUT_S) -> Done:
+    return finish(start(args, env), timeout)
+
+
+def materialize(env: dict[str, str], *partition_args: str) -> Done:
+    done = run(
+        ["dagster", "asset", "materialize", "-m", "etr_assets.definitions", "--select", PIPELINE, *partition_args],
+        env,
+        MATERIALIZE_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.describe()
+    return done
+
+
+def json_lines(done: Done) -> list[dict]:
+    assert done.returncode == 0, done.describe()
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def layer_counts(env: dict[str, str]) -> dict[str, dict[str, dict]]:
+    """{layer: {day: row}} from one `etr sql --json` call."""
+    rows = json_lines(run(["etr", "sql", "--json", "--limit", "0", COUNTS_SQL], env))
+    counts: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        counts.setdefault(row["layer"], {})[row["day"]] = row
+    return counts
+
+
+def assert_no_java_stack(text: str) -> None:
+    for line in text.splitlines():
+        assert not line.startswith("\tat ") and "at org.apache" not in line, f"Java stack trace leaked:\n{text}"
+
+
+def assert_one_error_line(done: Done, *needles: str) -> str:
+    assert done.returncode != 0, done.describe()
+    assert_no_java_stack(done.stderr)
+    assert_no_java_stack(done.stdout)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, f"expected exactly one line on stderr\n{done.describe()}"
+    assert any(n.lower() in lines[0].lower() for n in needles), f"{lines[0]!r} names none of {needles}"
+    assert done.stdout == "", done.describe()
+    return lines[0]
+
+
+# --- fixtures ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lake_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A lake with the whole pipeline materialized for DAYS, in one single-run backfill."""
+    env = isolated_env(tmp_path_factory.mktemp("lake"), ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY))
+    materialize(env, "--partition-range", f"{DAYS[0]}...{DAYS[-1]}")
+    return env
+
+
+@pytest.fixture(scope="module")
+def counts(lake_env: dict[str, str]) -> dict[str, dict[str, dict]]:
+    return layer_counts(lake_env)
+
+
+# --- tests -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_backfill_fills_every_layer_for_every_day(counts: dict[str, dict[str, dict]]) -> None:
+    assert set(counts) == {"bronze", "silver", "gold"}, counts
+    for layer in counts:
+        assert sorted(counts[layer]) == list(DAYS), (layer, counts[layer])
+
+    for day in DAYS:
+        bronze, silver, gold = (counts[layer][day] for layer in ("bronze", "silver", "gold"))
+        # Silver: exactly the API's transactions, one row each.
+        assert silver["n"] == silver["keys"] == PER_DAY, silver
+        # Bronze: every record as received (some arrive twice), covering the same transactions.
+        assert bronze["keys"] == PER_DAY and PER_DAY <= bronze["n"] <= PER_DAY * 1.25, bronze
+        # Gold: one row per (day, currency) that silver has, summing to silver's count.
+        assert gold["n"] == gold["keys"] == silver["currencies"] >= 1, (gold, silver)
+        assert gold["total"] == silver["n"], (gold, silver)
+
+
+@pytest.mark.slow
+def test_etr_tables_reads_the_same_lake_without_spark(
+    lake_env: dict[str, str], counts: dict[str, dict[str, dict]]
+) -> None:
+    done = run(["etr", "tables", "--json"], lake_env, timeout=60)
+    assert done.stderr == "", done.describe()
+    tables = {row["table"]: row for row in json_lines(done)}
+    expected_rows = {
+        "bronze.bnpl_transactions_raw": sum(r["n"] for r in counts["bronze"].values()),
+        "silver.bnpl_transactions_clean": sum(r["n"] for r in counts["silver"].values()),
+        "gold.bnpl_daily_summary": sum(r["n"] for r in counts["gold"].values()),
+    }
+    for name, rows in expected_rows.items():
+        table = tables.get(name)
+        assert table is not None, tables
+        assert table["exists"] is True and table["rows"] == rows > 0, table
+        assert table["snapshots"] >= 1 and table["data_files"] >= 1 and table["bytes"] > 0, table
+        assert table["current_snapshot_id"], table
+        assert table["location"].endswith(name.replace(".", "/")), table
+        assert table["location"].startswith(Path(lake_env["ETR_HOME"]).as_uri()), table
+
+    others = {name: t for name, t in tables.items() if name.split(".")[0] in ("audit", "monitoring")}
+    assert {n.split(".")[0] for n in others} == {"audit", "monitoring"}, tables
+    for table in others.values():
+        assert table["exists"] is False and table["rows"] == 0 and table["snapshots"] == 0, table
+
+
+@pytest.mark.slow
+def test_rerunning_a_day_replaces_it_without_duplicates(
+    lake_env: dict[str, str], counts: dict[str, dict[str, dict]]
+) -> None:
+    snapshots_before = {r["table"]: r["snapshots"] for r in json_lines(run(["etr", "tables", "--json"], lake_env))}
+    materialize(lake_env, "--partition", DAYS[1])
+
+    assert layer_counts(lake_env) == counts
+
+    # The re-run committed: each table gained a snapshot (pyiceberg, no JVM), yet the rows stayed the same.
+    after = {r["table"]: r for r in json_lines(run(["etr", "tables", "--json"], lake_env))}
+    for name in ("bronze.bnpl_transactions_raw", "silver.bnpl_transactions_clean", "gold.bnpl_daily_summary"):
+        assert after[name]["snapshots"] == snapshots_before[name] + 1, (name, snapshots_before, after[name])
+        layer = name.split(".")[0]
+        assert after[name]["rows"] == sum(r["n"] for r in counts[layer].values()), after[name]
+
+
+@pytest.mark.slow
+def test_errors_are_one_line_without_a_java_stack(tmp_path: Path) -> None:
+    env = isolated_env(tmp_path)
+    # Both queries need a JVM each: start them together.
+    missing = start(["etr", "sql", "SELECT * FROM silver.no_such_table"], env)
+    garbled = start(["etr", "sql", "SELEC nonsense"], env)
+    missing_done, garbled_done = finish(missing, SQL_TIMEOUT_S), finish(garbled, SQL_TIMEOUT_S)
+
+    assert_one_error_line(missing_done, "no_such_table")
+    assert_one_error_line(garbled_done, "PARSE_SYNTAX_ERROR", "syntax error", "SELEC")
+
+    bad_profile = run(["etr", "tables"], env | {"ETR_PROFILE": "nope"}, timeout=60)
+    line = assert_one_error_line(bad_profile, "ETR_PROFILE")
+    assert "nope" in line, line

@@ -1,0 +1,220 @@
+"""`dagster dev` on the code location, for real: a webserver and daemon in their own process group.
+
+Asserts on what the GraphQL API returns (assets with their groups, the job, the stopped schedule), then that
+SIGINT to the process group stops the whole tree. No Spark run is started here: loading the definitions must
+not need a JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+READY_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 30
+KILL_GRACE_S = 20
+
+EXPECTED_ASSETS = {
+    ("raw", "bnpl_transactions"): "raw",
+    ("bronze", "bnpl_transactions_raw"): "bronze",
+    ("silver", "bnpl_transactions_clean"): "silver",
+    ("gold", "bnpl_daily_summary"): "gold",
+}
+
+LOCATION_QUERY = """
+{ workspaceOrError { __typename
+    ... on Workspace { locationEntries { name loadStatus
+        locationOrLoadError { __typename ... on PythonError { message } } } }
+    ... on PythonError { message } } }
+"""
+ASSETS_QUERY = "{ assetNodes { assetKey { path } groupName kinds } }"
+REPOSITORIES_QUERY = """
+{ repositoriesOrError { __typename
+    ... on RepositoryConnection { nodes { name location { name }
+        jobs { name }
+        schedules { name pipelineName cronSchedule scheduleState { status } } } }
+    ... on PythonError { message } } }
+"""
+
+
+# --- helpers -----------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def isolated_env(root: Path) -> dict[str, str]:
+    """The caller's environment without any ETR_* / DAGSTER_HOME, pointed at homes under `root`."""
+    etr_home, dagster_home = root / "etr", root / "dagster"
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "dagster.yaml", dagster_home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_"))}
+    env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home), "PYTHONWARNINGS": "ignore"}
+    return env
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(no output: {exc})"
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member exists but is not ours to signal
+        return True
+    return True
+
+
+def group_members(pgid: int) -> str:
+    """`pid state command` of each process still in the group, from /proc (for failure messages)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+        if int(fields[2]) == pgid:
+            found.append(f"{stat.parent.name} {fields[0]} {cmdline.strip()[:200]}")
+    return "\n".join(found) or "(none found in /proc)"
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = KILL_GRACE_S) -> int | None:
+    """SIGINT the process group we started; SIGKILL it if it is still there after `timeout` s."""
+    pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
+    if proc.poll() is None or group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (proc.poll() is None or group_alive(pgid)):
+        time.sleep(0.2)
+    if group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def graphql(port: int, query: str, timeout: float = 10) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        body = json.loads(response.read())
+    assert not body.get("errors"), f"GraphQL errors for {query!r}: {body['errors']}"
+    return body["data"]
+
+
+def wait_until_loaded(proc: subprocess.Popen, port: int, log: Path) -> list[dict]:
+    """Poll until the webserver answers and every code location has finished loading."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"dagster dev exited with {proc.returncode} before it was ready; output tail:\n{tail(log)}")
+        try:
+            workspace = graphql(port, LOCATION_QUERY, timeout=5)["workspaceOrError"]
+        except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError) as exc:
+            last = repr(exc)
+        else:
+            entries = workspace.get("locationEntries") or []
+            last = json.dumps(workspace)
+            if entries and all(e["loadStatus"] == "LOADED" for e in entries):
+                return entries
+        time.sleep(0.5)
+    pytest.fail(
+        f"dagster dev on port {port} not ready after {READY_TIMEOUT_S} s (last: {last}); output tail:\n{tail(log)}"
+    )
+
+
+# --- the test ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_dagster_dev_serves_the_code_location_and_stops_on_sigint(tmp_path: Path) -> None:
+    env = isolated_env(tmp_path)
+    port = free_port()
+    log = tmp_path / "dagster-dev.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port), "-m", "etr_assets.definitions"],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    pgid = proc.pid
+    stopped = False
+    try:
+        entries = wait_until_loaded(proc, port, log)
+        assert [e["locationOrLoadError"]["__typename"] for e in entries] == ["RepositoryLocation"], entries
+
+        # The four pipeline assets, each in its layer's group.
+        nodes = graphql(port, ASSETS_QUERY)["assetNodes"]
+        groups = {tuple(n["assetKey"]["path"]): n["groupName"] for n in nodes}
+        assert {k: groups.get(k) for k in EXPECTED_ASSETS} == EXPECTED_ASSETS, groups
+        kinds = {tuple(n["assetKey"]["path"]): set(n["kinds"]) for n in nodes}
+        for key in EXPECTED_ASSETS:
+            if key[0] != "raw":
+                assert {"iceberg", "spark"} <= kinds[key], (key, kinds[key])
+
+        # The job and its daily schedule, which a fresh instance must not start on its own.
+        repos = graphql(port, REPOSITORIES_QUERY)["repositoriesOrError"]
+        assert repos["__typename"] == "RepositoryConnection", repos
+        jobs = {j["name"] for repo in repos["nodes"] for j in repo["jobs"]}
+        schedules = {s["name"]: s for repo in repos["nodes"] for s in repo["schedules"]}
+        assert "etr_pipeline" in jobs, jobs
+        assert "etr_pipeline_daily" in schedules, schedules
+        schedule = schedules["etr_pipeline_daily"]
+        assert schedule["pipelineName"] == "etr_pipeline", schedule
+        assert schedule["scheduleState"]["status"] == "STOPPED", schedule
+
+        # SIGINT to the group stops dagster dev, and its webserver and daemon children with it.
+        os.killpg(pgid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"dagster dev still running {STOP_TIMEOUT_S} s after SIGINT; output tail:\n{tail(log)}")
+        deadline = time.monotonic() + 10
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not group_alive(pgid), (
+            f"process group {pgid} not empty after dagster dev exited ({code}):\n{group_members(pgid)}"
+        )
+        stopped = True
+    finally:
+        if not stopped:
+            stop_group(proc)
