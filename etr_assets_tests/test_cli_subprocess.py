@@ -49,13 +49,14 @@ ORDER BY layer, day
 
 
 def isolated_env(root: Path, **extra: str) -> dict[str, str]:
-    """The caller's environment without any ETR_* / DAGSTER_HOME, pointed at homes under `root`."""
+    """The caller's environment without any ETR_* / DAGSTER_*, pointed at homes under `root`."""
     etr_home, dagster_home = root / "etr", root / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
     if not (dagster_home / "dagster.yaml").exists():
         shutil.copy(REPO / "dagster.yaml", dagster_home / "dagster.yaml")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_"))}
-    env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home), "PYTHONWARNINGS": "ignore"}
+    # No PYTHONWARNINGS either: `etr` must be quiet on its own (only dagster's own commands get "ignore").
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_")) and k != "PYTHONWARNINGS"}
+    env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home)}
     return env | extra
 
 
@@ -125,7 +126,7 @@ def run(args: list[str], env: dict[str, str], timeout: float = SQL_TIMEOUT_S) ->
 def materialize(env: dict[str, str], *partition_args: str) -> Done:
     done = run(
         ["dagster", "asset", "materialize", "-m", "etr_assets.definitions", "--select", PIPELINE, *partition_args],
-        env,
+        env | {"PYTHONWARNINGS": "ignore"},
         MATERIALIZE_TIMEOUT_S,
     )
     assert done.returncode == 0, done.describe()
@@ -139,7 +140,9 @@ def json_lines(done: Done) -> list[dict]:
 
 def layer_counts(env: dict[str, str]) -> dict[str, dict[str, dict]]:
     """{layer: {day: row}} from one `etr sql --json` call."""
-    rows = json_lines(run(["etr", "sql", "--json", "--limit", "0", COUNTS_SQL], env))
+    done = run(["etr", "sql", "--json", "--limit", "0", COUNTS_SQL], env)
+    rows = json_lines(done)
+    assert done.stderr == "", f"a successful query should leave stderr empty (quiet Spark)\n{done.describe()}"
     counts: dict[str, dict[str, dict]] = {}
     for row in rows:
         counts.setdefault(row["layer"], {})[row["day"]] = row

@@ -55,6 +55,34 @@ class Column:
 
 
 @dataclasses.dataclass(frozen=True)
+class Check:
+    """A rule every accepted input row satisfies: a SQL predicate over the typed columns (NULL passes)."""
+
+    description: str
+    predicate: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Scd2:
+    """How an SCD2 table keeps history: by key, over the tracked columns, ordered by the source's sequence."""
+
+    key: str
+    tracked: tuple[str, ...]
+    sequence: str  # the source's update timestamp: versions are ordered by it, never by arrival
+
+
+# Columns every SCD2 table carries (seed 002), after its business columns.
+SCD2_COLUMNS = (
+    Column("_ingested_at", "timestamp", "When this version row was last written", required=True),
+    Column("_source_file", "string", "Raw-zone file of the record that started this version", required=True),
+    Column("_batch_id", "string", "Raw-zone batch of the record that started this version", required=True),
+    Column("_is_current", "boolean", "True for the version valid now (at most one per key)", required=True),
+    Column("_valid_from", "timestamp", "Source time this version became valid", required=True),
+    Column("_valid_to", "timestamp", "Source time the next version (or deletion) began; NULL while current"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
 class TableSpec:
     namespace: str
     name: str
@@ -64,6 +92,8 @@ class TableSpec:
     write_order: tuple[str, ...] = ()  # sort within each written file
     properties: Mapping[str, str] = dataclasses.field(default_factory=dict)  # overrides DEFAULT_PROPERTIES
     subject_column: str | None = None  # the column naming the data subject, for erasure
+    checks: tuple[Check, ...] = ()  # input validation beyond types and NOT NULL (bronze tables)
+    scd2: Scd2 | None = None  # history kept as SCD2 versions
 
     def __post_init__(self) -> None:
         where = f"table spec {self.namespace}.{self.name}"
@@ -88,6 +118,10 @@ class TableSpec:
                 raise SpecError(f"{where}: write order names unknown column {name!r}")
         if self.subject_column is not None and self.subject_column not in names:
             raise SpecError(f"{where}: subject column {self.subject_column!r} is not a column")
+        if self.scd2 is not None:
+            for name in (self.scd2.key, self.scd2.sequence, *self.scd2.tracked, *(c.name for c in SCD2_COLUMNS)):
+                if name not in names:
+                    raise SpecError(f"{where}: SCD2 names column {name!r}, which the table lacks")
         if self.subject_column is None and self.pii_columns:
             raise SpecError(f"{where}: has personal data {self.pii_columns} but no subject column to erase by")
 

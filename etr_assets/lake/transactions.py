@@ -6,14 +6,15 @@ day again gives the same rows, never duplicates, and a failure leaves the table 
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 
-from etr_assets.lake.evolve import TableChanges, ensure_table
-from etr_assets.lake.frames import conform, spark_schema
-from etr_assets.lake.writes import CommitInfo, replace_days
+from etr_assets.lake.bronze import DEFAULT_MAX_REJECT_RATE, BadInputError, LayerResult, RawFeed, load_bronze_days
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.frames import conform
+from etr_assets.lake.writes import replace_days
 from etr_assets.sources.fetch import SOURCE
-from etr_assets.sources.raw_zone import Batch, RawZone
+from etr_assets.sources.raw_zone import RawZone
+from etr_assets.tables.quarantine import QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import (
     BRONZE_TRANSACTIONS,
     GOLD_DAILY_SUMMARY,
@@ -21,92 +22,24 @@ from etr_assets.tables.transactions import (
     STATUSES,
 )
 
-ENDPOINT = "transactions"
-CORRUPT = "_corrupt_record"
-API_COLUMNS = tuple(c for c in BRONZE_TRANSACTIONS.columns if not c.name.startswith("_"))
+__all__ = ["BadInputError", "LayerResult", "TRANSACTIONS", "build_gold", "build_silver", "load_bronze"]
+
+TRANSACTIONS = RawFeed(
+    source=SOURCE,
+    endpoint="transactions",
+    bronze=BRONZE_TRANSACTIONS,
+    quarantine=QUARANTINE_TRANSACTIONS,
+    day_column="transaction_date",
+    record_day_column="transaction_date",
+)
+API_COLUMNS = TRANSACTIONS.api_columns
 
 
-class BadInputError(ValueError):
-    """Input that cannot be loaded as declared; the message names the batch, the file and the problem."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LayerResult:
-    commit: CommitInfo
-    changes: TableChanges
-    rows_by_day: dict[str, int]
-    extra: dict[str, int | str] = dataclasses.field(default_factory=dict)
-
-    @property
-    def rows(self) -> int:
-        return sum(self.rows_by_day.values())
-
-
-# --- bronze -------------------------------------------------------------------------------------------
-def read_batch(spark, raw: RawZone, batch: Batch):
-    """A batch's records read with the spec's schema (never inferred), plus lineage columns."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    schema = spark_schema(API_COLUMNS).add(T.StructField(CORRUPT, T.StringType(), True))
-    files = raw.file_uris(batch)
-    if not files:  # a day without transactions is a valid, empty batch
-        return spark.createDataFrame([], schema).drop(CORRUPT).withColumns(
-            {"_batch_id": F.lit(batch.batch_id), "_source_file": F.lit(""), "_ingested_at": F.current_timestamp()}
-        )
-    df = (
-        spark.read.schema(schema)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .json(files)
-        .withColumn("_source_file", F.input_file_name())
-        .cache()  # Spark refuses to query the corrupt-record column of an uncached JSON scan
-    )
-    bad = df.where(F.col(CORRUPT).isNotNull() | (F.col("transaction_date") != F.lit(batch.day)))
-    bad_rows = bad.select(CORRUPT, "transaction_date", "_source_file").limit(3).collect()
-    if bad_rows:
-        count = bad.count()
-        first = "; ".join(
-            f"{r['_source_file']}: " + (r[CORRUPT] or f"transaction_date {r['transaction_date']}")[:120]
-            for r in bad_rows
-        )
-        df.unpersist()
-        raise BadInputError(
-            f"raw batch {batch.key}: {count} record(s) do not match {BRONZE_TRANSACTIONS.identifier}'s schema "
-            f"or the batch day {batch.day}; the batch stays pending. First: {first}"
-        )
-    return df.drop(CORRUPT).withColumns({"_batch_id": F.lit(batch.batch_id), "_ingested_at": F.current_timestamp()})
-
-
-def load_bronze(spark, catalog: str, raw: RawZone, days: list[dt.date]) -> LayerResult:
+def load_bronze(
+    spark, catalog: str, raw: RawZone, days: list[dt.date], max_reject_rate: float = DEFAULT_MAX_REJECT_RATE
+) -> LayerResult:
     """Replace each day of bronze with the newest downloaded raw batch of that day, then mark it complete."""
-    chosen: dict[dt.date, Batch] = {}
-    for day in days:
-        batch = raw.latest_sealed(SOURCE, ENDPOINT, day)
-        if batch is None:
-            raise BadInputError(
-                f"no downloaded raw batch for {day} under {SOURCE}/{ENDPOINT}: materialize the raw asset for that day first"
-            )
-        chosen[day] = batch
-    changes = ensure_table(spark, catalog, BRONZE_TRANSACTIONS)
-    frames = [read_batch(spark, raw, batch) for batch in chosen.values()]
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.unionByName(frame)
-    qualified = BRONZE_TRANSACTIONS.qualified(catalog)
-    commit = replace_days(spark, qualified, conform(union, BRONZE_TRANSACTIONS), "transaction_date", days)
-    for frame in frames:
-        frame.unpersist()
-    # Only now is the batch in Iceberg. Older uncommitted batches of the day are superseded by it.
-    for day, batch in chosen.items():
-        for older in raw.uncommitted(SOURCE, ENDPOINT, day):
-            if older.batch_id <= batch.batch_id:
-                detail = {"snapshot_id": str(commit.snapshot_id), "table": qualified}
-                if older != batch:
-                    detail["superseded_by"] = batch.batch_id
-                raw.mark_complete(older, detail)
-    rows_by_day = {day.isoformat(): raw.manifest(b).records for day, b in chosen.items()}
-    return LayerResult(commit, changes, rows_by_day, {"batches": ",".join(b.batch_id for b in chosen.values())})
+    return load_bronze_days(spark, catalog, raw, TRANSACTIONS, days, max_reject_rate)
 
 
 # --- silver -------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
+import http.client
 import json
 import random
 import time
@@ -75,7 +76,8 @@ class ApiClient:
                     raise ApiError(f"{endpoint} answered {status}: {detail}", endpoint=endpoint, status=status) from None
                 last = f"{status}: {detail}"
                 retry_after = _retry_after_seconds(exc.headers.get("Retry-After"))
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as exc:
+                # HTTPException covers a body cut short (IncompleteRead): as retryable as a dropped connection.
                 status = None
                 last = f"connection failed: {getattr(exc, 'reason', exc)}"
             if attempt < self.retry.attempts:

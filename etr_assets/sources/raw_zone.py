@@ -140,6 +140,23 @@ class RawZone:
         info = {"completed_at": dt.datetime.now(dt.timezone.utc).isoformat(), **(detail or {})}
         self.storage.write_bytes(f"{batch.key}/{COMPLETE}", json.dumps(info).encode())
 
+    def settle(self, batch: Batch, detail: dict) -> None:
+        """After `batch` is committed: mark it complete, and older pending batches of its day as superseded."""
+        for older in self.batches(batch.source, batch.endpoint, batch.day):
+            if older.batch_id < batch.batch_id and not self.is_complete(older):
+                state = "superseded" if self.manifest(older) is not None else "abandoned (download never finished)"
+                self.mark_complete(older, {**detail, "outcome": state, "superseded_by": batch.batch_id})
+        if not self.is_complete(batch):
+            self.mark_complete(batch, {**detail, "outcome": "loaded"})
+
+    def pending(self, source: str, endpoint: str) -> list[Batch]:
+        """Batches not yet committed (sealed or not), oldest first."""
+        return [b for b in self.batches(source, endpoint) if not self.is_complete(b)]
+
+    def started_at(self, batch: Batch) -> dt.datetime:
+        raw = json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))
+        return dt.datetime.fromisoformat(raw["started_at"])
+
     # --- reading ------------------------------------------------------------------------------------
     def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:
         names = self.storage.list_children(f"{source}/{endpoint}")

@@ -6,6 +6,10 @@ SHA-512, so PYTHONHASHSEED cannot change it), never from the global generator or
 
 Run on its own with ``python -m etr_assets.sources.synthetic_api --port 8765``. Stdlib only, on purpose:
 the pipeline and the tests start it without Dagster or Spark.
+
+Fault switches (``ApiFaults``, logic in ``synthetic_faults``) make it fail, stall, corrupt records, drift its
+schema or cut pages off, for tests of ingestion robustness: pass ``faults=`` to ``serve``, call
+``RunningApi.set_faults``, or ``POST /admin/faults`` to a server in another process.
 """
 
 from __future__ import annotations
@@ -25,6 +29,16 @@ import signal
 import sys
 import threading
 import urllib.parse
+
+from etr_assets.sources.synthetic_faults import (  # noqa: F401 - MALFORMED_KINDS, malformed_kind re-exported
+    MALFORMED_KINDS,
+    ApiFaults,
+    FaultSwitch,
+    apply_record_faults,
+    failure_response,
+    malformed_kind,
+    truncates,
+)
 
 EPOCH = datetime.date(2024, 1, 1)
 # Served horizon (10 years): a typo'd year must not make the server build millions of customers.
@@ -265,6 +279,7 @@ def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
 
 _ROUTES = {"/v1/transactions": ("date", transactions_for), "/v1/customers": ("as_of", customers_as_of),
            "/v1/merchants": ("as_of", merchants_as_of)}
+_ENTITIES = {"/v1/transactions": "transaction", "/v1/customers": "customer", "/v1/merchants": "merchant"}
 
 
 class _BadRequest(ValueError):
@@ -274,6 +289,36 @@ class _BadRequest(ValueError):
 @functools.lru_cache(maxsize=8)
 def _feed(config: ApiConfig, path: str, day: datetime.date) -> list[dict]:
     return _ROUTES[path][1](config, day)  # a client paging through a day asks for the same list many times
+
+
+@functools.lru_cache(maxsize=8)
+def _served_feed(config: ApiConfig, path: str, day: datetime.date, malformed_rate: float, drift: bool) -> list:
+    if not malformed_rate and not drift:
+        return _feed(config, path, day)
+    return apply_record_faults(_feed(config, path, day), seed=config.seed, entity=_ENTITIES[path], day=day,
+                               malformed_rate=malformed_rate, drift=drift)
+
+
+def _served(config: ApiConfig, faults: ApiFaults, path: str, day: datetime.date) -> list:
+    return apply_record_faults(_ROUTES[path][1](config, day), seed=config.seed, entity=_ENTITIES[path], day=day,
+                               malformed_rate=faults.malformed_rate, drift=faults.drift)
+
+
+def transactions_served(config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list:
+    """Exactly the list the server serves for ``date=day`` under ``faults`` (before paging): the truth a
+    test needs without HTTP. Items are dicts, except the string ``"#corrupted#"`` for kind not_an_object;
+    ``malformed_kind(item)`` tells which items were corrupted. Only malformed_rate and drift matter here."""
+    return _served(config, faults, "/v1/transactions", day)
+
+
+def customers_served(config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list[dict]:
+    """Like ``transactions_served``, for ``/v1/customers?as_of=day``."""
+    return _served(config, faults, "/v1/customers", day)
+
+
+def merchants_served(config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list[dict]:
+    """Like ``transactions_served``, for ``/v1/merchants?as_of=day``."""
+    return _served(config, faults, "/v1/merchants", day)
 
 
 def _param_date(params: dict, name: str) -> datetime.date:
@@ -302,10 +347,17 @@ def _param_int(params: dict, name: str, default: int, low: int, high: int) -> in
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64  # listen backlog; the default 5 drops bursts of parallel clients for a second
 
-    def __init__(self, address: tuple[str, int], config: ApiConfig) -> None:
-        self.config = config
+    def __init__(self, address: tuple[str, int], config: ApiConfig, faults: ApiFaults) -> None:
+        self.config, self.faults = config, FaultSwitch(faults)
+        self.stopping = threading.Event()  # wakes requests sleeping for delay_seconds when the server stops
         super().__init__(address, _Handler)
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # the client hung up (e.g. timed out waiting for a delayed answer): nothing to report
+        super().handle_error(request, client_address)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -325,16 +377,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
+    def _authorized(self) -> bool:
+        expected = f"Bearer {self.server.config.token}".encode()
+        if hmac.compare_digest(self.headers.get("Authorization", "").encode(), expected):
+            return True
+        self._send(401, {"error": "missing or invalid bearer token"}, {"WWW-Authenticate": "Bearer"})
+        return False
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         url = urllib.parse.urlsplit(self.path)
         if url.path == "/health":
             return self._send(200, {"status": "ok"})
-        config = self.server.config
-        expected = f"Bearer {config.token}".encode()
-        if not hmac.compare_digest(self.headers.get("Authorization", "").encode(), expected):
-            return self._send(401, {"error": "missing or invalid bearer token"}, {"WWW-Authenticate": "Bearer"})
+        if not self._authorized():
+            return None
+        if url.path == "/admin/faults":
+            return self._send(200, self.server.faults.get().to_json())
         if url.path not in _ROUTES:
             return self._send(404, {"error": f"unknown path {url.path}"})
+        config, faults = self.server.config, self.server.faults.get()
+        if faults.delay_seconds:
+            self.server.stopping.wait(faults.delay_seconds)
+        failed = self.server.faults.take_failure(url.path)
+        if failed is not None:
+            return self._send(*failure_response(failed, url.path))
         try:
             params = urllib.parse.parse_qs(url.query, keep_blank_values=True)
             day = _param_date(params, _ROUTES[url.path][0])
@@ -342,11 +407,45 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             size = _param_int(params, "page_size", min(100, config.max_page_size), 1, config.max_page_size)
         except _BadRequest as exc:
             return self._send(400, {"error": str(exc)})
-        rows = _feed(config, url.path, day)
+        rows = _served_feed(config, url.path, day, faults.malformed_rate, faults.drift)
         start = (page - 1) * size
         more = start + size < len(rows)
-        self._send(200, {"data": rows[start:start + size], "page": page, "page_size": size, "total": len(rows),
-                         "next_page": page + 1 if more else None})
+        body = {"data": rows[start:start + size], "page": page, "page_size": size, "total": len(rows),
+                "next_page": page + 1 if more else None}
+        if truncates(faults, url.path, page):
+            return self._send_truncated(body)
+        return self._send(200, body)
+
+    def _send_truncated(self, body: dict) -> None:
+        """A mid-download failure: headers promise the whole body, half is sent, then the connection closes."""
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        self.close_connection = True  # handle() then returns and the server closes the socket; thread lives on
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(payload[: len(payload) // 2])
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        url = urllib.parse.urlsplit(self.path)
+        length = self.headers.get("Content-Length", "")
+        if not re.fullmatch(r"[0-9]{1,5}", length) or int(length) > 65536:
+            self.close_connection = True  # the unread body must not be parsed as the next request
+            return self._send(400 if length else 411, {"error": "a JSON body with Content-Length <= 65536 is needed"})
+        raw = self.rfile.read(int(length))
+        if not self._authorized():
+            return None
+        if url.path != "/admin/faults":
+            if url.path in _ROUTES or url.path == "/health":
+                return self._send(405, {"error": f"POST is not allowed on {url.path}"}, {"Allow": "GET"})
+            return self._send(404, {"error": f"unknown path {url.path}"})
+        try:
+            faults = ApiFaults.from_json(raw)
+        except (TypeError, ValueError) as exc:
+            return self._send(400, {"error": str(exc)})
+        self.server.faults.set(faults)
+        return self._send(200, faults.to_json())
 
 
 class RunningApi:
@@ -358,11 +457,21 @@ class RunningApi:
         self.url, self.config = f"http://{host}:{port}", config
         self._server, self._thread, self._lock, self._stopped = server, thread, threading.Lock(), False
 
+    @property
+    def faults(self) -> ApiFaults:
+        """The current faults; ``fail_requests`` is what is left of the countdown."""
+        return self._server.faults.get()
+
+    def set_faults(self, faults: ApiFaults) -> None:
+        """Replace all faults at once (fields left out of ``faults`` are off); takes effect on the next request."""
+        self._server.faults.set(faults)
+
     def stop(self) -> None:
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
+            self._server.stopping.set()
             self._server.shutdown()
             self._server.server_close()
             self._thread.join()
@@ -374,9 +483,10 @@ class RunningApi:
         self.stop()
 
 
-def serve(config: ApiConfig = ApiConfig(), host: str = "127.0.0.1", port: int = 0) -> RunningApi:
+def serve(config: ApiConfig = ApiConfig(), host: str = "127.0.0.1", port: int = 0,
+          faults: ApiFaults = ApiFaults()) -> RunningApi:
     """Start the server in a daemon thread and return once it accepts connections (port 0: any free port)."""
-    server = _Server((host, port), config)  # bound and listening here: connections queue until served
+    server = _Server((host, port), config, faults)  # bound and listening here: connections queue until served
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               name=f"synthetic-api-{server.server_address[1]}", daemon=True)
     thread.start()
@@ -391,16 +501,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=ApiConfig.seed)
     parser.add_argument("--per-day", type=int, default=ApiConfig.transactions_per_day)
     parser.add_argument("--token", default=ApiConfig.token)
+    faults = parser.add_argument_group("faults (also switchable at run time: POST /admin/faults)")
+    faults.add_argument("--fail-requests", type=int, default=0, metavar="N", help="fail the next N data requests")
+    faults.add_argument("--fail-status", type=int, default=ApiFaults.fail_status, metavar="S")
+    faults.add_argument("--retry-after", type=float, default=ApiFaults.retry_after_seconds, metavar="S",
+                        help="Retry-After seconds sent with --fail-status 429")
+    faults.add_argument("--fail-path-prefix", default="", metavar="PATH", help="fail only paths starting so")
+    faults.add_argument("--delay", type=float, default=0.0, metavar="S", help="sleep before each data answer")
+    faults.add_argument("--malformed-rate", type=float, default=0.0, metavar="R", help="fraction of bad records")
+    faults.add_argument("--drift", action="store_true", help="add unknown fields to every record")
+    faults.add_argument("--truncate-after-pages", type=int, default=0, metavar="N", help="cut off pages after N")
     args = parser.parse_args(argv)
     try:
         config = ApiConfig(seed=args.seed, transactions_per_day=args.per_day, token=args.token)
+        initial = ApiFaults(fail_requests=args.fail_requests, fail_status=args.fail_status,
+                            retry_after_seconds=args.retry_after, fail_path_prefix=args.fail_path_prefix,
+                            delay_seconds=args.delay, malformed_rate=args.malformed_rate, drift=args.drift,
+                            truncate_after_pages=args.truncate_after_pages)
     except ValueError as exc:
         parser.error(str(exc))
     stopping = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with serve(config, args.host, args.port) as api:
+        with serve(config, args.host, args.port, initial) as api:
             print(f"Synthetic BNPL API on {api.url} (token: {config.token}). Ctrl-C stops it.", flush=True)
+            if initial != ApiFaults():
+                print(f"Faults: {json.dumps(initial.to_json())}", flush=True)
             while not stopping.wait(0.2):  # a timed wait lets the signal handler run promptly
                 pass
     except OSError as exc:

@@ -123,22 +123,65 @@ def test_a_day_without_transactions_empties_that_day(lake, settings, raw):
     assert pipeline.build_silver(lake, settings.catalog, [day]).rows == 0
 
 
-def test_malformed_input_fails_naming_the_batch_and_loses_nothing(lake, settings, raw):
-    day = dt.date(2025, 3, 4)
+GOOD = {"transaction_id": 1, "customer_id": 2, "merchant_id": 3, "amount": "1.00", "currency": "MYR",
+        "instalments": 3, "payment_method": "CARD", "status": "APPROVED", "transaction_date": "2025-03-04",
+        "created_at": "2025-03-04T10:00:00Z", "updated_at": "2025-03-04T10:00:00Z"}
+
+
+def plant_batch(raw, day, lines):
     batch = raw.start_batch("bnpl", "transactions", day)
-    good = {"transaction_id": 1, "customer_id": 2, "merchant_id": 3, "amount": "1.00", "currency": "MYR",
-            "instalments": 3, "payment_method": "CARD", "status": "APPROVED", "transaction_date": day.isoformat(),
-            "created_at": "2025-03-04T10:00:00Z", "updated_at": "2025-03-04T10:00:00Z"}
-    raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl",
-                            (json.dumps(good) + "\n{not json\n" + json.dumps({**good, "customer_id": "abc"}) + "\n").encode())
-    raw.seal(batch, ["part-00001.jsonl"], 3)
+    raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", "".join(line + "\n" for line in lines).encode())
+    raw.seal(batch, ["part-00001.jsonl"], len(lines))
+    return batch
+
+
+def test_too_many_bad_records_fail_before_writing_and_the_batch_stays_pending(lake, settings, raw):
+    day = dt.date(2025, 3, 4)
+    batch = plant_batch(raw, day, [json.dumps(GOOD), "{not json", json.dumps({**GOOD, "customer_id": "abc"})])
 
     with pytest.raises(pipeline.BadInputError) as failure:
         pipeline.load_bronze(lake, settings.catalog, raw, [day])
     message = str(failure.value)
-    assert batch.key in message and "2 record(s)" in message and "part-00001.jsonl" in message
-    assert not raw.is_complete(batch)  # stays pending: fixed input can be retried
+    assert f"raw batch {batch.key}: 2 of 3 records refused" in message
+    assert "part-00001.jsonl:2: not a JSON object" in message
+    assert "part-00001.jsonl:3: customer_id: expected bigint, got abc" in message
+    assert not raw.is_complete(batch)  # stays pending: a fixed source or a higher threshold can retry it
     assert raw.storage.exists(f"{batch.key}/part-00001.jsonl")
+    assert not lake.catalog.tableExists(f"{settings.catalog}.bronze.bnpl_transactions_raw")  # nothing written
+
+    result = pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.9)  # the retry
+    assert result.rows == 1 and result.extra["records_quarantined"] == 2 and raw.is_complete(batch)
+
+
+def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconcile(lake, settings, raw):
+    day = dt.date(2025, 3, 4)
+    good_lines = [json.dumps({**GOOD, "transaction_id": i, "loyalty_points": 5}) for i in range(1, 21)]
+    bad = [
+        '"#corrupted#"',
+        json.dumps({k: v for k, v in GOOD.items() if k != "transaction_id"}),
+        json.dumps({**GOOD, "transaction_id": 98, "amount": "-5.00"}),
+        json.dumps({**GOOD, "transaction_id": 99, "transaction_date": "2025-03-03"}),
+    ]
+    batch = plant_batch(raw, day, good_lines[:10] + bad + good_lines[10:])
+    result = pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.25)
+
+    assert result.extra["records_received"] == 24 == result.extra["records_accepted"] + result.extra["records_quarantined"]
+    assert result.rows == 20 and result.extra["records_quarantined"] == 4
+    assert result.extra["unknown_fields"] == "loyalty_points (20)"
+    assert any("loyalty_points" in w for w in result.warnings)
+    quarantine = {r["line_number"]: r for r in lake.sql(
+        f"SELECT * FROM {settings.catalog}.bronze.quarantine_transactions").collect()}
+    assert sorted(quarantine) == [11, 12, 13, 14]
+    assert quarantine[11]["reason"] == "not a JSON object" and quarantine[11]["raw_text"] == '"#corrupted#"'
+    assert quarantine[12]["reason"] == "missing required field transaction_id"
+    assert quarantine[13]["reason"] == "out of range: amount is a decimal with at most 8 integer and 2 fraction digits"
+    assert quarantine[14]["reason"] == "transaction_date 2025-03-03 is not the batch day 2025-03-04"
+    assert quarantine[13]["customer_id"] == 2 and quarantine[13]["_batch_id"] == batch.batch_id
+    assert all(r["source_file"].endswith(f"{batch.batch_id}/part-00001.jsonl") for r in quarantine.values())
+
+    pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.25)  # rerun: same rows, no duplicates
+    again = lake.sql(f"SELECT count(*) FROM {settings.catalog}.bronze.quarantine_transactions").first()[0]
+    assert again == 4
 
 
 def test_missing_download_is_a_clear_error(lake, settings, raw):

@@ -308,3 +308,322 @@ def test_main_serves_until_sigint():
             process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+# --- fault switches (ApiFaults): failures, delays, malformed records, drift, cut-off pages, admin ----------
+
+import concurrent.futures  # noqa: E402 - this section's own imports
+import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
+import http.client  # noqa: E402
+import time  # noqa: E402
+
+from etr_assets.sources.api_client import ApiClient, ApiError, RetryPolicy  # noqa: E402
+from etr_assets.sources.synthetic_api import (  # noqa: E402
+    MALFORMED_KINDS,
+    ApiFaults,
+    customers_served,
+    main,
+    malformed_kind,
+    merchants_served,
+    transactions_served,
+)
+
+TX = f"/v1/transactions?date={DAY}"
+
+
+@contextlib.contextmanager
+def faulty(**fields):
+    with serve(CONFIG, faults=ApiFaults(**fields)) as running:
+        yield running
+
+
+def post(url: str, body: bytes | str, token: str | None = CONFIG.token) -> tuple[int, dict]:
+    data = body.encode() if isinstance(body, str) else body
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.loads(error.read())
+
+
+def expected_kinds(entity: str, corrupted: int) -> Counter:
+    kinds = MALFORMED_KINDS[entity]
+    return Counter({kind: len(range(i, corrupted, len(kinds))) for i, kind in enumerate(kinds) if i < corrupted})
+
+
+def test_faults_are_off_by_default_and_validated():
+    assert serve.__defaults__[-1] == ApiFaults()
+    off = ApiFaults()
+    assert (off.fail_requests, off.fail_status, off.retry_after_seconds, off.fail_path_prefix, off.delay_seconds,
+            off.malformed_rate, off.drift, off.truncate_after_pages) == (0, 503, 0.05, "", 0.0, 0.0, False, 0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        off.fail_requests = 3
+    for field, value in [("fail_requests", -1), ("fail_requests", True), ("fail_status", 200), ("fail_status", 600),
+                         ("retry_after_seconds", -1.0), ("delay_seconds", float("nan")), ("malformed_rate", 1.5),
+                         ("drift", 1), ("truncate_after_pages", 2.0), ("fail_path_prefix", "v1")]:
+        with pytest.raises(ValueError, match=field):
+            ApiFaults(**{field: value})
+    assert ApiFaults(delay_seconds=1).delay_seconds == 1.0 and type(ApiFaults(delay_seconds=1).delay_seconds) is float
+
+
+def test_fail_requests_fails_the_next_n_data_requests_then_recovers():
+    with faulty(fail_requests=2) as api:
+        for left in (1, 0):
+            status, headers, body = get(api.url + TX)
+            assert status == 503 and "Retry-After" not in headers and headers["Content-Type"] == "application/json"
+            assert "503" in json.loads(body)["error"]
+            assert get_json(f"{api.url}/health", token=None) == (200, {"status": "ok"})  # never failed, never counted
+            assert get_json(f"{api.url}/admin/faults")[1]["fail_requests"] == left
+            assert api.faults.fail_requests == left
+        status, body = get_json(api.url + TX + "&page_size=5")
+        assert status == 200 and body["data"] == transactions_for(CONFIG, DAY)[:5]
+        assert get(api.url + TX, token="wrong")[0] == 401  # auth is checked before faults
+        api.set_faults(ApiFaults(fail_requests=1, fail_status=500))
+        assert get(f"{api.url}/v1/merchants?as_of={DAY}")[0] == 500 and get(api.url + TX)[0] == 200
+
+
+def test_fail_requests_counts_down_exactly_under_concurrency():
+    with faulty(fail_requests=7) as api:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda _: get(api.url + TX + "&page_size=1")[0], range(20)))
+        assert Counter(statuses) == {503: 7, 200: 13} and api.faults.fail_requests == 0
+
+
+def test_fail_path_prefix_scopes_the_failures():
+    with faulty(fail_requests=1, fail_path_prefix="/v1/customers") as api:
+        assert get(api.url + TX)[0] == 200 and get(f"{api.url}/v1/merchants?as_of={DAY}")[0] == 200
+        assert api.faults.fail_requests == 1  # other paths do not use up the count
+        assert get(f"{api.url}/v1/customers?as_of={DAY}")[0] == 503
+        assert get(f"{api.url}/v1/customers?as_of={DAY}")[0] == 200
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.05, "0.05"), (2, "2"), (0.25, "0.25"), (0, "0")])
+def test_429_carries_retry_after_as_a_number(seconds, text):
+    with faulty(fail_requests=1, fail_status=429, retry_after_seconds=seconds) as api:
+        status, headers, body = get(api.url + TX)
+        assert status == 429 and headers["Retry-After"] == text and json.loads(body)["error"]
+
+
+def test_delay_makes_a_short_timeout_request_time_out():
+    with faulty(delay_seconds=0.3) as api:
+        request = urllib.request.Request(api.url + TX, headers={"Authorization": f"Bearer {CONFIG.token}"})
+        with pytest.raises((TimeoutError, urllib.error.URLError)) as caught:
+            urllib.request.urlopen(request, timeout=0.05)
+        assert isinstance(caught.value, TimeoutError) or isinstance(caught.value.reason, TimeoutError)
+        started = time.perf_counter()
+        assert get_json(f"{api.url}/health", token=None)[0] == 200  # health is never delayed
+        assert time.perf_counter() - started < 0.2
+        api.set_faults(ApiFaults(delay_seconds=0.1))
+        started = time.perf_counter()
+        assert get(api.url + TX)[0] == 200 and time.perf_counter() - started >= 0.1
+
+
+def test_malformed_rate_corrupts_the_expected_records_deterministically():
+    faults = ApiFaults(malformed_rate=0.1)
+    truth, served = transactions_for(CONFIG, DAY), transactions_served(CONFIG, faults, DAY)
+    assert len(served) == len(truth)
+    bad = [i for i, record in enumerate(served) if malformed_kind(record)]
+    assert len(bad) == int(len(truth) * 0.1 + 0.5)
+    assert Counter(malformed_kind(served[i]) for i in bad) == expected_kinds("transaction", len(bad))
+    assert all(served[i] == truth[i] for i in range(len(truth)) if i not in bad)  # good records untouched
+    assert all(malformed_kind(record) is None for record in truth)
+    variants = {kind: set() for kind in MALFORMED_KINDS["transaction"]}
+    for i in bad:
+        record, original = served[i], truth[i]
+        kind = malformed_kind(record)
+        if kind == "not_an_object":
+            assert record == "#corrupted#"
+            continue
+        changed = [key for key in original if original[key] != record.get(key, "<missing>")]
+        assert len(changed) == 1 and list(record) == [key for key in original if key in record]
+        variants[kind].add((changed[0], record.get(changed[0], "<missing>")))
+    assert variants["wrong_type"] == {("customer_id", "not-a-number"), ("amount", "abc")}
+    assert variants["missing_key"] == {("transaction_id", "<missing>"), ("customer_id", "<missing>")}
+    assert {key for key, _ in variants["out_of_range"]} == {"amount", "instalments", "transaction_date"}
+    for key, value in variants["out_of_range"]:
+        assert {"amount": str(value).startswith("-"), "instalments": value == 99,
+                "transaction_date": value == str(DAY - dt.timedelta(days=1))}[key]
+    # Deterministic: same as a fresh computation, a subset at a lower rate, elsewhere under another seed.
+    assert transactions_served(CONFIG, faults, DAY) == served
+    fewer = transactions_served(CONFIG, ApiFaults(malformed_rate=0.05), DAY)
+    assert {i for i, record in enumerate(fewer) if malformed_kind(record)} < set(bad)
+    other = transactions_served(ApiConfig(seed=8), faults, DAY)
+    assert {i for i, record in enumerate(other) if malformed_kind(record)} != set(bad)
+    everything = transactions_served(CONFIG, ApiFaults(malformed_rate=1.0), DAY)
+    assert all(malformed_kind(record) for record in everything)
+
+
+def test_malformed_customers_and_merchants_use_wrong_type_and_missing_key_only():
+    faults = ApiFaults(malformed_rate=0.2)
+    for served, truth, entity in [(customers_served(CONFIG, faults, DAY), customers_as_of(CONFIG, DAY), "customer"),
+                                  (merchants_served(CONFIG, faults, DAY), merchants_as_of(CONFIG, DAY), "merchant")]:
+        kinds = Counter(malformed_kind(record) for record in served)
+        corrupted = int(len(truth) * 0.2 + 0.5)
+        assert kinds.pop(None) == len(truth) - corrupted
+        assert kinds == expected_kinds(entity, corrupted) and set(kinds) == {"wrong_type", "missing_key"}
+        assert all(malformed_kind(record) is None for record in truth)
+        assert all(isinstance(record, dict) for record in served)
+
+
+def test_malformed_and_drifted_feeds_over_http_equal_the_served_truth_on_two_servers():
+    faults = ApiFaults(malformed_rate=0.1, drift=True)
+    with serve(CONFIG, faults=faults) as one, serve(CONFIG, faults=faults) as two:
+        for path, truth in [(TX, transactions_served(CONFIG, faults, DAY)),
+                            (f"/v1/customers?as_of={DAY}", customers_served(CONFIG, faults, DAY)),
+                            (f"/v1/merchants?as_of={DAY}", merchants_served(CONFIG, faults, DAY))]:
+            rows, _ = fetch_all(one.url, path, 37)
+            assert rows == truth
+            page = f"{path}&page=2&page_size=50"
+            assert get(one.url + page)[2] == get(two.url + page)[2]
+        one.set_faults(ApiFaults())
+        assert fetch_all(one.url, TX, 100)[0] == transactions_for(CONFIG, DAY)
+
+
+def test_drift_adds_unknown_fields_and_leaves_the_rest_unchanged():
+    faults = ApiFaults(drift=True)
+    for served, truth in [(transactions_served(CONFIG, faults, DAY), transactions_for(CONFIG, DAY)),
+                          (customers_served(CONFIG, faults, DAY), customers_as_of(CONFIG, DAY)),
+                          (merchants_served(CONFIG, faults, DAY), merchants_as_of(CONFIG, DAY))]:
+        assert len(served) == len(truth)
+        for record, original in zip(served, truth):
+            assert list(record) == [*original, "channel", "loyalty_points"]
+            assert {key: record[key] for key in original} == original
+            assert record["channel"] in {"APP", "WEB", "POS"} and type(record["loyalty_points"]) is int
+            assert malformed_kind(record) is None
+        assert len({record["channel"] for record in served}) == 3
+    drifted = transactions_served(CONFIG, faults, DAY)
+    by_id = {}
+    for record in drifted:  # both copies of a re-sent transaction carry the same new values
+        assert by_id.setdefault(record["transaction_id"], record["channel"]) == record["channel"]
+    assert transactions_served(CONFIG, faults, DAY) == drifted
+    with faulty(drift=True) as api:
+        status, body = get_json(api.url + TX + "&page_size=3")
+        assert status == 200 and body["data"] == drifted[:3]
+
+
+def test_truncate_after_pages_cuts_off_the_next_page_and_the_server_keeps_serving():
+    with faulty(truncate_after_pages=2) as api:
+        pages = [get_json(f"{api.url}{TX}&page={page}&page_size=50") for page in (1, 2)]
+        assert [status for status, _ in pages] == [200, 200]
+        assert pages[0][1]["data"] + pages[1][1]["data"] == transactions_for(CONFIG, DAY)[:100]
+        request = urllib.request.Request(f"{api.url}{TX}&page=3&page_size=50",
+                                         headers={"Authorization": f"Bearer {CONFIG.token}"})
+        for _ in range(3):  # the page stays broken; each cut-off leaves the server healthy
+            with urllib.request.urlopen(request, timeout=5) as response:
+                assert response.status == 200
+                with pytest.raises(http.client.IncompleteRead) as caught:
+                    response.read()
+            assert 0 < len(caught.value.partial) < int(response.headers["Content-Length"])
+            assert get_json(f"{api.url}/health", token=None)[0] == 200
+            assert get_json(f"{api.url}{TX}&page=1&page_size=50")[0] == 200
+        client = ApiClient(api.url, CONFIG.token, page_size=50, timeout=5,
+                           retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02))
+        received = []
+        # ApiClient does not wrap IncompleteRead (yet): either way the download fails after 2 whole pages.
+        with pytest.raises((ApiError, http.client.HTTPException)):
+            for page in client.iter_pages("/v1/transactions", {"date": DAY.isoformat()}):
+                received.append(page)
+        assert len(received) == 2
+        api.set_faults(ApiFaults(truncate_after_pages=2, fail_path_prefix="/v1/customers"))
+        assert get_json(f"{api.url}{TX}&page=3&page_size=50")[0] == 200  # scoped like fail_requests
+        api.set_faults(ApiFaults())
+        assert fetch_all(api.url, TX, 50)[0] == transactions_for(CONFIG, DAY)
+
+
+def test_admin_endpoint_sets_and_reads_faults():
+    with serve(CONFIG) as api:
+        assert get_json(f"{api.url}/admin/faults") == (200, ApiFaults().to_json())
+        assert get(f"{api.url}/admin/faults", token=None)[0] == 401
+        assert post(f"{api.url}/admin/faults", '{"fail_requests": 5}', token="wrong")[0] == 401
+        assert api.faults == ApiFaults()
+        wanted = {"fail_requests": 1, "fail_status": 429, "retry_after_seconds": 1, "drift": True}
+        status, body = post(f"{api.url}/admin/faults", json.dumps(wanted))
+        expected = ApiFaults(fail_requests=1, fail_status=429, retry_after_seconds=1.0, drift=True)
+        assert status == 200 and body == expected.to_json() and api.faults == expected
+        assert get_json(f"{api.url}/admin/faults") == (200, expected.to_json())
+        status, headers, _ = get(api.url + TX)
+        assert status == 429 and headers["Retry-After"] == "1"
+        assert get_json(f"{api.url}/admin/faults")[1]["fail_requests"] == 0
+        assert "channel" in get_json(api.url + TX + "&page_size=1")[1]["data"][0]
+        assert post(f"{api.url}/admin/faults", "{}") == (200, ApiFaults().to_json())  # fields left out are off
+        assert api.faults == ApiFaults()
+        assert post(api.url + TX, "{}")[0] == 405 and post(f"{api.url}/admin/nothing", "{}")[0] == 404
+        with pytest.raises(TypeError):
+            api.set_faults({"fail_requests": 1})
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ('{"fail_requestz": 1}', "fail_requestz"),
+        ('{"fail_requests": "2"}', "fail_requests"),
+        ('{"fail_requests": true}', "fail_requests"),
+        ('{"fail_status": 200}', "fail_status"),
+        ('{"delay_seconds": "slow"}', "delay_seconds"),
+        ('{"malformed_rate": 2}', "malformed_rate"),
+        ('{"drift": 1}', "drift"),
+        ('{"fail_path_prefix": 5}', "fail_path_prefix"),
+        ('{"truncate_after_pages": -1}', "truncate_after_pages"),
+        ("[1, 2]", "JSON object"),
+        ("not json", "not JSON"),
+    ],
+)
+def test_admin_endpoint_rejects_bad_input_naming_the_field(api, body, named):
+    before = api.faults
+    status, answer = post(f"{api.url}/admin/faults", body)
+    assert status == 400 and named in answer["error"]
+    assert api.faults == before == ApiFaults()
+
+
+def test_api_client_recovers_from_failures_and_reports_exhausted_retries():
+    policy = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+    with faulty(fail_requests=2) as api:
+        client = ApiClient(api.url, CONFIG.token, page_size=50, timeout=5, retry=policy)
+        assert client.get_json("/v1/transactions", {"date": DAY.isoformat(), "page_size": 3})["data"] == \
+            transactions_for(CONFIG, DAY)[:3]
+        assert api.faults.fail_requests == 0
+        api.set_faults(ApiFaults(fail_requests=2, fail_status=429, retry_after_seconds=0.01))
+        assert client.get_json("/v1/merchants", {"as_of": DAY.isoformat()})["data"] == merchants_as_of(CONFIG, DAY)
+        api.set_faults(ApiFaults(fail_requests=100))
+        with pytest.raises(ApiError) as caught:
+            client.get_json("/v1/transactions", {"date": DAY.isoformat()})
+        assert caught.value.endpoint == f"GET {api.url}/v1/transactions" and caught.value.status == 503
+        assert f"GET {api.url}/v1/transactions" in str(caught.value) and "503" in str(caught.value)
+        assert "3 attempts" in str(caught.value) and api.faults.fail_requests == 97
+
+
+def test_main_rejects_bad_fault_flags(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["--port", "0", "--malformed-rate", "2"])
+    assert caught.value.code == 2 and "malformed_rate" in capsys.readouterr().err
+
+
+def test_main_fault_flags_and_admin_switch_a_subprocess_server():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "etr_assets.sources.synthetic_api", "--port", "0", "--fail-requests", "1",
+         "--fail-status", "500", "--delay", "0.01", "--malformed-rate", "0.1", "--drift"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+", process.stdout.readline()).group(0)
+        expected = ApiFaults(fail_requests=1, fail_status=500, delay_seconds=0.01, malformed_rate=0.1, drift=True)
+        assert json.loads(process.stdout.readline().removeprefix("Faults: ")) == expected.to_json()
+        assert get(url + TX)[0] == 500
+        assert fetch_all(url, TX, 100)[0] == transactions_served(CONFIG, expected, DAY)
+        assert post(f"{url}/admin/faults", '{"fail_requests": 1}')[0] == 200
+        assert get(url + TX)[0] == 503
+        assert fetch_all(url, TX, 100)[0] == transactions_for(CONFIG, DAY)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 0
+        assert process.stderr.read() == ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        process.stderr.close()

@@ -1,0 +1,147 @@
+"""Raw batches -> bronze, for any endpoint: validate with the spec, quarantine what fails, replace the days.
+
+For each day, the newest fully downloaded batch defines that day. Its records are read with the bronze spec's
+schema; refused records go to the endpoint's quarantine table with the reason. If a batch's reject rate passes
+the threshold, the run fails before writing anything, naming the batch, the count and the first reasons, and the
+batch stays pending. Otherwise bronze and quarantine replace the days (one commit each) and only then are the
+batches marked complete, so a crash at any point leaves them pending for the next run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from etr_assets.lake.evolve import TableChanges, ensure_table
+from etr_assets.lake.frames import conform
+from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.validate import Validated, read_validated
+from etr_assets.lake.writes import CommitInfo, replace_days
+from etr_assets.sources.raw_zone import Batch, RawZone
+
+DEFAULT_MAX_REJECT_RATE = 0.05
+
+
+class BadInputError(ValueError):
+    """Input that cannot be loaded as declared; the message names the batch, the file and the problem."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RawFeed:
+    """One API endpoint's path from the raw zone into bronze."""
+
+    source: str
+    endpoint: str
+    bronze: TableSpec
+    quarantine: TableSpec
+    day_column: str  # bronze column holding the batch's business day (what a rerun replaces)
+    record_day_column: str | None = None  # a record field that must equal the batch day, if any
+
+    @property
+    def api_columns(self):
+        return tuple(c for c in self.bronze.columns if not c.name.startswith("_"))
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerResult:
+    commit: CommitInfo
+    changes: TableChanges
+    rows_by_day: dict[str, int]
+    extra: dict[str, int | str | float] = dataclasses.field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_by_day.values())
+
+
+def _validate(spark, raw: RawZone, feed: RawFeed, batch: Batch) -> Validated:
+    return read_validated(
+        spark,
+        raw.file_uris(batch),
+        feed.api_columns,
+        feed.bronze.checks,
+        day_column=feed.record_day_column,
+        day=batch.day,
+        subject_column=feed.quarantine.subject_column,
+    )
+
+
+def load_bronze_days(
+    spark, catalog: str, raw: RawZone, feed: RawFeed, days: list[dt.date], max_reject_rate: float = DEFAULT_MAX_REJECT_RATE
+) -> LayerResult:
+    from pyspark.sql import functions as F
+
+    chosen: dict[dt.date, Batch] = {}
+    for day in days:
+        batch = raw.latest_sealed(feed.source, feed.endpoint, day)
+        if batch is None:
+            raise BadInputError(
+                f"no downloaded raw batch for {day} under {feed.source}/{feed.endpoint}: "
+                f"materialize the raw asset for that day first"
+            )
+        chosen[day] = batch
+
+    checked = {day: _validate(spark, raw, feed, batch) for day, batch in chosen.items()}
+    try:
+        for day, result in checked.items():
+            if result.reject_rate > max_reject_rate:
+                raise BadInputError(
+                    f"raw batch {chosen[day].key}: {result.quarantined_count} of {result.received} records refused "
+                    f"({result.reject_rate:.1%} > the {max_reject_rate:.1%} allowed); nothing was written and the batch "
+                    f"stays pending. First: " + "; ".join(result.first_reasons)
+                )
+        accepted = quarantined = None
+        for day, result in checked.items():
+            batch_columns = {"_batch_id": F.lit(chosen[day].batch_id), "_ingested_at": F.current_timestamp()}
+            if feed.day_column not in {c.name for c in feed.api_columns}:
+                batch_columns[feed.day_column] = F.lit(day)
+            rows = result.accepted.withColumns(batch_columns)
+            bad = result.quarantined.withColumns(
+                {"_batch_id": F.lit(chosen[day].batch_id), "_batch_day": F.lit(day), "quarantined_at": F.current_timestamp()}
+            )
+            accepted = rows if accepted is None else accepted.unionByName(rows)
+            quarantined = bad if quarantined is None else quarantined.unionByName(bad)
+
+        changes = ensure_table(spark, catalog, feed.bronze)
+        ensure_table(spark, catalog, feed.quarantine)
+        commit = replace_days(spark, feed.bronze.qualified(catalog), conform(accepted, feed.bronze), feed.day_column, days)
+        replace_days(spark, feed.quarantine.qualified(catalog), conform(quarantined, feed.quarantine), "_batch_day", days)
+    finally:
+        for result in checked.values():
+            result.release()
+
+    for day, batch in chosen.items():
+        raw.settle(batch, {"snapshot_id": str(commit.snapshot_id), "table": feed.bronze.qualified(catalog)})
+
+    unknown: dict[str, int] = {}
+    for result in checked.values():
+        for field, count in result.unknown_fields.items():
+            unknown[field] = unknown.get(field, 0) + count
+    received = sum(r.received for r in checked.values())
+    quarantined_count = sum(r.quarantined_count for r in checked.values())
+    warnings = []
+    if unknown:
+        warnings.append(
+            f"{feed.endpoint}: the API sent fields the spec does not declare ({', '.join(sorted(unknown))}); "
+            f"they are kept in the raw zone, not in {feed.bronze.identifier}"
+        )
+    if quarantined_count:
+        warnings.append(
+            f"{feed.endpoint}: {quarantined_count} record(s) quarantined in {feed.quarantine.identifier}; first: "
+            + "; ".join(r for result in checked.values() for r in result.first_reasons[:2])
+        )
+    return LayerResult(
+        commit,
+        changes,
+        {day.isoformat(): checked[day].accepted_count for day in chosen},
+        {
+            "records_received": received,
+            "records_accepted": received - quarantined_count,
+            "records_quarantined": quarantined_count,
+            "reject_rate": round(quarantined_count / received, 6) if received else 0.0,
+            "unknown_fields": ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items())) or "none",
+            "batches": ", ".join(b.batch_id for b in chosen.values()),
+        },
+        tuple(warnings),
+    )

@@ -1,0 +1,181 @@
+"""SCD2 history as a pure function of what the source sent, applied with one MERGE.
+
+Seed 002 applies each batch with four statements and a COALESCE change test that misses value->NULL changes.
+Here a key's history is computed from its *observations*:
+
+- each batch contributes, per key, its latest record by the sequence column (ties broken deterministically);
+- a full-snapshot batch also says "absent at the snapshot time" for every known key it does not contain.
+
+Ordering observations by the sequence column, collapsing consecutive equal states (NULL-safe: value->NULL and
+NULL->value are changes, NULL->NULL is not) and cutting intervals at each change gives the versions:
+`_valid_from` is the source time a state began, `_valid_to` the time the next one (or a deletion) began, and
+the last one is current. Because history depends only on the *set* of observations, batches applied out of
+order, replayed or re-fetched give exactly the history in-order application gives. A deleted key comes back
+when the source sends it with a newer sequence value than the deletion.
+
+`merge_scd2` recomputes the affected keys, compares with the table and applies only the difference in a single
+MERGE (inserts, updates of `_valid_to`/`_is_current`, deletes of versions an earlier observation splits or
+absorbs). Nothing changed, nothing committed: a replay makes no snapshot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+from etr_assets.lake.frames import conform
+from etr_assets.lake.specs import Scd2, TableSpec
+
+FULL, INCREMENTAL = "full", "incremental"
+_SYSTEM = ("_ingested_at", "_is_current", "_valid_from", "_valid_to")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scd2Result:
+    table: str
+    keys_considered: int
+    inserted: int
+    updated: int
+    deleted: int
+    snapshot_id: int | None  # None when nothing changed (no commit)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.inserted or self.updated or self.deleted)
+
+
+def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_snapshot_at"):
+    """Per (key, batch) the latest record, plus absence markers of full snapshots.
+
+    `records` has the key, the sequence, the tracked columns, any other columns to carry, and `_batch_id`,
+    `_source_file` and `snapshot_time_column` (when the batch's snapshot was taken).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if mode not in (FULL, INCREMENTAL):
+        raise ValueError(f"SCD2 mode must be {FULL!r} or {INCREMENTAL!r}, not {mode!r}")
+    newest_in_batch = Window.partitionBy(scd2.key, "_batch_id").orderBy(
+        F.col(scd2.sequence).desc(), F.col("_source_file").desc(), F.xxhash64(*scd2.tracked).desc()
+    )
+    latest = records.withColumn("_rank", F.row_number().over(newest_in_batch)).where("_rank = 1").drop("_rank")
+    present = latest.withColumn("_seq", F.col(scd2.sequence)).withColumn("_deleted", F.lit(False))
+    if mode == INCREMENTAL:
+        return present.drop(snapshot_time_column)
+
+    # Absent from a full snapshot = deleted at the snapshot's time. Markers before a key's first
+    # observation change nothing, so they are not generated.
+    first_seen = present.groupBy(scd2.key).agg(F.min("_seq").alias("_first_seq"))
+    snapshots = records.select("_batch_id", F.col(snapshot_time_column).alias("_seq")).distinct()
+    absent = (
+        first_seen.crossJoin(snapshots)
+        .where(F.col("_seq") > F.col("_first_seq"))
+        .join(present.select(scd2.key, "_batch_id"), [scd2.key, "_batch_id"], "left_anti")
+        .withColumn("_deleted", F.lit(True))
+        .drop("_first_seq")
+    )
+    return present.drop(snapshot_time_column).unionByName(absent, allowMissingColumns=True)
+
+
+def history(events, spec: TableSpec):
+    """Versions from observations: the SCD2 rows the table should hold for these keys."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    scd2 = _scd2_of(spec)
+    # One observation per (key, time): a record beats an absence; among records, the first delivery.
+    same_time = Window.partitionBy(scd2.key, "_seq").orderBy(F.col("_deleted").asc(), F.col("_batch_id").asc())
+    unique = events.withColumn("_rank", F.row_number().over(same_time)).where("_rank = 1").drop("_rank")
+
+    by_time = Window.partitionBy(scd2.key).orderBy("_seq")
+    state = F.struct(F.col("_deleted"), *[F.col(c) for c in scd2.tracked])
+    changes = unique.withColumn("_state", state).withColumn("_previous", F.lag("_state").over(by_time))
+    # NULL-safe: <=> treats NULL and NULL as equal, and NULL and a value as different, inside the struct too.
+    changes = changes.where(F.col("_previous").isNull() | ~(F.col("_state") <=> F.col("_previous")))
+    versions = (
+        changes.withColumn("_valid_to", F.lead("_seq").over(by_time))
+        .where(~F.col("_deleted"))
+        .withColumn("_valid_from", F.col("_seq"))
+        .withColumn("_is_current", F.col("_valid_to").isNull())
+        .withColumn("_ingested_at", F.current_timestamp())
+    )
+    return conform(versions, spec)
+
+
+def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys) -> Scd2Result:
+    """Make the table's rows for `keys` equal `versions`, in one MERGE of only what differs."""
+    from pyspark.sql import functions as F
+
+    scd2 = _scd2_of(spec)
+    target = spec.qualified(catalog)
+    compared = [c for c in spec.column_names if c not in ("_ingested_at",)]
+    existing = spark.table(target).join(keys.select(scd2.key).distinct(), scd2.key, "left_semi")
+    joined = versions.alias("n").join(existing.alias("e"), [scd2.key, "_valid_from"], "full_outer")
+    new_present, old_present = F.col("n._is_current").isNotNull(), F.col("e._is_current").isNotNull()
+    same = F.lit(True)
+    for column in compared:
+        if column not in (scd2.key, "_valid_from"):
+            same = same & (F.col(f"n.{column}") <=> F.col(f"e.{column}"))
+    action = (
+        F.when(new_present & ~old_present, "insert")
+        .when(~new_present & old_present, "delete")
+        .when(new_present & old_present & ~same, "update")
+    )
+    carried = [
+        F.col(c) if c in (scd2.key, "_valid_from") else F.coalesce(F.col(f"n.{c}"), F.col(f"e.{c}")).alias(c)
+        if c in ("_is_current", "_ingested_at", "_source_file", "_batch_id")
+        else F.col(f"n.{c}").alias(c)
+        for c in spec.column_names
+    ]
+    delta = joined.select(*carried, action.alias("_action")).where(F.col("_action").isNotNull()).cache()
+    counts = {row["_action"]: row["count"] for row in delta.groupBy("_action").count().collect()}
+    considered = keys.select(scd2.key).distinct().count()
+    if not counts:
+        delta.unpersist()
+        return Scd2Result(target, considered, 0, 0, 0, None)
+
+    view = f"scd2_delta_{uuid.uuid4().hex[:12]}"
+    delta.createOrReplaceTempView(view)
+    columns = spec.column_names
+    updates = ", ".join(f"t.{c} = s.{c}" for c in columns if c not in (scd2.key, "_valid_from"))
+    try:
+        spark.sql(
+            f"""
+            MERGE INTO {target} t
+            USING {view} s
+            ON t.{scd2.key} = s.{scd2.key} AND t._valid_from = s._valid_from
+            WHEN MATCHED AND s._action = 'delete' THEN DELETE
+            WHEN MATCHED AND s._action = 'update' THEN UPDATE SET {updates}
+            WHEN NOT MATCHED AND s._action = 'insert' THEN INSERT ({', '.join(columns)})
+                VALUES ({', '.join('s.' + c for c in columns)})
+            """
+        )
+    finally:
+        spark.catalog.dropTempView(view)
+        delta.unpersist()
+    snapshot = spark.sql(f"SELECT snapshot_id FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
+    return Scd2Result(
+        target,
+        considered,
+        counts.get("insert", 0),
+        counts.get("update", 0),
+        counts.get("delete", 0),
+        snapshot[0] if snapshot else None,
+    )
+
+
+def apply_observations(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None) -> Scd2Result:
+    """The whole step: observations -> history -> one MERGE. `keys`: which keys to recompute (default: all)."""
+    scd2 = _scd2_of(spec)
+    events = observations(records, scd2, mode)
+    if keys is None:
+        keys = records.select(scd2.key).distinct()
+    else:
+        events = events.join(keys.select(scd2.key).distinct(), scd2.key, "left_semi")
+    return merge_scd2(spark, catalog, spec, history(events, spec), keys)
+
+
+def _scd2_of(spec: TableSpec) -> Scd2:
+    if spec.scd2 is None:
+        raise ValueError(f"table spec {spec.identifier} declares no SCD2 history")
+    return spec.scd2

@@ -1,0 +1,140 @@
+"""Read raw JSON-lines with a spec's schema and split them into accepted rows and quarantined records.
+
+Every line is accounted for: received = accepted + quarantined. A refused record keeps its raw text, file, line
+and the first reason it failed: not a JSON object, a missing required field, a value of the wrong type, a rule of
+the spec (`Check`), or a business day other than the batch's. Fields the spec does not know are counted (they stay
+in the raw zone; bronze keeps the declared columns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from etr_assets.lake.frames import spark_type
+from etr_assets.lake.specs import Check, Column
+
+
+@dataclasses.dataclass
+class Validated:
+    accepted: object  # DataFrame: the declared columns, typed, plus _source_file
+    quarantined: object  # DataFrame: source_file, line_number, raw_text, reason[, subject]
+    received: int
+    accepted_count: int
+    quarantined_count: int
+    unknown_fields: dict[str, int]
+    first_reasons: list[str]
+
+    @property
+    def reject_rate(self) -> float:
+        return self.quarantined_count / self.received if self.received else 0.0
+
+    def release(self) -> None:
+        self._cached.unpersist()
+
+    _cached: object = None
+
+
+def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column: str | None, day: dt.date | None):
+    from pyspark.sql import functions as F
+
+    rules = [F.when(F.col("_keys").isNull(), F.lit("not a JSON object"))]
+    for c in columns:
+        text = F.col(f"_text_{c.name}")
+        if c.required:
+            rules.append(F.when(text.isNull(), F.lit(f"missing required field {c.name}")))
+        rules.append(
+            F.when(
+                text.isNotNull() & F.col(c.name).isNull(),
+                F.concat(F.lit(f"{c.name}: expected {c.type}, got "), F.substring(text, 1, 60)),
+            )
+        )
+    for check in checks:
+        rules.append(F.when(~F.coalesce(F.expr(check.predicate), F.lit(True)), F.lit(f"out of range: {check.description}")))
+    if day_column and day:
+        rules.append(
+            F.when(
+                F.col(day_column) != F.lit(day),
+                F.concat(F.lit(f"{day_column} "), F.col(day_column).cast("string"), F.lit(f" is not the batch day {day}")),
+            )
+        )
+    return F.coalesce(*rules)
+
+
+def read_validated(
+    spark,
+    files: list[str],
+    columns: tuple[Column, ...],
+    checks: tuple[Check, ...] = (),
+    *,
+    day_column: str | None = None,
+    day: dt.date | None = None,
+    subject_column: str | None = None,
+) -> Validated:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    text_schema = T.StructType([T.StructField(c.name, T.StringType(), True) for c in columns])
+    if files:
+        lines = spark.read.text(files).select(
+            F.col("value").alias("raw_text"),
+            F.input_file_name().alias("source_file"),
+            F.monotonically_increasing_id().alias("_position"),
+        )
+    else:
+        schema = "raw_text string, source_file string, _position bigint"
+        lines = spark.createDataFrame([], schema)
+    numbered = lines.withColumn(
+        "line_number", F.row_number().over(Window.partitionBy("source_file").orderBy("_position")).cast("bigint")
+    ).where(F.trim("raw_text") != "")
+    parsed = numbered.select(
+        "raw_text",
+        "source_file",
+        "line_number",
+        F.json_object_keys("raw_text").alias("_keys"),
+        F.from_json("raw_text", text_schema).alias("_fields"),
+    )
+    typed = parsed.select(
+        "raw_text",
+        "source_file",
+        "line_number",
+        "_keys",
+        *[F.col(f"_fields.{c.name}").alias(f"_text_{c.name}") for c in columns],
+        *[F.col(f"_fields.{c.name}").cast(spark_type(c.type)).alias(c.name) for c in columns],
+    )
+    checked = typed.withColumn("_reason", _reasons(columns, checks, day_column, day)).cache()
+
+    counts = {row[0]: row[1] for row in checked.groupBy(F.col("_reason").isNull()).count().collect()}
+    accepted_count, quarantined_count = counts.get(True, 0), counts.get(False, 0)
+    known = F.array(*[F.lit(c.name) for c in columns])
+    unknown = (
+        checked.where(F.col("_keys").isNotNull())
+        .select(F.explode(F.array_except("_keys", known)).alias("field"))
+        .groupBy("field")
+        .count()
+        .collect()
+    )
+    first = (
+        checked.where(F.col("_reason").isNotNull())
+        .orderBy("source_file", "line_number")
+        .select("source_file", "line_number", "_reason")
+        .limit(5)
+        .collect()
+        if quarantined_count
+        else []
+    )
+    subject = [F.col(subject_column)] if subject_column else []
+    result = Validated(
+        accepted=checked.where(F.col("_reason").isNull()).select(*[c.name for c in columns], F.col("source_file").alias("_source_file")),
+        quarantined=checked.where(F.col("_reason").isNotNull()).select(
+            "source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *subject
+        ),
+        received=accepted_count + quarantined_count,
+        accepted_count=accepted_count,
+        quarantined_count=quarantined_count,
+        unknown_fields={row["field"]: row["count"] for row in unknown},
+        first_reasons=[f"{r['source_file'].rsplit('/', 1)[-1]}:{r['line_number']}: {r['_reason']}" for r in first],
+    )
+    result._cached = checked
+    return result

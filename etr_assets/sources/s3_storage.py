@@ -1,0 +1,89 @@
+"""The raw zone on S3 (the `s3` and `aws` profiles): one object per raw file, markers included.
+
+A PUT is atomic in S3 (a reader sees the whole object or none), so there is no write-then-rename as on a local
+disk. Keys are ``{prefix}/{key}``; Spark reads them through ``uri()``: ``s3a://`` in the `s3` profile (Hadoop's
+S3A), ``s3://`` on Glue and EMR. No Dagster here: the client is any boto3 S3 client the caller builds.
+"""
+
+from __future__ import annotations
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from etr_assets.sources.raw_zone import RawStorage, RawZone, RawZoneError
+
+_MISSING = {"404", "NoSuchKey", "NotFound"}
+
+
+class S3Storage(RawStorage):
+    def __init__(self, client, bucket: str, prefix: str = "raw", uri_scheme: str = "s3a", page_size: int = 1000):
+        if not bucket:
+            raise ValueError("S3Storage needs a bucket")
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.uri_scheme = uri_scheme
+        self.page_size = page_size  # MaxKeys per list call (S3 returns at most 1000)
+
+    def _key(self, key: str) -> str:
+        key = key.strip("/")
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _where(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._key(key)}"
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        except (ClientError, BotoCoreError) as exc:
+            raise RawZoneError(f"could not write raw file {self._where(key)}: {exc}") from exc
+
+    def read_bytes(self, key: str) -> bytes:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except (ClientError, BotoCoreError) as exc:
+            if _error_code(exc) in _MISSING:
+                raise RawZoneError(f"raw file {self._where(key)} does not exist") from None
+            raise RawZoneError(f"could not read raw file {self._where(key)}: {exc}") from exc
+        with response["Body"] as body:
+            return body.read()
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except (ClientError, BotoCoreError) as exc:
+            if _error_code(exc) in _MISSING:
+                return False
+            raise RawZoneError(f"could not check raw file {self._where(key)}: {exc}") from exc
+        return True
+
+    def list_children(self, prefix: str) -> list[str]:
+        """Names directly under ``prefix``: "folders" (common prefixes) and files, sorted."""
+        folder = self._key(prefix)
+        folder = f"{folder}/" if folder else ""
+        names: set[str] = set()
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = paginator.paginate(
+            Bucket=self.bucket, Prefix=folder, Delimiter="/", PaginationConfig={"PageSize": self.page_size}
+        )
+        try:
+            for page in pages:
+                for common in page.get("CommonPrefixes", []):
+                    names.add(common["Prefix"][len(folder):].rstrip("/"))
+                for obj in page.get("Contents", []):
+                    names.add(obj["Key"][len(folder):])
+        except (ClientError, BotoCoreError) as exc:
+            raise RawZoneError(f"could not list {self._where(prefix)}/: {exc}") from exc
+        names.discard("")  # a zero-byte "folder" object some tools create for the prefix itself
+        return sorted(names)
+
+    def uri(self, key: str) -> str:
+        return f"{self.uri_scheme}://{self.bucket}/{self._key(key)}"
+
+
+def _error_code(exc: Exception) -> str:
+    response = getattr(exc, "response", None) or {}  # ClientError only; BotoCoreError has none
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def s3_raw_zone(client, bucket: str, prefix: str = "raw", uri_scheme: str = "s3a") -> RawZone:
+    return RawZone(S3Storage(client, bucket, prefix, uri_scheme))

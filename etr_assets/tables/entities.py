@@ -1,0 +1,129 @@
+"""Customers and merchants: as received (bronze), and their history as SCD2 (landing).
+
+The API serves each as a full list as of a day; bronze keeps every received record per day (the observation
+log SCD2 history is computed from), landing keeps one version per change.
+"""
+
+from etr_assets.lake.specs import MIB, SCD2_COLUMNS, Check, Column, Scd2, TableSpec
+
+_BRONZE_LINEAGE = (
+    Column("_as_of", "date", "Day of the snapshot the record came in", required=True),
+    Column("_batch_id", "string", "Raw-zone batch the record arrived in", required=True),
+    Column("_source_file", "string", "Raw-zone file the record was read from", required=True),
+    Column("_ingested_at", "timestamp", "When the record was loaded into Iceberg", required=True),
+)
+_SMALL = {"write.target-file-size-bytes": str(32 * MIB)}
+
+_CUSTOMER_FIELDS = (
+    Column("customer_id", "bigint", "Customer id", required=True, pii=True),
+    Column("first_name", "string", "Given name", pii=True),
+    Column("last_name", "string", "Family name", pii=True),
+    Column("email", "string", "E-mail address", pii=True),
+    Column("phone", "string", "Phone number", pii=True),
+    Column("date_of_birth", "date", "Date of birth", pii=True),
+    Column("city", "string", "City of residence", pii=True),
+    Column("country", "string", "ISO 3166 country code"),
+    Column("credit_limit", "string", "BNPL credit limit as sent (decimal text)"),
+    Column("risk_segment", "string", "LOW, MEDIUM or HIGH"),
+    Column("created_at", "timestamp", "When the customer signed up (UTC)"),
+    Column("updated_at", "timestamp", "When the provider last changed the customer (UTC)", required=True),
+)
+_CUSTOMER_CHECKS = (
+    Check("credit_limit is a non-negative decimal with 2 fraction digits at most", r"credit_limit RLIKE '^[0-9]{1,10}([.][0-9]{1,2})?$'"),
+    Check("risk_segment is LOW, MEDIUM or HIGH", "risk_segment IN ('LOW', 'MEDIUM', 'HIGH')"),
+)
+
+BRONZE_CUSTOMERS = TableSpec(
+    namespace="bronze",
+    name="bnpl_customers_raw",
+    description="Every customer record the API delivered, per snapshot day, with lineage",
+    columns=_CUSTOMER_FIELDS + _BRONZE_LINEAGE,
+    partition_by=("days(_as_of)",),
+    write_order=("_as_of", "customer_id"),
+    properties=_SMALL,
+    subject_column="customer_id",
+    checks=_CUSTOMER_CHECKS,
+)
+
+_CUSTOMER_TRACKED = ("first_name", "last_name", "email", "phone", "date_of_birth", "city", "country", "credit_limit", "risk_segment")
+
+LANDING_CUSTOMERS = TableSpec(
+    namespace="landing",
+    name="customers",
+    description="Customer history as SCD2: one version per change of a tracked attribute",
+    columns=(
+        Column("customer_id", "bigint", "Customer id", required=True, pii=True),
+        *(c for c in _CUSTOMER_FIELDS if c.name in _CUSTOMER_TRACKED and c.name != "credit_limit"),
+        Column("credit_limit", "decimal(12,2)", "BNPL credit limit"),
+        Column("created_at", "timestamp", "When the customer signed up (UTC)"),
+        Column("updated_at", "timestamp", "Source update time of the record that started this version", required=True),
+        *SCD2_COLUMNS,
+    ),
+    write_order=("customer_id", "_valid_from"),
+    properties=_SMALL,
+    subject_column="customer_id",
+    scd2=Scd2(key="customer_id", tracked=_CUSTOMER_TRACKED, sequence="updated_at"),
+)
+
+_MERCHANT_FIELDS = (
+    Column("merchant_id", "bigint", "Merchant id", required=True),
+    Column("name", "string", "Trading name"),
+    Column("category", "string", "Merchant category"),
+    Column("mcc", "string", "Merchant category code (4 digits)"),
+    Column("country", "string", "ISO 3166 country code"),
+    Column("status", "string", "ACTIVE or SUSPENDED"),
+    Column("created_at", "timestamp", "When the merchant was onboarded (UTC)"),
+    Column("updated_at", "timestamp", "When the provider last changed the merchant (UTC)", required=True),
+)
+
+BRONZE_MERCHANTS = TableSpec(
+    namespace="bronze",
+    name="bnpl_merchants_raw",
+    description="Every merchant record the API delivered, per snapshot day, with lineage",
+    columns=_MERCHANT_FIELDS + _BRONZE_LINEAGE,
+    partition_by=("days(_as_of)",),
+    write_order=("_as_of", "merchant_id"),
+    properties=_SMALL,
+    checks=(
+        Check("mcc is 4 digits", "mcc RLIKE '^[0-9]{4}$'"),
+        Check("status is ACTIVE or SUSPENDED", "status IN ('ACTIVE', 'SUSPENDED')"),
+    ),
+)
+
+_MERCHANT_TRACKED = ("name", "category", "mcc", "country", "status")
+
+LANDING_MERCHANTS = TableSpec(
+    namespace="landing",
+    name="merchants",
+    description="Merchant history as SCD2: one version per change of a tracked attribute",
+    columns=_MERCHANT_FIELDS + SCD2_COLUMNS,
+    write_order=("merchant_id", "_valid_from"),
+    properties=_SMALL,
+    scd2=Scd2(key="merchant_id", tracked=_MERCHANT_TRACKED, sequence="updated_at"),
+)
+
+GOLD_CUSTOMER_PROFILES = TableSpec(
+    namespace="gold",
+    name="customer_profiles",
+    description="Each customer as of the end of a day (SCD2 as-of view) with their transactions up to that day",
+    columns=(
+        Column("as_of_date", "date", "Day the profile describes (end of day, UTC)", required=True),
+        Column("customer_id", "bigint", "Customer id", required=True, pii=True),
+        Column("first_name", "string", "Given name", pii=True),
+        Column("last_name", "string", "Family name", pii=True),
+        Column("email", "string", "E-mail address", pii=True),
+        Column("city", "string", "City of residence", pii=True),
+        Column("country", "string", "ISO 3166 country code"),
+        Column("risk_segment", "string", "LOW, MEDIUM or HIGH"),
+        Column("credit_limit", "decimal(12,2)", "BNPL credit limit"),
+        Column("transactions", "bigint", "Transactions up to and including the day", required=True),
+        Column("approved_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts up to the day", required=True),
+        Column("last_transaction_date", "date", "Most recent transaction up to the day"),
+        Column("credit_used_ratio", "double", "approved_amount / credit_limit"),
+        Column("_computed_at", "timestamp", "When gold computed the row", required=True),
+    ),
+    partition_by=("days(as_of_date)",),
+    write_order=("as_of_date", "customer_id"),
+    properties=_SMALL,
+    subject_column="customer_id",
+)
