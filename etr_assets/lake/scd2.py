@@ -33,7 +33,6 @@ _SYSTEM = ("_ingested_at", "_is_current", "_valid_from", "_valid_to")
 @dataclasses.dataclass(frozen=True)
 class Scd2Result:
     table: str
-    keys_considered: int
     inserted: int
     updated: int
     deleted: int
@@ -91,7 +90,7 @@ def history(events, spec: TableSpec):
     state = F.struct(F.col("_deleted"), *[F.col(c) for c in scd2.tracked])
     changes = unique.withColumn("_state", state).withColumn("_previous", F.lag("_state").over(by_time))
     # NULL-safe: <=> treats NULL and NULL as equal, and NULL and a value as different, inside the struct too.
-    changes = changes.where(F.col("_previous").isNull() | ~(F.col("_state") <=> F.col("_previous")))
+    changes = changes.where(F.col("_previous").isNull() | ~F.col("_state").eqNullSafe(F.col("_previous")))
     versions = (
         changes.withColumn("_valid_to", F.lead("_seq").over(by_time))
         .where(~F.col("_deleted"))
@@ -115,7 +114,7 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys) -> Scd2Resu
     same = F.lit(True)
     for column in compared:
         if column not in (scd2.key, "_valid_from"):
-            same = same & (F.col(f"n.{column}") <=> F.col(f"e.{column}"))
+            same = same & F.col(f"n.{column}").eqNullSafe(F.col(f"e.{column}"))
     action = (
         F.when(new_present & ~old_present, "insert")
         .when(~new_present & old_present, "delete")
@@ -129,10 +128,9 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys) -> Scd2Resu
     ]
     delta = joined.select(*carried, action.alias("_action")).where(F.col("_action").isNotNull()).cache()
     counts = {row["_action"]: row["count"] for row in delta.groupBy("_action").count().collect()}
-    considered = keys.select(scd2.key).distinct().count()
     if not counts:
         delta.unpersist()
-        return Scd2Result(target, considered, 0, 0, 0, None)
+        return Scd2Result(target, 0, 0, 0, None)
 
     view = f"scd2_delta_{uuid.uuid4().hex[:12]}"
     delta.createOrReplaceTempView(view)
@@ -156,7 +154,6 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys) -> Scd2Resu
     snapshot = spark.sql(f"SELECT snapshot_id FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
     return Scd2Result(
         target,
-        considered,
         counts.get("insert", 0),
         counts.get("update", 0),
         counts.get("delete", 0),

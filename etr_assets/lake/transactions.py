@@ -83,7 +83,7 @@ def build_silver(spark, catalog: str, days: list[dt.date]) -> LayerResult:
     bronze = spark.table(BRONZE_TRANSACTIONS.qualified(catalog)).where(F.col("transaction_date").isin(sorted(days)))
     changes = ensure_table(spark, catalog, SILVER_TRANSACTIONS)
     cleaned = conform(clean_transactions(bronze), SILVER_TRANSACTIONS).cache()
-    counts = _count_by_day(cleaned, days)
+    counts = count_by_day(cleaned, days)
     received = bronze.count()
     commit = replace_days(spark, SILVER_TRANSACTIONS.qualified(catalog), cleaned, "transaction_date", days)
     cleaned.unpersist()
@@ -130,12 +130,12 @@ def build_gold(spark, catalog: str, days: list[dt.date]) -> LayerResult:
     silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog)).where(F.col("transaction_date").isin(sorted(days)))
     changes = ensure_table(spark, catalog, GOLD_DAILY_SUMMARY)
     summary = conform(daily_summary(silver), GOLD_DAILY_SUMMARY).cache()
-    counts = _count_by_day(summary, days)
+    counts = count_by_day(summary, days)
     commit = replace_days(spark, GOLD_DAILY_SUMMARY.qualified(catalog), summary, "transaction_date", days)
     summary.unpersist()
     return LayerResult(commit, changes, counts)
 
 
-def _count_by_day(df, days: list[dt.date]) -> dict[str, int]:
-    found = {row[0].isoformat(): row[1] for row in df.groupBy("transaction_date").count().collect()}
+def count_by_day(df, days: list[dt.date], column: str = "transaction_date") -> dict[str, int]:
+    found = {row[0].isoformat(): row[1] for row in df.groupBy(column).count().collect()}
     return {day.isoformat(): found.get(day.isoformat(), 0) for day in sorted(days)}

@@ -116,9 +116,11 @@ def run_append(args: dict) -> dict:
     from etr_assets.lake.writes import append
 
     settings = settings_from(args)
+    started = time.monotonic()
     spark = get_spark(settings)
     table, writer = args["table"], int(args["writer"])
     spark.table(table).limit(1).collect()  # warm up: catalog loaded, table resolved, S3A connected
+    timings = {"ready": time.monotonic() - started}
 
     barrier = Path(args["barrier"])
     (barrier / f"ready-{writer}").touch()
@@ -128,6 +130,7 @@ def run_append(args: dict) -> dict:
             raise TimeoutError(f"writer {writer}: the other writers never became ready")
         time.sleep(0.05)
 
+    timings["barrier"] = time.monotonic() - started
     commits = []
     for batch in range(int(args["batches"])):
         rows = [(writer, batch, k) for k in range(int(args["rows"]))]
@@ -135,8 +138,9 @@ def run_append(args: dict) -> dict:
         info = append(spark, table, df)
         commits.append({"snapshot_id": str(info.snapshot_id), "operation": info.operation,
                         "added_records": info.added_records})
+    timings["appended"] = time.monotonic() - started
     spark.stop()
-    return {"writer": writer, "commits": commits}
+    return {"writer": writer, "commits": commits, "timings": {k: round(v, 2) for k, v in timings.items()}}
 
 
 def main(argv: list[str]) -> int:

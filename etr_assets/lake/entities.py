@@ -1,0 +1,124 @@
+"""Customers and merchants: raw snapshots -> bronze (observation log) -> landing SCD2 -> customer profiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from etr_assets.lake.bronze import DEFAULT_MAX_REJECT_RATE, LayerResult, RawFeed, load_bronze_days
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.frames import conform, spark_type
+from etr_assets.lake.scd2 import FULL, INCREMENTAL, Scd2Result, apply_observations
+from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.writes import replace_days
+from etr_assets.sources.fetch import SOURCE
+from etr_assets.sources.raw_zone import RawZone
+from etr_assets.tables.entities import (
+    BRONZE_CUSTOMERS,
+    BRONZE_MERCHANTS,
+    GOLD_CUSTOMER_PROFILES,
+    LANDING_CUSTOMERS,
+    LANDING_MERCHANTS,
+)
+from etr_assets.tables.quarantine import QUARANTINE_CUSTOMERS, QUARANTINE_MERCHANTS
+from etr_assets.tables.transactions import SILVER_TRANSACTIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class EntityFeed:
+    raw: RawFeed
+    landing: TableSpec
+    mode: str = FULL  # FULL: each batch is the whole list, absent keys are closed; INCREMENTAL: changes only
+
+
+CUSTOMERS = EntityFeed(
+    RawFeed(SOURCE, "customers", BRONZE_CUSTOMERS, QUARANTINE_CUSTOMERS, day_column="_as_of"), LANDING_CUSTOMERS
+)
+MERCHANTS = EntityFeed(
+    RawFeed(SOURCE, "merchants", BRONZE_MERCHANTS, QUARANTINE_MERCHANTS, day_column="_as_of"), LANDING_MERCHANTS
+)
+
+
+def load_bronze(
+    spark, catalog: str, raw: RawZone, feed: EntityFeed, days: list[dt.date], max_reject_rate: float = DEFAULT_MAX_REJECT_RATE
+) -> LayerResult:
+    return load_bronze_days(spark, catalog, raw, feed.raw, days, max_reject_rate)
+
+
+def scd2_records(bronze_df, feed: EntityFeed):
+    """Bronze rows as SCD2 input: typed like the landing table, with lineage and the snapshot time."""
+    from pyspark.sql import functions as F
+
+    landing = {c.name: c for c in feed.landing.columns}
+    typed = [
+        F.col(c.name).cast(spark_type(landing[c.name].type)).alias(c.name)
+        for c in feed.raw.api_columns
+        if c.name in landing
+    ]
+    # A snapshot "as of" a day describes the end of that day.
+    snapshot_at = F.to_timestamp(F.date_add(F.col("_as_of"), 1)).alias("_snapshot_at")
+    return bronze_df.select(*typed, "_batch_id", "_source_file", snapshot_at)
+
+
+def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date]) -> Scd2Result:
+    """Bring the SCD2 table in line with every observation in bronze, in one MERGE.
+
+    Full snapshots can close any key, so every key is recomputed; incremental feeds recompute only the keys
+    the given days touched (from all of their observations, so late or replayed days still fit in order).
+    """
+    from pyspark.sql import functions as F
+
+    ensure_table(spark, catalog, feed.landing)
+    bronze = spark.table(feed.raw.bronze.qualified(catalog))
+    key = feed.landing.scd2.key
+    keys = None
+    if feed.mode == INCREMENTAL:
+        keys = bronze.where(F.col("_as_of").isin(sorted(days))).select(key).distinct()
+        bronze = bronze.join(keys, key, "left_semi")
+    return apply_observations(spark, catalog, feed.landing, scd2_records(bronze, feed), feed.mode, keys)
+
+
+def customer_profiles(spark, catalog: str, days: list[dt.date]):
+    """Each customer's version valid at the end of each day, with their transactions up to that day."""
+    from pyspark.sql import functions as F
+
+    customers = spark.table(LANDING_CUSTOMERS.qualified(catalog))
+    silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog))
+    day_list = spark.createDataFrame([(d,) for d in sorted(days)], "as_of_date date")
+    end_of_day = F.to_timestamp(F.date_add("as_of_date", 1))
+    # The SCD2 as-of view: the version whose interval contains the end of the day.
+    as_of = day_list.crossJoin(customers).where(
+        (F.col("_valid_from") < end_of_day) & (F.col("_valid_to").isNull() | (F.col("_valid_to") >= end_of_day))
+    )
+    approved = F.col("status").isin("APPROVED", "PROCESSED")
+    activity = (
+        day_list.join(silver, F.col("transaction_date") <= F.col("as_of_date"))
+        .groupBy("as_of_date", "customer_id")
+        .agg(
+            F.count(F.lit(1)).alias("transactions"),
+            F.coalesce(F.sum(F.when(approved, F.col("amount"))), F.lit(0)).cast("decimal(18,2)").alias("approved_amount"),
+            F.max("transaction_date").alias("last_transaction_date"),
+        )
+    )
+    profiles = (
+        as_of.join(activity, ["as_of_date", "customer_id"], "left")
+        .withColumn("transactions", F.coalesce("transactions", F.lit(0)).cast("bigint"))
+        .withColumn("approved_amount", F.coalesce("approved_amount", F.lit(0)).cast("decimal(18,2)"))
+        .withColumn(
+            "credit_used_ratio",
+            F.when(F.col("credit_limit") > 0, (F.col("approved_amount") / F.col("credit_limit")).cast("double")),
+        )
+        .withColumn("_computed_at", F.current_timestamp())
+    )
+    return conform(profiles, GOLD_CUSTOMER_PROFILES)
+
+
+def build_customer_profiles(spark, catalog: str, days: list[dt.date]) -> LayerResult:
+    from etr_assets.lake.transactions import count_by_day
+
+    changes = ensure_table(spark, catalog, GOLD_CUSTOMER_PROFILES)
+    profiles = customer_profiles(spark, catalog, days).cache()
+    counts = count_by_day(profiles, days, "as_of_date")
+    commit = replace_days(spark, GOLD_CUSTOMER_PROFILES.qualified(catalog), profiles, "as_of_date", days)
+    profiles.unpersist()
+    return LayerResult(commit, changes, counts)
