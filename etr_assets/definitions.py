@@ -9,6 +9,9 @@ from dagster import Definitions, in_process_executor
 
 from etr_assets.defs.jobs import daily_schedule, pipeline_job
 from etr_assets.defs.resources import build_resources
+from etr_assets.defs.entities import build_entity_assets
+from etr_assets.defs.raw import build_raw_assets
+from etr_assets.defs.sensors import build_pending_batches_sensor
 from etr_assets.defs.transactions import build_transaction_assets
 from etr_assets.settings import Settings
 
@@ -16,9 +19,10 @@ from etr_assets.settings import Settings
 def build_definitions(settings: Settings) -> Definitions:
     job = pipeline_job()
     return Definitions(
-        assets=build_transaction_assets(settings),
+        assets=build_raw_assets(settings) + build_transaction_assets(settings) + build_entity_assets(settings),
         jobs=[job],
         schedules=[daily_schedule(job)],
+        sensors=[build_pending_batches_sensor(settings)],
         resources=build_resources(settings),
         # One process per run, steps in order: one JVM per run instead of one per step (STACK.md: 38 s -> 7 s).
         executor=in_process_executor,

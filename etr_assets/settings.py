@@ -44,6 +44,9 @@ class Settings:
     api_transactions_per_day: int = 200
     api_page_size: int = 100
     start_date: dt.date = dt.date(2025, 1, 1)
+    # Ingestion policy
+    max_reject_rate: float = 0.05  # a batch refusing more than this share of its records fails and stays pending
+    pending_alert_hours: float = 6.0  # the sensor reports batches pending longer than this
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -52,6 +55,8 @@ class Settings:
             raise SettingsError(f"ETR_PROFILE={self.profile} needs ETR_S3_BUCKET (the lake's bucket)")
         if self.profile == "s3" and not self.jdbc_url:
             raise SettingsError("ETR_PROFILE=s3 needs ETR_JDBC_URL (the PostgreSQL Iceberg catalog)")
+        if not 0 <= self.max_reject_rate <= 1:
+            raise SettingsError(f"ETR_MAX_REJECT_RATE={self.max_reject_rate} must be between 0 and 1")
         if not self.catalog.isidentifier():
             raise SettingsError(f"ETR_CATALOG={self.catalog!r} must be a plain identifier")
         object.__setattr__(self, "home", Path(self.home).absolute())
@@ -101,6 +106,15 @@ class Settings:
             except ValueError:
                 raise SettingsError(f"{name}={raw!r} is not an integer") from None
 
+        def number(name: str, default: float) -> float:
+            raw = get(name)
+            if not raw:
+                return default
+            try:
+                return float(raw)
+            except ValueError:
+                raise SettingsError(f"{name}={raw!r} is not a number") from None
+
         def csv(name: str) -> tuple[str, ...]:
             return tuple(part.strip() for part in get(name).split(",") if part.strip())
 
@@ -131,4 +145,6 @@ class Settings:
             api_transactions_per_day=integer("ETR_API_TRANSACTIONS_PER_DAY", 200),
             api_page_size=integer("ETR_API_PAGE_SIZE", 100),
             start_date=start_date,
+            max_reject_rate=number("ETR_MAX_REJECT_RATE", 0.05),
+            pending_alert_hours=number("ETR_PENDING_ALERT_HOURS", 6.0),
         )

@@ -10,14 +10,14 @@ from dagster import (
     define_asset_job,
 )
 
-PIPELINE_GROUPS = ("raw", "bronze", "silver", "gold")
+PIPELINE_GROUPS = ("raw", "bronze", "landing", "silver", "gold")
 
 
 def pipeline_job():
     return define_asset_job(
         name="etr_pipeline",
         selection=AssetSelection.groups(*PIPELINE_GROUPS),
-        description="Fetch a day of BNPL transactions and refresh bronze, silver and gold for it.",
+        description="Fetch a day from the BNPL API (transactions, customers, merchants) and refresh every layer for it.",
     )
 
 

@@ -37,6 +37,7 @@ class RawZoneResource(ConfigurableResource):
     """Where API responses land before Iceberg: a folder (local profile) or an S3 prefix."""
 
     root: str
+    max_reject_rate: float = 0.05  # a batch refusing more than this share fails and stays pending
 
     def zone(self) -> RawZone:
         if self.root.startswith("s3://"):
@@ -93,6 +94,6 @@ def build_resources(settings: Settings) -> dict[str, object]:
             catalog=settings.catalog,
             catalog_conf=catalog_conf(settings),
         ),
-        "raw_zone": RawZoneResource(root=settings.raw_root),
+        "raw_zone": RawZoneResource(root=settings.raw_root, max_reject_rate=settings.max_reject_rate),
         "bnpl_api": api,
     }

@@ -113,6 +113,13 @@ class BatchManifest:
     fetched_at: str
 
 
+@dataclasses.dataclass(frozen=True)
+class StaleBatch:
+    batch: Batch
+    sealed: bool  # False: the download never finished, the day must be fetched again
+    age: dt.timedelta
+
+
 class RawZone:
     def __init__(self, storage: RawStorage):
         self.storage = storage
@@ -152,6 +159,15 @@ class RawZone:
     def pending(self, source: str, endpoint: str) -> list[Batch]:
         """Batches not yet committed (sealed or not), oldest first."""
         return [b for b in self.batches(source, endpoint) if not self.is_complete(b)]
+
+    def stale(self, source: str, endpoint: str, now: dt.datetime, older_than: dt.timedelta) -> list[StaleBatch]:
+        """Pending batches started longer ago than `older_than`: a load that failed or never ran."""
+        found = []
+        for batch in self.pending(source, endpoint):
+            age = now - self.started_at(batch)
+            if age >= older_than:
+                found.append(StaleBatch(batch, sealed=self.manifest(batch) is not None, age=age))
+        return found
 
     def started_at(self, batch: Batch) -> dt.datetime:
         raw = json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))

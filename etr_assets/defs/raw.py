@@ -1,0 +1,47 @@
+"""Raw assets: each API endpoint's day fetched into the raw zone as a new batch (pending until loaded)."""
+
+from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, MaterializeResult, MetadataValue, asset
+
+from etr_assets.defs.common import SINGLE_RUN, daily_partitions, days_of
+from etr_assets.defs.resources import BnplApiResource, RawZoneResource
+from etr_assets.settings import Settings
+from etr_assets.sources.fetch import ENDPOINTS, SOURCE, fetch_day
+
+
+def raw_key(endpoint: str) -> AssetKey:
+    return AssetKey(["raw", f"{SOURCE}_{endpoint}"])
+
+
+def build_raw_assets(settings: Settings) -> list[AssetsDefinition]:
+    return [_raw_asset(settings, endpoint) for endpoint in ENDPOINTS]
+
+
+def _raw_asset(settings: Settings, endpoint: str) -> AssetsDefinition:
+    what = "the day's transactions" if endpoint == "transactions" else f"the full {endpoint} list as of the day"
+
+    @asset(
+        key=raw_key(endpoint),
+        group_name="raw",
+        partitions_def=daily_partitions(settings),
+        backfill_policy=SINGLE_RUN,
+        kinds={"python", "json"},
+        description=f"Fetches {what} from the BNPL API into the raw zone as a new batch, exactly as received.",
+    )
+    def fetch(context: AssetExecutionContext, bnpl_api: BnplApiResource, raw_zone: RawZoneResource) -> MaterializeResult:
+        client, zone = bnpl_api.client(), raw_zone.zone()
+        batches, records = {}, {}
+        for day in days_of(context):
+            batch, manifest = fetch_day(client, zone, endpoint, day)
+            batches[day.isoformat()] = batch.key
+            records[day.isoformat()] = manifest.records
+            context.log.info(f"{day}: {manifest.records} records in {len(manifest.files)} file(s) -> {batch.key}")
+        return MaterializeResult(
+            metadata={
+                "dagster/row_count": sum(records.values()),
+                "records_by_day": MetadataValue.json(records),
+                "batches": MetadataValue.json(batches),
+                "raw_zone": MetadataValue.path(zone.storage.uri(f"{SOURCE}/{endpoint}")),
+            }
+        )
+
+    return fetch

@@ -1,0 +1,58 @@
+"""Sensors: batches left pending in the raw zone are reported and re-run for their day."""
+
+import datetime as dt
+
+from dagster import AssetKey, AssetSelection, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+
+from etr_assets.defs.jobs import PIPELINE_GROUPS
+from etr_assets.defs.raw import raw_key
+from etr_assets.defs.resources import RawZoneResource
+from etr_assets.settings import Settings
+from etr_assets.sources.fetch import ENDPOINTS, SOURCE
+
+
+def _downstream_of_raw(endpoint: str) -> list[AssetKey]:
+    """What must run again for a day whose raw batch was not loaded."""
+    if endpoint == "transactions":
+        return [AssetKey(["bronze", "bnpl_transactions_raw"]), AssetKey(["silver", "bnpl_transactions_clean"]),
+                AssetKey(["gold", "bnpl_daily_summary"])]
+    return [AssetKey(["bronze", f"bnpl_{endpoint}_raw"]), AssetKey(["landing", endpoint])]
+
+
+def build_pending_batches_sensor(settings: Settings):
+    threshold = dt.timedelta(hours=settings.pending_alert_hours)
+
+    @sensor(
+        name="raw_pending_batches",
+        target=AssetSelection.groups(*PIPELINE_GROUPS),
+        minimum_interval_seconds=600,
+        description=(
+            f"Finds raw-zone batches still pending after {settings.pending_alert_hours:g} h (a load failed or never "
+            "ran) and re-runs their day: from bronze if the download finished, from raw if it did not."
+        ),
+    )
+    def raw_pending_batches(context: SensorEvaluationContext, raw_zone: RawZoneResource):
+        zone = raw_zone.zone()
+        now = dt.datetime.now(dt.timezone.utc)
+        requests, seen = [], []
+        for endpoint in ENDPOINTS:
+            for stale in zone.stale(SOURCE, endpoint, now, threshold):
+                seen.append(f"{stale.batch.key} ({stale.age.total_seconds() / 3600:.1f} h, "
+                            f"{'downloaded' if stale.sealed else 'download incomplete'})")
+                selection = _downstream_of_raw(endpoint)
+                if not stale.sealed:
+                    selection = [raw_key(endpoint), *selection]
+                requests.append(
+                    RunRequest(
+                        run_key=stale.batch.key,
+                        partition_key=stale.batch.day.isoformat(),
+                        asset_selection=selection,
+                        tags={"etr/stale_batch": stale.batch.key},
+                    )
+                )
+        if not requests:
+            return SkipReason(f"no raw batch pending longer than {settings.pending_alert_hours:g} h")
+        context.log.warning("pending raw batches: " + "; ".join(seen))
+        return SensorResult(run_requests=requests)
+
+    return raw_pending_batches
