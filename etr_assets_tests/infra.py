@@ -7,6 +7,7 @@ started in a ``finally``, even when the test fails; nothing here touches a serve
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pwd
 import shutil
@@ -70,6 +71,10 @@ def moto_server() -> Iterator[str]:
     """moto's S3 (and every other service it emulates) on 127.0.0.1; yields the endpoint URL."""
     from moto.server import ThreadedMotoServer
 
+    # One INFO line per request would bury a failing test's report; restored on exit.
+    access_log = logging.getLogger("werkzeug")
+    level = access_log.level
+    access_log.setLevel(logging.WARNING)
     # Port 0: the OS picks a free port at bind time (no race with another test grabbing it).
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -78,6 +83,7 @@ def moto_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+        access_log.setLevel(level)
 
 
 def s3_client(endpoint: str, region: str):

@@ -107,7 +107,9 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys) -> Scd2Resu
 
     scd2 = _scd2_of(spec)
     target = spec.qualified(catalog)
-    compared = [c for c in spec.column_names if c not in ("_ingested_at",)]
+    # Lineage is not compared: a re-download of the same data under a new batch id changes no history, so it
+    # must not rewrite rows (it keeps pointing at the batch that first delivered the version).
+    compared = [c for c in spec.column_names if c not in ("_ingested_at", "_source_file", "_batch_id")]
     existing = spark.table(target).join(keys.select(scd2.key).distinct(), scd2.key, "left_semi")
     joined = versions.alias("n").join(existing.alias("e"), [scd2.key, "_valid_from"], "full_outer")
     new_present, old_present = F.col("n._is_current").isNotNull(), F.col("e._is_current").isNotNull()

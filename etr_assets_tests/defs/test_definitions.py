@@ -18,9 +18,16 @@ from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_ASSETS = {
     "raw/bnpl_transactions": "raw",
+    "raw/bnpl_customers": "raw",
+    "raw/bnpl_merchants": "raw",
     "bronze/bnpl_transactions_raw": "bronze",
+    "bronze/bnpl_customers_raw": "bronze",
+    "bronze/bnpl_merchants_raw": "bronze",
+    "landing/customers": "landing",
+    "landing/merchants": "landing",
     "silver/bnpl_transactions_clean": "silver",
     "gold/bnpl_daily_summary": "gold",
+    "gold/customer_profiles": "gold",
 }
 
 
@@ -37,6 +44,9 @@ def test_definitions_load_with_the_expected_assets_and_groups():
         AssetKey(["silver", "bnpl_transactions_clean"])
     }
     assert graph.get(AssetKey(["bronze", "bnpl_transactions_raw"])).parent_keys == {AssetKey(["raw", "bnpl_transactions"])}
+    assert graph.get(AssetKey(["gold", "customer_profiles"])).parent_keys == {
+        AssetKey(["landing", "customers"]), AssetKey(["silver", "bnpl_transactions_clean"])
+    }
 
 
 def test_table_assets_carry_kinds_column_schema_and_table_name():

@@ -70,7 +70,7 @@ def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lak
     )
     assert result.success
     materialized = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
-    assert ("gold/bnpl_daily_summary", DAYS[1]) in materialized and len(materialized) == 4 * len(DAYS)
+    assert ("gold/bnpl_daily_summary", DAYS[1]) in materialized and len(materialized) == 11 * len(DAYS)
     assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {d: settings.api_transactions_per_day for d in DAYS}
     snapshots = lake.sql(f"SELECT count(*) FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.snapshots").first()[0]
     assert snapshots == 1  # the whole range in one atomic commit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import uuid
 
 import pytest
@@ -25,8 +26,6 @@ def endpoint():
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch):
     """Dummy credentials only: no AWS_* variable of the host reaches boto3."""
-    import os
-
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
     for name, value in aws_test_env(REGION).items():
@@ -159,6 +158,4 @@ def test_s3_raw_zone_uri_scheme_for_glue_and_emr(client, bucket):
 
 
 def test_only_dummy_credentials_are_in_play():
-    import os
-
     assert {k: os.environ[k] for k in AWS_TEST_ENV} == AWS_TEST_ENV
