@@ -34,15 +34,26 @@ class LakeResource(ConfigurableResource):
 
 
 class RawZoneResource(ConfigurableResource):
-    """Where API responses land before Iceberg: a folder (local profile) or an S3 prefix."""
+    """Where API responses land before Iceberg: a folder (local profile) or an S3 prefix (s3, aws)."""
 
-    root: str
+    root: str  # a folder, or s3://bucket/prefix
     max_reject_rate: float = 0.05  # a batch refusing more than this share fails and stays pending
+    s3_endpoint: str = ""  # MinIO / moto; empty: AWS
+    region: str = "ap-southeast-5"
+    spark_scheme: str = "s3a"  # how Spark names S3 objects: s3a (Hadoop S3A) or s3 (Glue/EMR S3FileIO)
 
     def zone(self) -> RawZone:
-        if self.root.startswith("s3://"):
-            raise NotImplementedError("the S3 raw zone arrives with the s3 profile (issue 3)")
-        return local_raw_zone(self.root)
+        if not self.root.startswith("s3://"):
+            return local_raw_zone(self.root)
+        # Imported here: boto3 and dagster-aws cost a second at import, and local runs never need them.
+        from dagster_aws.s3 import S3Resource
+
+        from etr_assets.sources.s3_storage import s3_raw_zone
+
+        bucket, _, prefix = self.root.removeprefix("s3://").partition("/")
+        # dagster-aws's S3Resource builds the boto3 client: credentials come from the environment or role.
+        client = S3Resource(endpoint_url=self.s3_endpoint or None, region_name=self.region).get_client()
+        return s3_raw_zone(client, bucket, prefix or "raw", uri_scheme=self.spark_scheme)
 
 
 class BnplApiResource(ConfigurableResource):
@@ -94,6 +105,12 @@ def build_resources(settings: Settings) -> dict[str, object]:
             catalog=settings.catalog,
             catalog_conf=catalog_conf(settings),
         ),
-        "raw_zone": RawZoneResource(root=settings.raw_root, max_reject_rate=settings.max_reject_rate),
+        "raw_zone": RawZoneResource(
+            root=settings.raw_root,
+            max_reject_rate=settings.max_reject_rate,
+            s3_endpoint=settings.s3_endpoint,
+            region=settings.region,
+            spark_scheme="s3a" if settings.profile == "s3" else "s3",
+        ),
         "bnpl_api": api,
     }

@@ -159,3 +159,16 @@ def test_s3_raw_zone_uri_scheme_for_glue_and_emr(client, bucket):
 
 def test_only_dummy_credentials_are_in_play():
     assert {k: os.environ[k] for k in AWS_TEST_ENV} == AWS_TEST_ENV
+
+
+def test_the_dagster_raw_zone_resource_writes_to_s3_through_dagster_aws(endpoint, client):
+    from etr_assets.defs.resources import RawZoneResource
+
+    bucket = f"lake-{uuid.uuid4().hex[:8]}"
+    create_bucket(client, bucket)
+    zone = RawZoneResource(root=f"s3://{bucket}/raw", s3_endpoint=endpoint, region=REGION).zone()
+    batch = zone.start_batch("bnpl", "transactions", DAY)
+    zone.seal(batch, [zone.write_part(batch, 1, [{"id": 1}])], 1)
+    assert zone.latest_sealed("bnpl", "transactions", DAY) == batch
+    assert zone.file_uris(batch) == [f"s3a://{bucket}/raw/{batch.key}/part-00001.jsonl"]
+    assert f"raw/{batch.key}/_manifest.json" in list_keys(client, bucket)
