@@ -68,10 +68,21 @@ def _validate(spark, raw: RawZone, feed: RawFeed, batch: Batch) -> Validated:
 
 
 def load_bronze_days(
-    spark, catalog: str, raw: RawZone, feed: RawFeed, days: list[dt.date], max_reject_rate: float = DEFAULT_MAX_REJECT_RATE
+    spark,
+    catalog: str,
+    raw: RawZone,
+    feed: RawFeed,
+    days: list[dt.date],
+    max_reject_rate: float = DEFAULT_MAX_REJECT_RATE,
+    finish_pending: bool = False,
 ) -> LayerResult:
+    """Load `days` (and, with `finish_pending`, every other day with a downloaded batch still pending)."""
     from pyspark.sql import functions as F
 
+    requested = set(days)
+    if finish_pending:
+        pending_days = {b.day for b in raw.pending(feed.source, feed.endpoint) if raw.manifest(b) is not None}
+        days = sorted(requested | pending_days)
     chosen: dict[dt.date, Batch] = {}
     for day in days:
         batch = raw.latest_sealed(feed.source, feed.endpoint, day)
@@ -142,6 +153,7 @@ def load_bronze_days(
             "reject_rate": round(quarantined_count / received, 6) if received else 0.0,
             "unknown_fields": ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items())) or "none",
             "batches": ", ".join(b.batch_id for b in chosen.values()),
+            "finished_pending_days": ", ".join(d.isoformat() for d in chosen if d not in requested) or "none",
         },
         tuple(warnings),
     )

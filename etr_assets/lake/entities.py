@@ -42,7 +42,9 @@ MERCHANTS = EntityFeed(
 def load_bronze(
     spark, catalog: str, raw: RawZone, feed: EntityFeed, days: list[dt.date], max_reject_rate: float = DEFAULT_MAX_REJECT_RATE
 ) -> LayerResult:
-    return load_bronze_days(spark, catalog, raw, feed.raw, days, max_reject_rate)
+    # History depends on every observation, so batches left pending by an earlier failed run are finished
+    # first, whatever their day: the landing step that follows recomputes with them.
+    return load_bronze_days(spark, catalog, raw, feed.raw, days, max_reject_rate, finish_pending=True)
 
 
 def scd2_records(bronze_df, feed: EntityFeed):

@@ -109,3 +109,15 @@ def test_customer_profiles_use_the_version_valid_at_the_end_of_each_day(lake, se
         f"SELECT sum(transactions) FROM {settings.catalog}.gold.customer_profiles WHERE as_of_date = DATE'{DAYS[1]}'"
     ).first()[0]
     assert spent == 2 * settings.api_transactions_per_day  # every silver transaction up to the day, counted once
+
+
+def test_a_run_first_finishes_batches_an_earlier_run_left_pending(lake, settings, api):
+    raw = local_raw_zone(settings.raw_root)
+    client = ApiClient(api.url, api.config.token, page_size=500)
+    fetch_day(client, raw, "merchants", DAYS[0])  # downloaded, then the run died before loading it
+    fetch_day(client, raw, "merchants", DAYS[1])
+    result = entities.load_bronze(lake, settings.catalog, raw, entities.MERCHANTS, [DAYS[1]])
+    assert result.extra["finished_pending_days"] == DAYS[0].isoformat()
+    assert raw.pending("bnpl", "merchants") == []
+    days = {r[0] for r in lake.sql(f"SELECT DISTINCT _as_of FROM {settings.catalog}.bronze.bnpl_merchants_raw").collect()}
+    assert days == set(DAYS[:2])
