@@ -21,7 +21,6 @@ import pytest
 
 from etr_assets.settings import Settings
 from etr_assets_tests.infra import (
-    aws_test_env,
     clean_env,
     create_bucket,
     list_keys,
@@ -39,14 +38,6 @@ JOB = Path(__file__).with_name("spark_job.py")
 ROOT = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT = 300
 
-
-@pytest.fixture
-def aws_env(monkeypatch):
-    """Dummy credentials only, for boto3 and pyiceberg here; subprocesses get `clean_env`."""
-    for name in [n for n in os.environ if n.startswith("AWS_")]:
-        monkeypatch.delenv(name)
-    for name, value in aws_test_env(REGION).items():
-        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from etr_assets.sources.raw_zone import RawZone, RawZoneError
 from etr_assets.sources.s3_storage import S3Storage, s3_raw_zone
-from etr_assets_tests.infra import AWS_TEST_ENV, aws_test_env, create_bucket, list_keys, moto_server, s3_client
+from etr_assets_tests.infra import AWS_TEST_ENV, create_bucket, list_keys, moto_server, s3_client
 
 REGION = "ap-southeast-5"
 DAY = dt.date(2025, 1, 5)
@@ -24,12 +24,8 @@ def endpoint():
 
 
 @pytest.fixture(autouse=True)
-def aws_env(monkeypatch):
-    """Dummy credentials only: no AWS_* variable of the host reaches boto3."""
-    for name in [n for n in os.environ if n.startswith("AWS_")]:
-        monkeypatch.delenv(name)
-    for name, value in aws_test_env(REGION).items():
-        monkeypatch.setenv(name, value)
+def _dummy_aws_credentials(aws_env):
+    """Every test here runs with dummy AWS credentials only."""
 
 
 @pytest.fixture
