@@ -54,8 +54,7 @@ def _error_line(exc: BaseException) -> str:
     java = getattr(exc, "java_exception", None)
     if java is not None:
         text = str(java.getMessage() or java.toString())
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-    return first.removeprefix("[") if first.startswith("[") and "]" not in first else first
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +55,7 @@ def isolated_env(root: Path, **extra: str) -> dict[str, str]:
     etr_home, dagster_home = root / "etr", root / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
     if not (dagster_home / "dagster.yaml").exists():
-        shutil.copy(REPO / "dagster.yaml", dagster_home / "dagster.yaml")
+        shutil.copy(REPO / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
     # No PYTHONWARNINGS either: `etr` must be quiet on its own (only dagster's own commands get "ignore").
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_")) and k != "PYTHONWARNINGS"}
     env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home)}
@@ -190,8 +189,8 @@ def counts(lake_env: dict[str, str]) -> dict[str, dict[str, dict]]:
 @pytest.mark.slow
 def test_backfill_fills_every_layer_for_every_day(counts: dict[str, dict[str, dict]]) -> None:
     assert set(counts) == {"bronze", "silver", "gold"}, counts
-    for layer in counts:
-        assert sorted(counts[layer]) == list(DAYS), (layer, counts[layer])
+    for layer, by_day in counts.items():
+        assert sorted(by_day) == list(DAYS), (layer, by_day)
 
     for day in DAYS:
         bronze, silver, gold = (counts[layer][day] for layer in ("bronze", "silver", "gold"))

@@ -1,10 +1,31 @@
-"""Create a table from its spec, and bring an existing table in line with additive spec changes."""
+"""Create a table from its spec, or evolve the live table to match it, refusing what is unsafe before writing.
+
+What a spec change may do to a live table:
+
+- add a column (always nullable in an existing table: old rows have no value);
+- rename one, declared in the spec as `Column("new", ..., renamed_from="old")`;
+- widen a type: int -> bigint, float -> double, decimal(p,s) -> decimal(P,s) with P > p;
+- relax NOT NULL;
+- add or drop partition fields (old files keep their layout, new writes use the new one);
+- change table properties.
+
+Anything else (narrowing, another type change, dropping a column, making a column NOT NULL) is refused with an
+error naming the table, the column, the change and what to do instead, and nothing is altered.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from etr_assets.lake.specs import TableSpec
+
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+_WIDENINGS = {("int", "bigint"), ("float", "double")}
+
+
+class UnsafeEvolution(ValueError):
+    """The spec asks for a change that would lose or reinterpret data; nothing was altered."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -12,20 +33,34 @@ class TableChanges:
     table: str
     created: bool = False
     added_columns: tuple[str, ...] = ()
+    renamed_columns: tuple[str, ...] = ()  # "old -> new"
+    widened_columns: tuple[str, ...] = ()  # "name: int -> bigint"
+    relaxed_columns: tuple[str, ...] = ()
+    added_partition_fields: tuple[str, ...] = ()
+    dropped_partition_fields: tuple[str, ...] = ()
     changed_properties: tuple[str, ...] = ()
+    schema_id: int | None = None
 
     @property
     def any(self) -> bool:
-        return self.created or bool(self.added_columns or self.changed_properties)
+        return any(dataclasses.astuple(self)[1:-1])
 
     def describe(self) -> str:
         if self.created:
             return f"created {self.table}"
-        parts = []
-        if self.added_columns:
-            parts.append(f"added columns {', '.join(self.added_columns)}")
-        if self.changed_properties:
-            parts.append(f"set properties {', '.join(self.changed_properties)}")
+        parts = [
+            f"{label} {', '.join(values)}"
+            for label, values in (
+                ("added columns", self.added_columns),
+                ("renamed", self.renamed_columns),
+                ("widened", self.widened_columns),
+                ("made nullable", self.relaxed_columns),
+                ("added partition fields", self.added_partition_fields),
+                ("dropped partition fields", self.dropped_partition_fields),
+                ("set properties", self.changed_properties),
+            )
+            if values
+        ]
         return f"{self.table}: " + ("; ".join(parts) if parts else "unchanged")
 
 
@@ -33,8 +68,68 @@ def table_exists(spark, qualified: str) -> bool:
     return bool(spark.catalog.tableExists(qualified))
 
 
+def live_partitioning(spark, qualified: str) -> list[str]:
+    rows = spark.sql(f"DESCRIBE TABLE {qualified}").collect()
+    return [r["data_type"] for r in rows if r["col_name"].startswith("Part ")]
+
+
+def current_schema_id(spark, qualified: str) -> int:
+    """The table's current schema id (metadata tables only show the schema of the latest snapshot)."""
+    table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, qualified)
+    return int(table.schema().schemaId())
+
+
+def _widening(old: str, new: str) -> bool:
+    if (old, new) in _WIDENINGS:
+        return True
+    a, b = _DECIMAL.match(old), _DECIMAL.match(new)
+    return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) > int(a.group(1)))
+
+
+def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts: list[str]) -> dict[str, list]:
+    """What to alter, given the live columns {name: (type, nullable)}; raises UnsafeEvolution on refusals."""
+    where = spec.identifier
+    problems, steps = [], {"add": [], "rename": [], "widen": [], "relax": [], "add_part": [], "drop_part": []}
+    claimed = set()
+    for column in spec.columns:
+        source = column.name if column.name in live_columns else column.renamed_from
+        if source not in live_columns:
+            steps["add"].append(column)
+            continue
+        claimed.add(source)
+        if source != column.name:
+            steps["rename"].append((source, column.name))
+        live_type, nullable = live_columns[source]
+        if live_type != column.type:
+            if _widening(live_type, column.type):
+                steps["widen"].append((column.name, live_type, column.type))
+            else:
+                problems.append(
+                    f"column {column.name}: {live_type} -> {column.type} is not a safe widening (Iceberg allows "
+                    "int->bigint, float->double, decimal precision increases); add a new column and backfill it instead"
+                )
+        if column.required and nullable:
+            problems.append(
+                f"column {column.name}: making an existing column NOT NULL could break old rows; keep it nullable "
+                "in the spec and enforce it with a data-quality check"
+            )
+        elif not column.required and not nullable:
+            steps["relax"].append(column.name)
+    for name in live_columns:
+        if name not in claimed:
+            problems.append(
+                f"column {name}: dropping a column may break readers downstream; keep it in the spec "
+                f"(mark it deprecated in its doc) or rename it with renamed_from"
+            )
+    steps["add_part"] = [p for p in spec.partition_by if p not in live_parts]
+    steps["drop_part"] = [p for p in live_parts if p not in spec.partition_by]
+    if problems:
+        raise UnsafeEvolution(f"table {where}: refused before any change: " + "; ".join(problems))
+    return steps
+
+
 def ensure_table(spark, catalog: str, spec: TableSpec) -> TableChanges:
-    """Create the table if absent; otherwise add spec columns it lacks and sync its properties."""
+    """Create the table if absent; otherwise evolve it to the spec (or refuse, altering nothing)."""
     qualified = spec.qualified(catalog)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{spec.namespace}")
     if not table_exists(spark, qualified):
@@ -46,18 +141,37 @@ def ensure_table(spark, catalog: str, spec: TableSpec) -> TableChanges:
         else:
             if spec.write_order:
                 spark.sql(spec.write_order_ddl(catalog))
-            return TableChanges(qualified, created=True)
+            return TableChanges(qualified, created=True, schema_id=current_schema_id(spark, qualified))
 
-    existing = {field.name for field in spark.table(qualified).schema.fields}
-    missing = [c for c in spec.columns if c.name not in existing]
-    if missing:
-        # New columns are always nullable in an existing table: old rows have no value for them.
-        columns = ", ".join(f"{c.name} {c.type}" + (f" COMMENT '{c.doc}'" if c.doc and "'" not in c.doc else "") for c in missing)
+    live = {f.name: (f.dataType.simpleString(), f.nullable) for f in spark.table(qualified).schema.fields}
+    steps = plan(spec, live, live_partitioning(spark, qualified))
+    for old, new in steps["rename"]:
+        spark.sql(f"ALTER TABLE {qualified} RENAME COLUMN {old} TO {new}")
+    for name, _, new_type in steps["widen"]:
+        spark.sql(f"ALTER TABLE {qualified} ALTER COLUMN {name} TYPE {new_type}")
+    for name in steps["relax"]:
+        spark.sql(f"ALTER TABLE {qualified} ALTER COLUMN {name} DROP NOT NULL")
+    if steps["add"]:
+        columns = ", ".join(f"{c.name} {c.type}" for c in steps["add"])
         spark.sql(f"ALTER TABLE {qualified} ADD COLUMNS ({columns})")
+    for field in steps["drop_part"]:
+        spark.sql(f"ALTER TABLE {qualified} DROP PARTITION FIELD {field}")
+    for field in steps["add_part"]:
+        spark.sql(f"ALTER TABLE {qualified} ADD PARTITION FIELD {field}")
 
     current = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {qualified}").collect()}
     wanted = {k: v for k, v in spec.table_properties.items() if k != "format-version" and current.get(k) != v}
     if wanted:
         assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(wanted.items()))
         spark.sql(f"ALTER TABLE {qualified} SET TBLPROPERTIES ({assignments})")
-    return TableChanges(qualified, added_columns=tuple(c.name for c in missing), changed_properties=tuple(sorted(wanted)))
+    return TableChanges(
+        qualified,
+        added_columns=tuple(c.name for c in steps["add"]),
+        renamed_columns=tuple(f"{old} -> {new}" for old, new in steps["rename"]),
+        widened_columns=tuple(f"{n}: {a} -> {b}" for n, a, b in steps["widen"]),
+        relaxed_columns=tuple(steps["relax"]),
+        added_partition_fields=tuple(steps["add_part"]),
+        dropped_partition_fields=tuple(steps["drop_part"]),
+        changed_properties=tuple(sorted(wanted)),
+        schema_id=current_schema_id(spark, qualified),
+    )

@@ -14,6 +14,7 @@ def spark_type(type_name: str):
         "string": T.StringType(),
         "bigint": T.LongType(),
         "int": T.IntegerType(),
+        "float": T.FloatType(),
         "double": T.DoubleType(),
         "boolean": T.BooleanType(),
         "date": T.DateType(),

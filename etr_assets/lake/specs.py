@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
-SIMPLE_TYPES = ("string", "bigint", "int", "double", "boolean", "date", "timestamp")
+SIMPLE_TYPES = ("string", "bigint", "int", "float", "double", "boolean", "date", "timestamp")
 _TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
 
 MIB = 1024 * 1024
@@ -52,6 +52,7 @@ class Column:
     doc: str = ""
     required: bool = False  # a NOT NULL column: rows without it never reach the table
     pii: bool = False  # holds personal data: erased on a GDPR request
+    renamed_from: str | None = None  # the column's previous name: evolution renames instead of adding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +105,8 @@ class TableSpec:
         if len(set(names)) != len(names):
             raise SpecError(f"{where}: duplicate column names {sorted(n for n in names if names.count(n) > 1)}")
         for column in self.columns:
+            if column.renamed_from and column.renamed_from in names:
+                raise SpecError(f"{where}: column {column.name!r} is renamed from {column.renamed_from!r}, which is still a column")
             if column.type not in SIMPLE_TYPES and not _DECIMAL.match(column.type):
                 raise SpecError(f"{where}: column {column.name!r} has unsupported type {column.type!r}")
         for transform in self.partition_by:

@@ -1,0 +1,538 @@
+"""Crash recovery: SIGKILL a real pipeline run at random moments, run again, count every record.
+
+The issue's promise: "Killing the process at any moment (mid-download, mid-write, mid-commit) and running again
+ends with each record ingested exactly once." `crash_runner` does what one `etr_pipeline` run does for
+transactions and customers (raw -> bronze -> silver -> gold, raw -> bronze -> landing SCD2) in a subprocess of
+its own process group; this test kills that group:
+
+1. once a few tenths of a second into the customers download, on a fresh lake (a batch left without manifest);
+2. then lets one run finish, to measure how long a whole run takes here (it is also the lake's first ingestion);
+3. then SPARK_KILLS times after random delays (seeded `random.Random`, one per equal slice of the measured run, so
+   the kills spread over the JVM start, every layer's Spark job and the commits between them), checking after each
+   kill that what the lake holds is consistent (no day half-replaced, no duplicate, one current version per key);
+4. then runs to completion twice (the second is a replay) and checks the exact counts against the synthetic API.
+
+The test process reads the tables with the shared Spark session through the same warehouse and catalog name as the
+subprocess, with Iceberg's catalog cache off, so every read sees the subprocess's latest commit.
+Seed: ETR_CRASH_SEED (printed, with every delay and where each kill landed; run with -s to see them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from etr_assets.sources.fetch import SOURCE
+from etr_assets.sources.raw_zone import COMPLETE, local_raw_zone
+from etr_assets.sources.synthetic_api import ApiConfig, customers_as_of, serve, transactions_for
+from etr_assets.tables.entities import BRONZE_CUSTOMERS, LANDING_CUSTOMERS
+from etr_assets.tables.quarantine import QUARANTINE_CUSTOMERS, QUARANTINE_TRANSACTIONS
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = ApiConfig(transactions_per_day=50, base_customers=150, signups_per_day=2)
+DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
+SEED = int(os.environ.get("ETR_CRASH_SEED", "20250101"))
+PAGE_SIZE = 20  # ~45 pages of customers per day: a download long enough to be cut in the middle
+SPARK_KILLS = 4  # after the mid-download kill: one per equal slice of a whole run
+RUN_TIMEOUT_S = 420
+ENDPOINTS = ("transactions", "customers")
+TRACKED = LANDING_CUSTOMERS.scd2.tracked
+
+
+# --- the subprocess ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Run:
+    number: int
+    proc: subprocess.Popen
+    out: Path
+    err: Path
+    started: float
+    ended: float | None = None
+    killed_after: float | None = None
+    tables_before: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    def lines(self) -> list[dict]:
+        found = []
+        for line in self.out.read_text(errors="replace").splitlines():
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                continue
+        return found
+
+    def stages(self) -> list[dict]:
+        return [line for line in self.lines() if "stage" in line]
+
+    def stage(self) -> dict:
+        """The step the run was in last (when it was killed: the step the kill interrupted)."""
+        stages = self.stages()
+        return stages[-1] if stages else {"stage": "python start-up", "t": 0.0}
+
+    def done(self) -> dict | None:
+        return next((line for line in self.lines() if line.get("done")), None)
+
+    def describe(self) -> str:
+        err = self.err.read_text(errors="replace").splitlines()
+        return (
+            f"run {self.number} ({' '.join(map(str, self.proc.args[1:]))}) exited {self.proc.returncode}\n"
+            f"--- stdout:\n{self.out.read_text(errors='replace')}\n--- stderr tail:\n" + "\n".join(err[-40:])
+        )
+
+
+def start_run(number: int, api, settings, logs: Path) -> Run:
+    out, err = logs / f"run{number}.out", logs / f"run{number}.err"
+    args = [
+        sys.executable, "-m", "etr_assets_tests.crash_runner",
+        "--home", str(settings.home),
+        "--catalog", settings.catalog,
+        "--api-url", api.url,
+        "--token", api.config.token,
+        "--days", ",".join(d.isoformat() for d in DAYS),
+        "--page-size", str(PAGE_SIZE),
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ETR_")}
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True
+        )
+    return Run(number, proc, out, err, time.monotonic())
+
+
+def live_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` still running (zombies excluded): the runner, spark-submit's JVM, its children."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def kill_group(run: Run) -> None:
+    """SIGKILL the run's whole process group (Python and its JVM at once), and wait until every member is gone."""
+    pgid = run.proc.pid  # start_new_session: the runner leads its own group
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    run.proc.wait(timeout=60)
+    run.ended = run.ended or time.monotonic()
+    deadline = time.monotonic() + 60
+    while live := live_members(pgid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes {live} of killed run {run.number} still alive 60 s after SIGKILL")
+        time.sleep(0.05)
+
+
+def kill_after(run: Run, delay: float) -> bool:
+    """Kill `run` `delay` seconds after its start; False if it ended by itself first."""
+    try:
+        run.proc.wait(timeout=max(0.0, run.started + delay - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        run.killed_after = time.monotonic() - run.started
+        kill_group(run)
+        return True
+    run.ended = time.monotonic()
+    return False
+
+
+def wait_for_stage(run: Run, prefix: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(s["stage"].startswith(prefix) for s in run.stages()):
+        if run.proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"run {run.number} never reached stage {prefix!r}\n{run.describe()}")
+        time.sleep(0.005)
+
+
+def finish(run: Run) -> dict:
+    try:
+        run.proc.wait(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_group(run)
+        raise AssertionError(f"run {run.number} still running after {RUN_TIMEOUT_S} s\n{run.describe()}") from None
+    run.ended = time.monotonic()
+    done = run.done()
+    assert run.proc.returncode == 0 and done, f"a run after the crashes failed:\n{run.describe()}"
+    return done
+
+
+# --- what the lake holds -------------------------------------------------------------------------------------
+
+
+def table(spark, spec, catalog: str):
+    name = spec.qualified(catalog)
+    return spark.table(name) if spark.catalog.tableExists(name) else None
+
+
+def table_files(home: Path) -> dict[str, tuple[int, int]]:
+    """Per table of the Hadoop-catalog warehouse: (metadata versions, parquet data files) on disk."""
+    found = {}
+    for metadata in sorted((home / "warehouse").glob("*/*/metadata")):
+        versions = len(list(metadata.glob("v*.metadata.json")))
+        data = len(list((metadata.parent / "data").rglob("*.parquet")))
+        found[f"{metadata.parent.parent.name}.{metadata.parent.name}"] = (versions, data)
+    return found
+
+
+def file_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, str]:
+    """What a run left on disk per table: new metadata versions (commits, DDL) and new data files."""
+    changes = {}
+    for name, (versions, data) in after.items():
+        old_versions, old_data = before.get(name, (0, 0))
+        if (versions, data) != (old_versions, old_data):
+            changes[name] = f"+{versions - old_versions} metadata, +{data - old_data} data files"
+    return changes
+
+
+def raw_state(raw) -> dict[str, int]:
+    state = {"complete": 0, "sealed, not complete": 0, "no manifest, not complete": 0}
+    for endpoint in ENDPOINTS:
+        for batch in raw.batches(SOURCE, endpoint):
+            if raw.is_complete(batch):
+                state["complete"] += 1
+            elif raw.manifest(batch) is not None:
+                state["sealed, not complete"] += 1
+            else:
+                state["no manifest, not complete"] += 1
+    return state
+
+
+def loaded_batches(raw, endpoint: str, day: dt.date) -> list[str]:
+    """Batches of the day marked complete as *loaded* (not superseded): their rows must be in bronze."""
+    found = []
+    for batch in raw.batches(SOURCE, endpoint, day):
+        if raw.is_complete(batch):
+            info = json.loads(raw.storage.read_bytes(f"{batch.key}/{COMPLETE}"))
+            if info.get("outcome") == "loaded":
+                found.append(batch.batch_id)
+    return found
+
+
+def consistency_problems(spark, catalog: str, raw) -> list[str]:
+    """What must hold after a kill at any moment: each table's days whole, from one batch, without duplicates."""
+    from pyspark.sql import functions as F
+
+    problems = []
+    expected = {
+        "transactions": {d: len(transactions_for(CONFIG, d)) for d in DAYS},
+        "customers": {d: len(customers_as_of(CONFIG, d)) for d in DAYS},
+    }
+    for endpoint in ENDPOINTS:
+        for batch in raw.batches(SOURCE, endpoint):
+            manifest = raw.manifest(batch)
+            if manifest is not None and manifest.records != expected[endpoint][batch.day]:
+                problems.append(
+                    f"raw {batch.key}: sealed with {manifest.records} records, the API served {expected[endpoint][batch.day]}"
+                )
+
+    for endpoint, spec, day_column in (
+        ("transactions", BRONZE_TRANSACTIONS, "transaction_date"),
+        ("customers", BRONZE_CUSTOMERS, "_as_of"),
+    ):
+        df = table(spark, spec, catalog)
+        per_day = {} if df is None else {
+            r["day"]: r
+            for r in df.groupBy(F.col(day_column).alias("day"))
+            .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("_batch_id").alias("batches"), F.max("_batch_id").alias("batch"))
+            .collect()
+        }
+        for day in DAYS:
+            row = per_day.get(day)
+            if row is not None and (row["n"] != expected[endpoint][day] or row["batches"] != 1):
+                problems.append(
+                    f"{spec.identifier} {day}: {row['n']} rows from {row['batches']} batch(es), "
+                    f"expected {expected[endpoint][day]} rows from one batch"
+                )
+            loaded = loaded_batches(raw, endpoint, day)
+            if loaded and (row is None or row["batch"] < max(loaded)):
+                problems.append(
+                    f"raw batch {max(loaded)} is marked complete (loaded) but {spec.identifier} {day} holds "
+                    f"{'nothing' if row is None else 'batch ' + row['batch']}: marked before its commit"
+                )
+    for spec in (QUARANTINE_TRANSACTIONS, QUARANTINE_CUSTOMERS):
+        df = table(spark, spec, catalog)
+        if df is not None and (n := df.count()):
+            problems.append(f"{spec.identifier} holds {n} rows; the API sent no bad record")
+
+    per_day = CONFIG.transactions_per_day
+    silver = table(spark, SILVER_TRANSACTIONS, catalog)
+    if silver is not None:
+        counts = silver.groupBy("transaction_date").agg(
+            F.count(F.lit(1)).alias("n"), F.countDistinct("transaction_id").alias("ids")
+        )
+        for r in counts.collect():
+            if r["n"] != per_day or r["ids"] != per_day:
+                problems.append(
+                    f"{SILVER_TRANSACTIONS.identifier} {r['transaction_date']}: {r['n']} rows, {r['ids']} distinct "
+                    f"transaction ids (expected {per_day} of each)"
+                )
+    gold = table(spark, GOLD_DAILY_SUMMARY, catalog)
+    if gold is not None:
+        for r in gold.groupBy("transaction_date").agg(F.sum("transactions").alias("n")).collect():
+            if r["n"] != per_day:
+                problems.append(
+                    f"{GOLD_DAILY_SUMMARY.identifier} {r['transaction_date']}: sum(transactions) = {r['n']}, expected {per_day}"
+                )
+    landing = table(spark, LANDING_CUSTOMERS, catalog)
+    if landing is not None:
+        doubled = landing.where("_is_current").groupBy("customer_id").count().where("count > 1").count()
+        if doubled:
+            problems.append(f"{LANDING_CUSTOMERS.identifier}: {doubled} customer(s) with more than one current row")
+    return problems
+
+
+# --- the in-order SCD2 model (as in lake/test_entities.py) --------------------------------------------------
+
+
+def parse_ts(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None)
+
+
+def typed(record: dict) -> tuple:
+    values = dict(record)
+    values["credit_limit"] = Decimal(values["credit_limit"]) if values["credit_limit"] is not None else None
+    values["date_of_birth"] = dt.date.fromisoformat(values["date_of_birth"]) if values["date_of_birth"] else None
+    return tuple(values[c] for c in TRACKED)
+
+
+def in_order_history(config, days):
+    """Seed 002's algorithm over full snapshots in day order (NULL-safe compare), as plain Python."""
+    versions: dict[int, list[list]] = {}
+    for day in sorted(days):
+        present = {}
+        for record in customers_as_of(config, day):
+            present[record["customer_id"]] = (parse_ts(record["updated_at"]), typed(record))
+        for key, (when, state) in present.items():
+            history = versions.setdefault(key, [])
+            if history and history[-1][2] is None:
+                if history[-1][0] == state:
+                    continue
+                history[-1][2] = when
+            history.append([state, when, None])
+        end_of_day = dt.datetime.combine(day + dt.timedelta(days=1), dt.time())
+        for key, history in versions.items():
+            if key not in present and history[-1][2] is None:
+                history[-1][2] = end_of_day
+    return {(k, *v[0], v[1], v[2]) for k, hist in versions.items() for v in hist}
+
+
+# --- the test ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_once(lake, settings, tmp_path):
+    catalog = settings.catalog
+    # Read what the subprocess commits: no cached table metadata in this session's catalog (set before first use).
+    lake.conf.set(f"spark.sql.catalog.{catalog}.cache-enabled", "false")
+    raw = local_raw_zone(settings.raw_root)
+    logs = tmp_path / "runs"
+    logs.mkdir()
+    rng = random.Random(SEED)
+    runs: list[Run] = []
+    kills: list[dict] = []
+    began = time.monotonic()
+
+    def note_kill(run: Run, planned: float) -> None:
+        stage = run.stage()
+        kill = {
+            "run": run.number,
+            "planned_s": round(planned, 2),
+            "killed_at_s": round(run.killed_after, 2),
+            "during": stage["stage"],
+            "stage_started_s": stage["t"],
+            "raw": raw_state(raw),
+            "tables": file_changes(run.tables_before, table_files(settings.home)),
+        }
+        kills.append(kill)
+        print(f"[crash] kill {len(kills)}: {json.dumps(kill)}", flush=True)
+        problems = consistency_problems(lake, catalog, raw)
+        assert not problems, (
+            f"PRODUCT BUG: after SIGKILL of run {run.number} at {run.killed_after:.2f} s during {stage['stage']!r} "
+            f"the lake is inconsistent:\n- " + "\n- ".join(problems) + f"\n{run.describe()}"
+        )
+
+    def launch() -> Run:
+        before = table_files(settings.home)
+        run = start_run(len(runs) + 1, api, settings, logs)
+        run.tables_before = before
+        runs.append(run)
+        return run
+
+    print(f"\n[crash] seed {SEED}, lake {settings.home}, catalog {catalog}", flush=True)
+    with serve(CONFIG) as api:
+        try:
+            # 1. Mid-download on the fresh lake: a few tenths of a second into the first customers day.
+            for _ in range(3):
+                run = launch()
+                wait_for_stage(run, "raw customers")
+                offset = rng.uniform(0.0, 0.25)
+                time.sleep(offset)
+                planned = time.monotonic() - run.started
+                if kill_after(run, 0):
+                    note_kill(run, planned)
+                if raw_state(raw)["no manifest, not complete"]:
+                    break
+                print("[crash] that kill missed the download; again", flush=True)
+
+            # 2. One whole run: how long a run takes here (and the lake's first ingestion, after a cut download).
+            run = launch()
+            first = finish(run)
+            full = run.duration
+            download_end = next(s["t"] for s in run.stages() if s["stage"] == "spark session")
+            print(f"[crash] whole run {run.number}: {full:.1f} s ({first['t']} s inside); stages: "
+                  + ", ".join(f"{s['stage']}@{s['t']}" for s in run.stages()), flush=True)
+
+            # 3. Kills at random moments: one per equal slice of [end of download, end of run].
+            estimate = full
+            for slice_number in range(SPARK_KILLS):
+                for _attempt in range(3):
+                    low = download_end + (estimate - download_end) * slice_number / SPARK_KILLS
+                    high = download_end + (estimate - download_end) * (slice_number + 1) / SPARK_KILLS
+                    delay = rng.uniform(low, high)
+                    run = launch()
+                    if kill_after(run, delay):
+                        note_kill(run, delay)
+                        break
+                    # It finished before the kill: runs got faster (the first one created the tables); re-slice.
+                    assert run.proc.returncode == 0, run.describe()
+                    print(f"[crash] run {run.number} finished in {run.duration:.1f} s, before its kill at "
+                          f"{delay:.1f} s; slicing {run.duration:.1f} s from now on", flush=True)
+                    estimate = run.duration
+
+            # 4. Run to completion, then replay.
+            final = finish(launch())
+            replay = finish(launch())
+        finally:
+            for run in runs:
+                if run.proc.poll() is None or live_members(run.proc.pid):
+                    kill_group(run)
+
+    print(f"[crash] {len(kills)} kills; final run {runs[-2].duration:.1f} s, replay {runs[-1].duration:.1f} s; "
+          f"total {time.monotonic() - began:.1f} s", flush=True)
+    for k in kills:
+        print(f"[crash]   run {k['run']}: killed at {k['killed_at_s']} s during {k['during']!r} "
+              f"(started {k['stage_started_s']} s); on disk: {k['tables'] or 'no table files'}", flush=True)
+    assert len(kills) >= 1 + SPARK_KILLS, f"only {len(kills)} runs were killed: {kills}"
+
+    # --- exactly once, after the crashes ----------------------------------------------------------------
+    problems = consistency_problems(lake, catalog, raw)
+    assert not problems, "PRODUCT BUG: inconsistent lake after two whole runs:\n- " + "\n- ".join(problems)
+
+    def by_day(sql: str) -> dict[dt.date, tuple]:
+        return {r[0]: tuple(r[1:]) for r in lake.sql(sql).collect()}
+
+    bronze = by_day(f"SELECT transaction_date, count(*), count(DISTINCT _batch_id) "
+                    f"FROM {BRONZE_TRANSACTIONS.qualified(catalog)} GROUP BY 1")
+    assert bronze == {d: (len(transactions_for(CONFIG, d)), 1) for d in DAYS}, "bronze transactions per day"
+    for day in DAYS:
+        batch = lake.sql(f"SELECT max(_batch_id) FROM {BRONZE_TRANSACTIONS.qualified(catalog)} "
+                         f"WHERE transaction_date = DATE'{day}'").first()[0]
+        assert batch == raw.latest_sealed(SOURCE, "transactions", day).batch_id, f"bronze {day} is not the newest batch"
+
+    silver = by_day(f"SELECT transaction_date, count(*), count(DISTINCT transaction_id) "
+                    f"FROM {SILVER_TRANSACTIONS.qualified(catalog)} GROUP BY 1")
+    assert silver == {d: (CONFIG.transactions_per_day, CONFIG.transactions_per_day) for d in DAYS}, "silver per day"
+    silver_ids = {r[0] for r in lake.sql(f"SELECT transaction_id FROM {SILVER_TRANSACTIONS.qualified(catalog)}").collect()}
+    assert silver_ids == {t["transaction_id"] for d in DAYS for t in transactions_for(CONFIG, d)}
+
+    gold = by_day(f"SELECT transaction_date, sum(transactions) FROM {GOLD_DAILY_SUMMARY.qualified(catalog)} GROUP BY 1")
+    assert gold == {d: (CONFIG.transactions_per_day,) for d in DAYS}, "gold sum(transactions) per day"
+
+    customers = by_day(f"SELECT _as_of, count(*), count(DISTINCT _batch_id) "
+                       f"FROM {BRONZE_CUSTOMERS.qualified(catalog)} GROUP BY 1")
+    assert customers == {d: (len(customers_as_of(CONFIG, d)), 1) for d in DAYS}, "bronze customers per day"
+
+    rows = lake.table(LANDING_CUSTOMERS.qualified(catalog)).collect()
+    history = {(r["customer_id"], *(r[c] for c in TRACKED), r["_valid_from"], r["_valid_to"]) for r in rows}
+    model = in_order_history(CONFIG, DAYS)
+    assert len(rows) == len(history), "landing holds the same version twice"
+    assert history == model, (
+        f"landing history differs from the in-order model: {len(history - model)} unexpected, "
+        f"{len(model - history)} missing, e.g. {sorted(history ^ model)[:3]}"
+    )
+    current = [r["customer_id"] for r in rows if r["_is_current"]]
+    assert len(current) == len(set(current)) == len(customers_as_of(CONFIG, DAYS[-1])), "one current row per customer"
+    assert not replay["landing"]["changed"], f"a replay rewrote landing history: {replay['landing']}"
+    assert final["silver_transactions"] == replay["silver_transactions"]
+
+    for endpoint in ENDPOINTS:
+        stuck = raw.pending(SOURCE, endpoint)
+        assert not stuck, f"PRODUCT BUG: raw {endpoint} batches still pending after two whole runs: {stuck}"
+    for spec in (QUARANTINE_TRANSACTIONS, QUARANTINE_CUSTOMERS):
+        assert lake.table(spec.qualified(catalog)).count() == 0, f"{spec.identifier} is not empty"
+
+
+# --- one crash point placed exactly: inside the first write of a batch ---------------------------------------
+
+# Dies by SIGKILL where LocalStorage.write_bytes would rename `.pending`'s temporary file into place: the batch
+# folder exists (holding only `.tmp-*`), `.pending` does not. The batch is dated 8 h back, past the sensor's 6 h.
+KILL_INSIDE_START_BATCH = """
+import datetime as dt, os, signal, sys
+from etr_assets.sources.raw_zone import local_raw_zone
+
+os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+started = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=8)
+local_raw_zone(sys.argv[1]).start_batch("bnpl", "customers", dt.date(2025, 1, 1), now=started)
+"""
+
+
+@pytest.mark.slow
+def test_a_kill_inside_start_batch_leaves_a_batch_the_pending_sensor_can_handle(tmp_path):
+    from dagster import AssetKey, SensorResult, build_sensor_context
+
+    from etr_assets.defs.resources import RawZoneResource
+    from etr_assets.defs.sensors import build_pending_batches_sensor
+    from etr_assets.settings import Settings
+
+    settings = Settings(home=tmp_path / "etr", pending_alert_hours=6)
+    done = subprocess.run(
+        [sys.executable, "-c", KILL_INSIDE_START_BATCH, settings.raw_root],
+        cwd=REPO, capture_output=True, text=True, timeout=120, start_new_session=True,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    raw = local_raw_zone(settings.raw_root)
+    [batch] = raw.pending(SOURCE, "customers")  # the cut-off batch counts as pending (not loadable, not complete)
+    folder = Path(settings.raw_root, batch.key)
+    assert [p.name[:5] for p in folder.iterdir()] == [".tmp-"], "the kill should leave only the temporary file"
+
+    sensor = build_pending_batches_sensor(settings)
+    try:
+        with build_sensor_context(resources={"raw_zone": RawZoneResource(root=settings.raw_root)}) as context:
+            result = sensor(context)
+    except Exception as exc:  # noqa: BLE001 - any failure here is the finding
+        pytest.fail(
+            "PRODUCT BUG: SIGKILL between LocalStorage.write_bytes's mkdir and its os.replace of .pending (inside "
+            f"RawZone.start_batch) left {batch.key} with no .pending marker; RawZone.stale() -> RawZone.started_at() "
+            f"then raises for it, so the raw_pending_batches sensor fails on every tick and never requests the re-run "
+            f"that would settle the batch (nor reports any other pending batch of the endpoint): "
+            f"{type(exc).__name__}: {exc}"
+        )
+    assert isinstance(result, SensorResult), result
+    [request] = result.run_requests
+    assert request.run_key == batch.key and request.partition_key == "2025-01-01"
+    assert request.asset_selection[0] == AssetKey(["raw", "bnpl_customers"]), "the download never finished: refetch"
