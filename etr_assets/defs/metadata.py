@@ -53,6 +53,8 @@ def commit_metadata(result: LayerResult, location: str) -> dict[str, object]:
     }
     if result.changes.any:
         metadata["table_change"] = result.changes.describe()
+    if result.changes.schema_id is not None:
+        metadata["schema_id"] = result.changes.schema_id
     for key, value in result.extra.items():
         metadata[key] = value
     return metadata
