@@ -10,6 +10,7 @@ from dagster import Definitions, in_process_executor
 from etr_assets.defs.jobs import daily_schedule, pipeline_job
 from etr_assets.defs.resources import build_resources
 from etr_assets.defs.entities import build_entity_assets
+from etr_assets.defs.operations import rollback_table, silver_daily_growth
 from etr_assets.defs.raw import build_raw_assets
 from etr_assets.defs.sensors import build_pending_batches_sensor
 from etr_assets.defs.transactions import build_transaction_assets
@@ -20,7 +21,8 @@ def build_definitions(settings: Settings) -> Definitions:
     job = pipeline_job()
     return Definitions(
         assets=build_raw_assets(settings) + build_transaction_assets(settings) + build_entity_assets(settings),
-        jobs=[job],
+        asset_checks=[silver_daily_growth],
+        jobs=[job, rollback_table],
         schedules=[daily_schedule(job)],
         sensors=[build_pending_batches_sensor(settings)],
         resources=build_resources(settings),

@@ -15,6 +15,9 @@ its own process group; this test kills that group:
 The test process reads the tables with the shared Spark session through the same warehouse and catalog name as the
 subprocess, with Iceberg's catalog cache off, so every read sees the subprocess's latest commit.
 Seed: ETR_CRASH_SEED (printed, with every delay and where each kill landed; run with -s to see them).
+
+A second test puts one crash point exactly (too narrow for random kills): SIGKILL inside the first raw-zone write of
+a batch, then asks the pending-batch sensor, which is what re-runs a day after a crash, to handle what it left.
 """
 
 from __future__ import annotations

@@ -160,6 +160,8 @@ def ensure_table(spark, catalog: str, spec: TableSpec) -> TableChanges:
         spark.sql(f"ALTER TABLE {qualified} ADD PARTITION FIELD {field}")
 
     current = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {qualified}").collect()}
+    if spec.write_order and "sort-order" not in current:  # e.g. a crash between CREATE and its ALTER
+        spark.sql(spec.write_order_ddl(catalog))
     wanted = {k: v for k, v in spec.table_properties.items() if k != "format-version" and current.get(k) != v}
     if wanted:
         assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(wanted.items()))

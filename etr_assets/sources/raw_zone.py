@@ -170,8 +170,12 @@ class RawZone:
         return found
 
     def started_at(self, batch: Batch) -> dt.datetime:
-        raw = json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))
-        return dt.datetime.fromisoformat(raw["started_at"])
+        """When the batch started: from its .pending marker, else from its id (a crash can precede the marker)."""
+        if self.storage.exists(f"{batch.key}/{PENDING}"):
+            raw = json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))
+            return dt.datetime.fromisoformat(raw["started_at"])
+        stamp = batch.batch_id.split("_")[1]
+        return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.timezone.utc)
 
     # --- reading ------------------------------------------------------------------------------------
     def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:

@@ -1,7 +1,7 @@
 """Every table of the lake, declared once. ALL_SPECS is what erasure, `etr tables` and bootstrap iterate."""
 
 from etr_assets.lake.specs import TableSpec
-from etr_assets.tables.operations import DATA_QUALITY_METRICS, GDPR_ACTIONS
+from etr_assets.tables.operations import DATA_QUALITY_METRICS, GDPR_ACTIONS, TABLE_CHANGES
 from etr_assets.tables.entities import (
     BRONZE_CUSTOMERS,
     BRONZE_MERCHANTS,
@@ -25,6 +25,7 @@ ALL_SPECS: tuple[TableSpec, ...] = (
     GOLD_DAILY_SUMMARY,
     GOLD_CUSTOMER_PROFILES,
     GDPR_ACTIONS,
+    TABLE_CHANGES,
     DATA_QUALITY_METRICS,
 )
 

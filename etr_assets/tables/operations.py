@@ -39,3 +39,20 @@ DATA_QUALITY_METRICS = TableSpec(
     partition_by=("days(measured_at)",),
     properties={"write.target-file-size-bytes": str(8 * MIB)},
 )
+
+TABLE_CHANGES = TableSpec(
+    namespace="audit",
+    name="table_changes",
+    description="Operations that changed a table outside the pipeline (rollbacks), with who asked and why",
+    columns=(
+        Column("table_name", "string", "Table changed", required=True),
+        Column("action", "string", "ROLLBACK", required=True),
+        Column("from_snapshot_id", "string", "Snapshot current before"),
+        Column("to_snapshot_id", "string", "Snapshot current after", required=True),
+        Column("reason", "string", "Why, as given by the person who asked", required=True),
+        Column("run_id", "string", "Dagster run that did it"),
+        Column("executed_at", "timestamp", "When", required=True),
+    ),
+    partition_by=("days(executed_at)",),
+    properties={"write.target-file-size-bytes": str(8 * MIB)},
+)

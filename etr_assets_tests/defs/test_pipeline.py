@@ -74,3 +74,28 @@ def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lak
     assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {d: settings.api_transactions_per_day for d in DAYS}
     snapshots = lake.sql(f"SELECT count(*) FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.snapshots").first()[0]
     assert snapshots == 1  # the whole range in one atomic commit
+
+
+def test_the_rollback_job_and_the_daily_growth_check(pipeline_defs, settings, lake):
+    instance = DagsterInstance.ephemeral()
+    resources = pipeline_defs.get_repository_def().get_top_level_resources()
+    selection = [a for a in pipeline_defs.assets if any(k.path[0] in ("raw", "bronze", "silver") and "transactions" in k.path[-1] for k in a.keys)]
+    checks = list(pipeline_defs.asset_checks)
+    first = materialize(selection + checks, resources=resources, partition_key=DAYS[0], instance=instance)
+    (check,) = first.get_asset_check_evaluations()
+    assert check.passed and check.metadata["daily_growth"].value == settings.api_transactions_per_day
+    materialize(selection, resources=resources, partition_key=DAYS[1], instance=instance)
+    table = SILVER_TRANSACTIONS.qualified(settings.catalog)
+    snapshot = lake.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at LIMIT 1").first()[0]
+
+    result = pipeline_defs.resolve_job_def("rollback_table").execute_in_process(
+        instance=instance,
+        run_config={"ops": {"rollback_table_op": {"config": {
+            "table": "silver.bnpl_transactions_clean", "snapshot_id": str(snapshot), "reason": "day 2 was loaded twice"}}}},
+    )
+    assert result.success
+    assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {DAYS[0]: settings.api_transactions_per_day}
+    reasons = lake.sql(f"SELECT reason FROM {settings.catalog}.audit.table_changes").collect()
+    assert [r[0] for r in reasons] == ["day 2 was loaded twice"]
+    metrics = lake.sql(f"SELECT metric, value FROM {settings.catalog}.monitoring.data_quality_metrics").collect()
+    assert ("daily_growth", float(settings.api_transactions_per_day)) in [(m[0], m[1]) for m in metrics]

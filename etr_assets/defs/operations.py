@@ -1,0 +1,67 @@
+"""Operator tools in the UI: roll a table back to a snapshot (with a reason), and the daily-growth check."""
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    Config,
+    OpExecutionContext,
+    asset_check,
+    job,
+    op,
+)
+from pydantic import Field
+
+from etr_assets.defs.common import table_key
+from etr_assets.defs.resources import LakeResource
+from etr_assets.lake.quality import Metric, record_metrics
+from etr_assets.lake.timetravel import daily_growth, rollback
+from etr_assets.tables import spec_for
+from etr_assets.tables.transactions import SILVER_TRANSACTIONS
+
+
+class RollbackConfig(Config):
+    table: str = Field(description="Table to roll back, as namespace.name, e.g. silver.bnpl_transactions_clean")
+    snapshot_id: str = Field(description="Snapshot to make current again (see the table's .snapshots or its materializations)")
+    reason: str = Field(description="Why: recorded in audit.table_changes")
+
+
+@op(description="Makes an earlier snapshot of a table current again and records why in audit.table_changes.")
+def rollback_table_op(context: OpExecutionContext, config: RollbackConfig, lake: LakeResource) -> None:
+    spec = spec_for(config.table)
+    if not config.snapshot_id.strip().isdigit():
+        raise ValueError(f"snapshot_id {config.snapshot_id!r} is not a snapshot id (digits only)")
+    record = rollback(lake.session(), lake.catalog, spec.qualified(lake.catalog), int(config.snapshot_id), config.reason, context.run_id)
+    context.log.info(f"{spec.identifier}: snapshot {record['from_snapshot_id']} -> {record['to_snapshot_id']} ({config.reason})")
+
+
+@job(
+    name="rollback_table",
+    description="Roll one table back to a chosen snapshot, recording the reason. Launch it from the Launchpad.",
+)
+def rollback_table():
+    rollback_table_op()
+
+
+@asset_check(
+    asset=table_key(SILVER_TRANSACTIONS),
+    name="daily_growth",
+    description="Rows now against 24 hours ago, read through Iceberg time travel; warns when the table shrank. "
+    "Recorded in monitoring.data_quality_metrics.",
+)
+def silver_daily_growth(context: AssetCheckExecutionContext, lake: LakeResource) -> AssetCheckResult:
+    spark = lake.session()
+    growth = daily_growth(spark, SILVER_TRANSACTIONS.qualified(lake.catalog))
+    passed = growth.added >= 0
+    record_metrics(
+        spark,
+        lake.catalog,
+        [Metric(SILVER_TRANSACTIONS.identifier, "row_count", growth.rows_now, passed),
+         Metric(SILVER_TRANSACTIONS.identifier, "daily_growth", growth.added, passed)],
+        context.run.run_id,
+    )
+    return AssetCheckResult(
+        passed=passed,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"rows_now": growth.rows_now, "rows_24h_ago": growth.rows_before, "daily_growth": growth.added},
+    )

@@ -1,0 +1,112 @@
+"""Reading a table as it was, comparing with the past, and rolling back with a recorded reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.writes import append
+
+
+class NoSuchSnapshot(LookupError):
+    """The table has no snapshot matching the request; the message names the table and what was asked."""
+
+
+def _naive_utc(when: dt.datetime) -> dt.datetime:
+    """Spark's session clock is UTC without a zone: compare like with like."""
+    return when.astimezone(dt.timezone.utc).replace(tzinfo=None) if when.tzinfo else when
+
+
+def _millis(when: dt.datetime) -> int:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def snapshot_as_of(spark, qualified: str, when: dt.datetime) -> int:
+    """The id of the snapshot that was current at `when` (UTC if naive)."""
+    from pyspark.sql import functions as F
+
+    row = (
+        spark.table(f"{qualified}.history")
+        .where(F.col("made_current_at") <= F.lit(_naive_utc(when)))
+        .orderBy(F.col("made_current_at").desc())
+        .select("snapshot_id")
+        .first()
+    )
+    if row is None:
+        raise NoSuchSnapshot(f"table {qualified} has no snapshot at or before {when.isoformat()}")
+    return row[0]
+
+
+def read_as_of(spark, qualified: str, *, snapshot_id: int | None = None, when: dt.datetime | None = None):
+    """The table as of a snapshot id or a point in time (exactly one of them)."""
+    if (snapshot_id is None) == (when is None):
+        raise ValueError("give exactly one of snapshot_id or when")
+    reader = spark.read.format("iceberg")
+    if snapshot_id is not None:
+        known = {r[0] for r in spark.sql(f"SELECT snapshot_id FROM {qualified}.snapshots").collect()}
+        if snapshot_id not in known:
+            raise NoSuchSnapshot(f"table {qualified} has no snapshot {snapshot_id} (it may have expired)")
+        return reader.option("snapshot-id", snapshot_id).load(qualified)
+    snapshot_as_of(spark, qualified, when)  # a clear error instead of Iceberg's when nothing existed yet
+    return reader.option("as-of-timestamp", _millis(when)).load(qualified)
+
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    table: str
+    rows_now: int
+    rows_before: int
+    since: dt.datetime
+
+    @property
+    def added(self) -> int:
+        return self.rows_now - self.rows_before
+
+    @property
+    def ratio(self) -> float | None:
+        return self.rows_now / self.rows_before if self.rows_before else None
+
+
+def daily_growth(spark, qualified: str, now: dt.datetime | None = None, window: dt.timedelta = dt.timedelta(days=1)) -> Growth:
+    """Rows now against rows a day earlier, through time travel (seed 001's validate_data_quality)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    since = now - window
+    rows_now = spark.table(qualified).count()
+    try:
+        rows_before = read_as_of(spark, qualified, when=since).count()
+    except NoSuchSnapshot:
+        rows_before = 0  # the table did not exist yet
+    return Growth(qualified, rows_now, rows_before, since)
+
+
+def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str, run_id: str = "") -> dict:
+    """Make `snapshot_id` current again and record who asked and why in audit.table_changes."""
+    from etr_assets.tables.operations import TABLE_CHANGES
+
+    if not reason.strip():
+        raise ValueError(f"rolling back {qualified} needs a reason")
+    before = spark.sql(f"SELECT snapshot_id FROM {qualified}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
+    read_as_of(spark, qualified, snapshot_id=snapshot_id)  # validates the id
+    identifier = qualified.split(".", 1)[1]
+    spark.sql(f"CALL {catalog}.system.rollback_to_snapshot(table => '{identifier}', snapshot_id => {int(snapshot_id)})")
+    record = {
+        "table_name": qualified,
+        "action": "ROLLBACK",
+        "from_snapshot_id": str(before[0]) if before else None,
+        "to_snapshot_id": str(snapshot_id),
+        "reason": reason,
+        "run_id": run_id,
+        "executed_at": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+    }
+    ensure_table(spark, catalog, TABLE_CHANGES)
+    append(spark, TABLE_CHANGES.qualified(catalog), spark.createDataFrame([record], schema=_schema(TABLE_CHANGES)))
+    return record
+
+
+def _schema(spec):
+    from etr_assets.lake.frames import spark_schema
+
+    return spark_schema(spec.columns)
