@@ -24,6 +24,7 @@ import dataclasses
 import uuid
 
 from etr_assets.lake.frames import conform
+from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import Scd2, TableSpec
 
 FULL, INCREMENTAL = "full", "incremental"
@@ -164,14 +165,23 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys) -> Scd2Resu
 
 
 def apply_observations(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None) -> Scd2Result:
-    """The whole step: observations -> history -> one MERGE. `keys`: which keys to recompute (default: all)."""
+    """The whole step: observations -> history -> one MERGE. `keys`: which keys to recompute (default: all).
+
+    A MERGE that loses to a concurrent commit on the same files is recomputed from fresh data and re-run.
+    """
     scd2 = _scd2_of(spec)
-    events = observations(records, scd2, mode)
-    if keys is None:
-        keys = records.select(scd2.key).distinct()
-    else:
-        events = events.join(keys.select(scd2.key).distinct(), scd2.key, "left_semi")
-    return merge_scd2(spark, catalog, spec, history(events, spec), keys)
+    target = spec.qualified(catalog)
+
+    def attempt() -> Scd2Result:
+        events = observations(records, scd2, mode)
+        chosen = records.select(scd2.key).distinct() if keys is None else keys.select(scd2.key).distinct()
+        if keys is not None:
+            events = events.join(chosen, scd2.key, "left_semi")
+        return merge_scd2(spark, catalog, spec, history(events, spec), chosen)
+
+    return run_with_retries(
+        attempt, f"SCD2 merge into {target}", on_retry=lambda attempt, error: spark.sql(f"REFRESH TABLE {target}")
+    )
 
 
 def _scd2_of(spec: TableSpec) -> Scd2:

@@ -1,0 +1,64 @@
+"""Re-running operations that lose an Iceberg commit race.
+
+Iceberg retries a losing append or overwrite itself (`commit.retry.num-retries` in every spec). A MERGE, UPDATE
+or DELETE whose files were changed underneath it fails validation instead (`ValidationException: Found
+conflicting files`): a real conflict that only re-reading and re-running can resolve. `run_with_retries` does
+that, boundedly, with backoff and jitter, and ends with an error naming the operation and the attempts.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# Class names (or message fragments) of Iceberg's commit conflicts, as they surface through py4j.
+CONFLICT_MARKERS = (
+    "org.apache.iceberg.exceptions.CommitFailedException",
+    "org.apache.iceberg.exceptions.ValidationException: Found conflicting files",
+    "Found conflicting files",
+    "Found new conflicting delete files",
+    "Cannot commit, found new",
+    "Requirement failed: branch main has changed",
+)
+
+
+class CommitConflictError(RuntimeError):
+    """Every attempt lost to a concurrent writer."""
+
+
+def is_commit_conflict(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}"
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        text += f" {java.toString()}"
+    return any(marker in text for marker in CONFLICT_MARKERS)
+
+
+def run_with_retries(
+    operation: Callable[[], T],
+    what: str,
+    attempts: int = 5,
+    base_delay: float = 0.5,
+    max_delay: float = 15.0,
+    on_retry: Callable[[int, BaseException], None] | None = None,
+) -> T:
+    """Run `operation` (which must re-read its inputs each time); retry only commit conflicts."""
+    rng = random.Random()
+    for attempt in range(1, attempts + 1):
+        try:
+            return operation()
+        except Exception as error:
+            if not is_commit_conflict(error):
+                raise
+            if attempt == attempts:
+                raise CommitConflictError(
+                    f"{what}: lost to concurrent writers {attempts} times; last conflict: {str(error).splitlines()[0][:300]}"
+                ) from error
+            if on_retry:
+                on_retry(attempt, error)
+            time.sleep(rng.uniform(0, min(max_delay, base_delay * 2 ** (attempt - 1))))
+    raise AssertionError("unreachable")
