@@ -25,7 +25,8 @@ def test_every_table_gets_the_house_properties(spec):
     assert int(props["write.target-file-size-bytes"]) > 0
     assert int(props["commit.retry.num-retries"]) >= 3
     assert props["write.metadata.delete-after-commit.enabled"] == "true"
-    assert spec.partition_by and spec.partition_by[0].startswith("days(")
+    # Daily data is partitioned by day; SCD2 histories are small and keyed, so they stay unpartitioned.
+    assert spec.partition_by[0].startswith("days(") if spec.scd2 is None else spec.partition_by == ()
 
 
 def test_transaction_tables_partition_by_day_of_transaction():
@@ -35,7 +36,16 @@ def test_transaction_tables_partition_by_day_of_transaction():
 
 def test_erasure_list_is_derived_from_personal_data_columns():
     erasable = {s.identifier for s in personal_data_specs()}
-    assert erasable == {"bronze.bnpl_transactions_raw", "silver.bnpl_transactions_clean"}
+    assert erasable == {
+        "bronze.bnpl_transactions_raw",
+        "bronze.bnpl_customers_raw",
+        "bronze.quarantine_transactions",
+        "bronze.quarantine_customers",
+        "landing.customers",
+        "silver.bnpl_transactions_clean",
+        "gold.customer_profiles",
+    }
+    assert "bronze.bnpl_merchants_raw" not in erasable and "gold.bnpl_daily_summary" not in erasable
     assert SILVER_TRANSACTIONS.pii_columns == ["customer_id"] and SILVER_TRANSACTIONS.subject_column == "customer_id"
     # The audit trail must survive the erasures it records: it holds a keyed hash, not personal data.
     assert not spec_for("audit.gdpr_actions").holds_personal_data
