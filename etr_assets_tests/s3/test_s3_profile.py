@@ -120,6 +120,14 @@ def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog
     job = start_job("pipeline", job_args(settings, days=[d.isoformat() for d in DAYS]), tmp_path)
     (result,) = finish_jobs([job], tmp_path)
     layers, tables = result["layers"], result["tables"]
+    # SCD2 ingestion on the s3 profile: one current row per customer of the last day, and a replay changes nothing.
+    from etr_assets.sources.synthetic_api import ApiConfig, customers_as_of
+
+    landing = layers["landing_customers"]
+    expected_customers = len(customers_as_of(ApiConfig(), DAYS[-1]))
+    assert landing["current_rows"] == landing["current_keys"] == expected_customers, landing
+    assert landing["inserted"] >= expected_customers and landing["replay_changed"] is False, landing
+    assert landing["pending_customer_batches"] == 0, landing
 
     # The session was the real s3 profile: its jars and the environment credentials provider.
     assert result["jars"] == result["expected_jars"]
