@@ -4,6 +4,9 @@ import datetime as dt
 import warnings
 
 from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     BackfillPolicy,
@@ -43,8 +46,31 @@ def table_pool(settings: Settings, spec: TableSpec) -> str | None:
     return f"iceberg_{spec.namespace}_{spec.name}" if settings.serialize_writers else None
 
 
+def blocking_checks(spec: TableSpec) -> list[AssetCheckSpec]:
+    """One blocking Dagster check per expectation of the spec (evaluated on the audit branch before publishing)."""
+    names = [(c.name, c.description) for c in spec.expectations]
+    if spec.unique_key:
+        names.append((f"{spec.unique_key}_is_unique", f"{spec.unique_key} is unique"))
+    return [
+        AssetCheckSpec(name, asset=table_key(spec), blocking=True, description=f"Blocking, before publishing: {text}")
+        for name, text in names
+    ]
+
+
+def check_results(outcomes) -> list[AssetCheckResult]:
+    return [
+        AssetCheckResult(
+            check_name=o.name,
+            passed=o.passed,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={"violations": o.violations, "examples": o.examples or "none"},
+        )
+        for o in outcomes
+    ]
+
+
 def table_asset(settings: Settings, spec: TableSpec, deps: list[AssetKey], description: str, group: str | None = None):
-    """@asset for a daily-partitioned Iceberg table written by Spark."""
+    """@asset for a daily-partitioned Iceberg table written by Spark (with its blocking checks, if any)."""
     return asset(
         key=table_key(spec),
         deps=deps,
@@ -55,6 +81,7 @@ def table_asset(settings: Settings, spec: TableSpec, deps: list[AssetKey], descr
         pool=table_pool(settings, spec),
         description=description,
         metadata=definition_metadata(spec, settings.catalog),
+        check_specs=blocking_checks(spec) or None,
     )
 
 
@@ -66,4 +93,4 @@ def table_result(context: AssetExecutionContext, lake: LakeResource, spec: Table
     )
     for warning in layer.warnings:
         context.log.warning(warning)
-    return MaterializeResult(metadata=commit_metadata(layer, location))
+    return MaterializeResult(metadata=commit_metadata(layer, location), check_results=check_results(layer.checks) or None)

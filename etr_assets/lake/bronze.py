@@ -49,6 +49,7 @@ class LayerResult:
     rows_by_day: dict[str, int]
     extra: dict[str, int | str | float] = dataclasses.field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    checks: tuple = ()  # CheckOutcome of each blocking check run before publishing (write-audit-publish)
 
     @property
     def rows(self) -> int:

@@ -57,10 +57,15 @@ class Column:
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """A rule every accepted input row satisfies: a SQL predicate over the typed columns (NULL passes)."""
+    """A rule every row satisfies: a SQL predicate over the typed columns (NULL passes)."""
 
     description: str
     predicate: str
+
+    @property
+    def name(self) -> str:
+        """A short identifier (for Dagster check names and metric rows)."""
+        return re.sub(r"[^a-z0-9]+", "_", self.description.lower()).strip("_")[:60]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +99,8 @@ class TableSpec:
     properties: Mapping[str, str] = dataclasses.field(default_factory=dict)  # overrides DEFAULT_PROPERTIES
     subject_column: str | None = None  # the column naming the data subject, for erasure
     checks: tuple[Check, ...] = ()  # input validation beyond types and NOT NULL (bronze tables)
+    expectations: tuple[Check, ...] = ()  # every written row satisfies these: blocking checks before publishing
+    unique_key: str | None = None  # no two rows share this column's value: a blocking check too
     scd2: Scd2 | None = None  # history kept as SCD2 versions
 
     def __post_init__(self) -> None:

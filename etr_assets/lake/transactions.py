@@ -11,6 +11,7 @@ import datetime as dt
 from etr_assets.lake.bronze import DEFAULT_MAX_REJECT_RATE, BadInputError, LayerResult, RawFeed, load_bronze_days
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import conform
+from etr_assets.lake.wap import write_audit_publish
 from etr_assets.lake.writes import replace_days
 from etr_assets.sources.fetch import SOURCE
 from etr_assets.sources.raw_zone import RawZone
@@ -77,7 +78,19 @@ def clean_transactions(bronze_df):
     return latest.withColumn("_processed_at", F.current_timestamp())
 
 
-def build_silver(spark, catalog: str, days: list[dt.date]) -> LayerResult:
+def _replace(spark, catalog: str, spec, df, days: list[dt.date], audit_branch: str | None):
+    """Replace the days directly, or through write-audit-publish on `audit_branch` (raises AuditFailed)."""
+    qualified = spec.qualified(catalog)
+    if audit_branch is None:
+        return replace_days(spark, qualified, df, "transaction_date", days), ()
+
+    def write():
+        return replace_days(spark, qualified, df, "transaction_date", days)
+
+    return write_audit_publish(spark, catalog, spec, audit_branch, "transaction_date", days, write)
+
+
+def build_silver(spark, catalog: str, days: list[dt.date], audit_branch: str | None = None) -> LayerResult:
     from pyspark.sql import functions as F
 
     bronze = spark.table(BRONZE_TRANSACTIONS.qualified(catalog)).where(F.col("transaction_date").isin(sorted(days)))
@@ -85,8 +98,10 @@ def build_silver(spark, catalog: str, days: list[dt.date]) -> LayerResult:
     cleaned = conform(clean_transactions(bronze), SILVER_TRANSACTIONS).cache()
     counts = count_by_day(cleaned, days)
     received = bronze.count()
-    commit = replace_days(spark, SILVER_TRANSACTIONS.qualified(catalog), cleaned, "transaction_date", days)
-    cleaned.unpersist()
+    try:
+        commit, checks = _replace(spark, catalog, SILVER_TRANSACTIONS, cleaned, days, audit_branch)
+    finally:
+        cleaned.unpersist()
     written = sum(counts.values())
     distinct_ids = bronze.where(F.col("transaction_id").isNotNull()).select("transaction_id").distinct().count()
     return LayerResult(
@@ -94,6 +109,7 @@ def build_silver(spark, catalog: str, days: list[dt.date]) -> LayerResult:
         changes,
         counts,
         {"bronze_rows": received, "duplicates_removed": received - distinct_ids, "rejected": distinct_ids - written},
+        checks=tuple(checks),
     )
 
 
@@ -124,16 +140,18 @@ def daily_summary(silver_df):
     )
 
 
-def build_gold(spark, catalog: str, days: list[dt.date]) -> LayerResult:
+def build_gold(spark, catalog: str, days: list[dt.date], audit_branch: str | None = None) -> LayerResult:
     from pyspark.sql import functions as F
 
     silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog)).where(F.col("transaction_date").isin(sorted(days)))
     changes = ensure_table(spark, catalog, GOLD_DAILY_SUMMARY)
     summary = conform(daily_summary(silver), GOLD_DAILY_SUMMARY).cache()
     counts = count_by_day(summary, days)
-    commit = replace_days(spark, GOLD_DAILY_SUMMARY.qualified(catalog), summary, "transaction_date", days)
-    summary.unpersist()
-    return LayerResult(commit, changes, counts)
+    try:
+        commit, checks = _replace(spark, catalog, GOLD_DAILY_SUMMARY, summary, days, audit_branch)
+    finally:
+        summary.unpersist()
+    return LayerResult(commit, changes, counts, checks=tuple(checks))
 
 
 def count_by_day(df, days: list[dt.date], column: str = "transaction_date") -> dict[str, int]:

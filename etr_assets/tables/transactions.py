@@ -65,6 +65,13 @@ SILVER_TRANSACTIONS = TableSpec(
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "customer_id"),
     subject_column="customer_id",
+    properties={"write.wap.enabled": "true"},  # written to an audit branch, published when checks pass
+    expectations=(
+        Check("keys are present", "transaction_id IS NOT NULL AND customer_id IS NOT NULL AND merchant_id IS NOT NULL"),
+        Check("status is an accepted value", "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"),
+        Check("amount is between 0.01 and 100000", "amount BETWEEN 0.01 AND 100000"),
+    ),
+    unique_key="transaction_id",
 )
 
 GOLD_DAILY_SUMMARY = TableSpec(
@@ -88,5 +95,9 @@ GOLD_DAILY_SUMMARY = TableSpec(
     ),
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "currency"),
-    properties={"write.target-file-size-bytes": str(32 * MIB)},
+    properties={"write.target-file-size-bytes": str(32 * MIB), "write.wap.enabled": "true"},
+    expectations=(
+        Check("outcome counts add up", "approved + declined + refunded + pending = transactions"),
+        Check("amounts are not negative", "gross_amount >= 0 AND refunded_amount >= 0"),
+    ),
 )

@@ -1,0 +1,99 @@
+"""Write-audit-publish: write to an Iceberg branch, check it, fast-forward main only if every check passes.
+
+When a check fails, main is unchanged and the branch stays for inspection
+(`SELECT ... FROM t VERSION AS OF '<branch>'`); the failure names it. Tables using it set
+`write.wap.enabled=true` in their spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import re
+
+from etr_assets.lake.specs import TableSpec
+
+
+class AuditFailed(RuntimeError):
+    """Blocking checks failed on the audit branch; main was not touched."""
+
+    def __init__(self, message: str, branch: str, results: list[CheckOutcome]):
+        super().__init__(message)
+        self.branch = branch
+        self.results = results
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    description: str
+    passed: bool
+    violations: int
+    examples: str = ""
+
+
+def branch_name(run_id: str) -> str:
+    return "audit_" + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[:36]
+
+
+@contextlib.contextmanager
+def writing_to_branch(spark, qualified: str, branch: str):
+    """Writes inside go to `branch` (created from main); reads of the table inside see the branch."""
+    spark.sql(f"ALTER TABLE {qualified} CREATE BRANCH IF NOT EXISTS `{branch}`")
+    spark.conf.set("spark.wap.branch", branch)
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.wap.branch")
+
+
+def read_branch(spark, qualified: str, branch: str):
+    return spark.read.format("iceberg").option("branch", branch).load(qualified)
+
+
+def evaluate(spark, qualified: str, spec: TableSpec, branch: str, day_column: str, days: list[dt.date]) -> list[CheckOutcome]:
+    """Each expectation over the rebuilt days, and uniqueness over the whole table, as seen on the branch."""
+    from pyspark.sql import functions as F
+
+    table = read_branch(spark, qualified, branch)
+    rebuilt = table.where(F.col(day_column).isin(sorted(days)))
+    outcomes = []
+    for check in spec.expectations:
+        bad = rebuilt.where(~F.coalesce(F.expr(check.predicate), F.lit(True)))
+        count = bad.count()
+        sample = ", ".join(str(r.asDict()) for r in bad.limit(2).collect()) if count else ""
+        outcomes.append(CheckOutcome(check.name, check.description, count == 0, count, sample[:400]))
+    if spec.unique_key:
+        key = spec.unique_key
+        repeated = table.groupBy(key).count().where("count > 1")
+        count = repeated.count()
+        sample = ", ".join(str(r[key]) for r in repeated.limit(5).collect()) if count else ""
+        outcomes.append(CheckOutcome(f"{key}_is_unique", f"{key} is unique", count == 0, count, sample))
+    return outcomes
+
+
+def publish(spark, catalog: str, qualified: str, branch: str) -> None:
+    """Fast-forward main to the branch, then drop it. Fails if main moved meanwhile (nothing published)."""
+    identifier = qualified.split(".", 1)[1]
+    spark.sql(f"CALL {catalog}.system.fast_forward('{identifier}', 'main', '{branch}')")
+    spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS `{branch}`")
+
+
+def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, day_column: str, days: list[dt.date], write):
+    """Run `write()` on a branch, check it, publish. Returns (write's result, outcomes); raises AuditFailed."""
+    qualified = spec.qualified(catalog)
+    with writing_to_branch(spark, qualified, branch):
+        result = write()
+    outcomes = evaluate(spark, qualified, spec, branch, day_column, days)
+    failed = [o for o in outcomes if not o.passed]
+    if failed:
+        raise AuditFailed(
+            f"{spec.identifier}: {len(failed)} blocking check(s) failed, main is unchanged; the data is kept on branch "
+            f"'{branch}' (SELECT * FROM {qualified} VERSION AS OF '{branch}'). Failed: "
+            + "; ".join(f"{o.description} ({o.violations} rows)" for o in failed),
+            branch,
+            outcomes,
+        )
+    publish(spark, catalog, qualified, branch)
+    return result, outcomes
