@@ -42,8 +42,9 @@ def days_of(context: AssetExecutionContext) -> list[dt.date]:
 
 
 def table_pool(settings: Settings, spec: TableSpec) -> str | None:
-    """One writer per table at a time where the catalog cannot arbitrate commits (local Hadoop catalog)."""
-    return f"iceberg_{spec.namespace}_{spec.name}" if settings.serialize_writers else None
+    """One writer per table at a time where the catalog cannot arbitrate commits (local Hadoop catalog), and
+    for SCD2 tables everywhere: their keyed MERGEs conflict with any concurrent commit and would only retry."""
+    return f"iceberg_{spec.namespace}_{spec.name}" if settings.serialize_writers or spec.scd2 else None
 
 
 def blocking_checks(spec: TableSpec) -> list[AssetCheckSpec]:

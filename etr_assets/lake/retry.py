@@ -30,12 +30,17 @@ class CommitConflictError(RuntimeError):
     """Every attempt lost to a concurrent writer."""
 
 
-def is_commit_conflict(error: BaseException) -> bool:
+def _error_text(error: BaseException) -> str:
+    """The error with its Java exception, if any (py4j's own message only says which call failed)."""
     text = f"{type(error).__name__}: {error}"
     java = getattr(error, "java_exception", None)
     if java is not None:
-        text += f" {java.toString()}"
-    return any(marker in text for marker in CONFLICT_MARKERS)
+        text = f"{java.toString()} ({text.splitlines()[0]})"
+    return text
+
+
+def is_commit_conflict(error: BaseException) -> bool:
+    return any(marker in _error_text(error) for marker in CONFLICT_MARKERS)
 
 
 def run_with_retries(
@@ -56,7 +61,7 @@ def run_with_retries(
                 raise
             if attempt == attempts:
                 raise CommitConflictError(
-                    f"{what}: lost to concurrent writers {attempts} times; last conflict: {str(error).splitlines()[0][:300]}"
+                    f"{what}: lost to concurrent writers {attempts} times; last conflict: {_error_text(error).splitlines()[0][:300]}"
                 ) from error
             if on_retry:
                 on_retry(attempt, error)

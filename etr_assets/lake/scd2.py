@@ -179,8 +179,14 @@ def apply_observations(spark, catalog: str, spec: TableSpec, records, mode: str,
             events = events.join(chosen, scd2.key, "left_semi")
         return merge_scd2(spark, catalog, spec, history(events, spec), chosen)
 
+    # Any other commit to the table conflicts with a keyed MERGE, so allow several rounds of waiting; the Dagster
+    # layer also gives each SCD2 table a pool so its writers queue instead of racing.
     return run_with_retries(
-        attempt, f"SCD2 merge into {target}", on_retry=lambda attempt, error: spark.sql(f"REFRESH TABLE {target}")
+        attempt,
+        f"SCD2 merge into {target}",
+        attempts=8,
+        max_delay=30.0,
+        on_retry=lambda attempt, error: spark.sql(f"REFRESH TABLE {target}"),
     )
 
 
