@@ -31,17 +31,26 @@ import signal
 import subprocess
 import sys
 import time
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from etr_assets.sources.fetch import SOURCE
 from etr_assets.sources.raw_zone import COMPLETE, local_raw_zone
-from etr_assets.sources.synthetic_api import ApiConfig, customers_as_of, serve, transactions_for
+from etr_assets.sources.synthetic_api import (
+    ApiConfig,
+    customers_as_of,
+    serve,
+    transactions_for,
+)
 from etr_assets.tables.entities import BRONZE_CUSTOMERS, LANDING_CUSTOMERS
 from etr_assets.tables.quarantine import QUARANTINE_CUSTOMERS, QUARANTINE_TRANSACTIONS
-from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+from etr_assets.tables.transactions import (
+    BRONZE_TRANSACTIONS,
+    GOLD_DAILY_SUMMARY,
+    SILVER_TRANSACTIONS,
+)
+from etr_assets_tests.models import TRACKED, in_order_history
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = ApiConfig(transactions_per_day=50, base_customers=150, signups_per_day=2)
@@ -51,7 +60,6 @@ PAGE_SIZE = 20  # ~45 pages of customers per day: a download long enough to be c
 SPARK_KILLS = 4  # after the mid-download kill: one per equal slice of a whole run
 RUN_TIMEOUT_S = 420
 ENDPOINTS = ("transactions", "customers")
-TRACKED = LANDING_CUSTOMERS.scd2.tracked
 
 
 # --- the subprocess ------------------------------------------------------------------------------------------
@@ -308,39 +316,8 @@ def consistency_problems(spark, catalog: str, raw) -> list[str]:
     return problems
 
 
-# --- the in-order SCD2 model (as in lake/test_entities.py) --------------------------------------------------
 
 
-def parse_ts(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None)
-
-
-def typed(record: dict) -> tuple:
-    values = dict(record)
-    values["credit_limit"] = Decimal(values["credit_limit"]) if values["credit_limit"] is not None else None
-    values["date_of_birth"] = dt.date.fromisoformat(values["date_of_birth"]) if values["date_of_birth"] else None
-    return tuple(values[c] for c in TRACKED)
-
-
-def in_order_history(config, days):
-    """Seed 002's algorithm over full snapshots in day order (NULL-safe compare), as plain Python."""
-    versions: dict[int, list[list]] = {}
-    for day in sorted(days):
-        present = {}
-        for record in customers_as_of(config, day):
-            present[record["customer_id"]] = (parse_ts(record["updated_at"]), typed(record))
-        for key, (when, state) in present.items():
-            history = versions.setdefault(key, [])
-            if history and history[-1][2] is None:
-                if history[-1][0] == state:
-                    continue
-                history[-1][2] = when
-            history.append([state, when, None])
-        end_of_day = dt.datetime.combine(day + dt.timedelta(days=1), dt.time())
-        for key, history in versions.items():
-            if key not in present and history[-1][2] is None:
-                history[-1][2] = end_of_day
-    return {(k, *v[0], v[1], v[2]) for k, hist in versions.items() for v in hist}
 
 
 # --- the test ------------------------------------------------------------------------------------------------

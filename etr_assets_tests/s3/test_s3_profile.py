@@ -121,7 +121,7 @@ def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog
     (result,) = finish_jobs([job], tmp_path)
     layers, tables = result["layers"], result["tables"]
     # SCD2 ingestion on the s3 profile: one current row per customer of the last day, and a replay changes nothing.
-    from etr_assets.sources.synthetic_api import ApiConfig, customers_as_of
+    from etr_assets.sources.synthetic_api import customers_as_of
 
     landing = layers["landing_customers"]
     expected_customers = len(customers_as_of(ApiConfig(), DAYS[-1]))
