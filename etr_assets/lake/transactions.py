@@ -84,8 +84,8 @@ def _replace(spark, catalog: str, spec, df, days: list[dt.date], audit_branch: s
     if audit_branch is None:
         return replace_days(spark, qualified, df, "transaction_date", days), ()
 
-    def write():
-        return replace_days(spark, qualified, df, "transaction_date", days)
+    def write(branch: str):
+        return replace_days(spark, qualified, df, "transaction_date", days, branch=branch)
 
     return write_audit_publish(spark, catalog, spec, audit_branch, "transaction_date", days, write)
 

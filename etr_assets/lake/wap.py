@@ -2,12 +2,11 @@
 
 When a check fails, main is unchanged and the branch stays for inspection
 (`SELECT ... FROM t VERSION AS OF '<branch>'`); the failure names it. Tables using it set
-`write.wap.enabled=true` in their spec.
+`write.wap.enabled=true` in their spec (Iceberg requires it for branch writes of this kind).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import re
@@ -37,15 +36,9 @@ def branch_name(run_id: str) -> str:
     return "audit_" + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[:36]
 
 
-@contextlib.contextmanager
-def writing_to_branch(spark, qualified: str, branch: str):
-    """Writes inside go to `branch` (created from main); reads of the table inside see the branch."""
+def create_branch(spark, qualified: str, branch: str) -> None:
+    """A branch of main to write to (addressed as `<table>.branch_<name>`, so no session-wide setting leaks)."""
     spark.sql(f"ALTER TABLE {qualified} CREATE BRANCH IF NOT EXISTS `{branch}`")
-    spark.conf.set("spark.wap.branch", branch)
-    try:
-        yield
-    finally:
-        spark.conf.unset("spark.wap.branch")
 
 
 def read_branch(spark, qualified: str, branch: str):
@@ -81,10 +74,10 @@ def publish(spark, catalog: str, qualified: str, branch: str) -> None:
 
 
 def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, day_column: str, days: list[dt.date], write):
-    """Run `write()` on a branch, check it, publish. Returns (write's result, outcomes); raises AuditFailed."""
+    """`write(branch)` writes to the branch; check it; publish. Returns (write's result, outcomes); raises AuditFailed."""
     qualified = spec.qualified(catalog)
-    with writing_to_branch(spark, qualified, branch):
-        result = write()
+    create_branch(spark, qualified, branch)
+    result = write(branch)
     outcomes = evaluate(spark, qualified, spec, branch, day_column, days)
     failed = [o for o in outcomes if not o.passed]
     if failed:

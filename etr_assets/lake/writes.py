@@ -63,17 +63,21 @@ def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
     return CommitInfo.from_summary(qualified, row["snapshot_id"], row["operation"], dict(row["summary"]))
 
 
-def replace_days(spark, qualified: str, df, date_column: str, days: list[dt.date]) -> CommitInfo:
+def replace_days(
+    spark, qualified: str, df, date_column: str, days: list[dt.date], branch: str | None = None
+) -> CommitInfo:
     """Atomically replace every row of `days` with `df` (one snapshot; empty `df` empties those days).
 
     An explicit overwrite filter rather than dynamic partition overwrite: a day that now has no rows is
-    emptied too, and Iceberg refuses (before committing) any row of `df` outside those days.
+    emptied too, and Iceberg refuses (before committing) any row of `df` outside those days. With `branch`,
+    the write goes to that branch (Iceberg's `<table>.branch_<name>` identifier; no session-wide setting).
     """
     from pyspark.sql import functions as F
 
     write_id = new_write_id()
     condition = F.col(date_column).isin(sorted(days))
-    df.writeTo(qualified).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id).overwrite(condition)
+    target = f"{qualified}.branch_{branch}" if branch else qualified
+    df.writeTo(target).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id).overwrite(condition)
     return find_commit(spark, qualified, write_id)
 
 
