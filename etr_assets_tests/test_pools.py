@@ -1,0 +1,81 @@
+"""Two concurrent Dagster runs on the local profile: the per-table pools serialize writers of each table.
+
+The Hadoop catalog has no atomic commit on a local disk (STACK.md), so each table's writers take turns through
+a Dagster concurrency pool (`conf/dagster.yaml`: one slot per pool, op granularity). Two real `dagster asset
+materialize` processes start together on one instance; their bronze and silver steps must not overlap, and both
+days must land exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from etr_assets_tests.test_cli_subprocess import isolated_env, tail
+
+DAYS = ("2025-01-01", "2025-01-02")
+PER_DAY = 30
+SELECTION = "*silver/bnpl_transactions_clean"
+DAGSTER = str(Path(sys.executable).parent / "dagster")
+ETR = str(Path(sys.executable).parent / "etr")
+
+
+def step_windows(dagster_home: Path) -> dict[str, list[tuple[float, float]]]:
+    """(start, end) of every successful step by step key, across all runs of the instance."""
+    from dagster import DagsterEventType, DagsterInstance
+
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    windows: dict[str, list[tuple[float, float]]] = {}
+    with DagsterInstance.get() as instance:
+        for run in instance.get_runs():
+            starts = {}
+            for entry in instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
+                if entry.dagster_event.event_type == DagsterEventType.STEP_START:
+                    starts[entry.step_key] = entry.timestamp
+                else:
+                    windows.setdefault(entry.step_key, []).append((starts[entry.step_key], entry.timestamp))
+    return windows
+
+
+@pytest.mark.slow
+def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY), PYTHONWARNINGS="ignore")
+    # Create the instance's storage once: two processes creating SQLite schemas at once would race.
+    subprocess.run([DAGSTER, "instance", "migrate"], env=env, capture_output=True, check=True, timeout=120)
+    # What ./dev does for its instance: create the pools before any run (Dagster creates them lazily, racily).
+    subprocess.run([sys.executable, "-m", "etr_assets.defs.pools"], env=env, capture_output=True, check=True, timeout=120)
+    processes = []
+    try:
+        for day in DAYS:
+            command = [DAGSTER, "asset", "materialize", "-m", "etr_assets.definitions", "--select", SELECTION,
+                       "--partition", day]
+            processes.append(subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1],
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                              start_new_session=True))
+        for process in processes:
+            out, err = process.communicate(timeout=600)
+            assert process.returncode == 0, tail(err)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    windows = step_windows(Path(env["DAGSTER_HOME"]))
+    for step in ("bronze__bnpl_transactions_raw", "silver__bnpl_transactions_clean"):
+        (first, second) = sorted(windows[step])
+        assert first[1] <= second[0], f"{step}: the two runs wrote at the same time: {first} and {second}"
+
+    query = "SELECT CAST(transaction_date AS STRING) AS day, count(*) AS n FROM silver.bnpl_transactions_clean GROUP BY 1 ORDER BY 1"
+    done = subprocess.run([ETR, "sql", "--json", query], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert rows == [{"day": day, "n": PER_DAY} for day in DAYS]
