@@ -77,6 +77,30 @@ class Scd2:
     sequence: str  # the source's update timestamp: versions are ordered by it, never by arrival
 
 
+@dataclasses.dataclass(frozen=True)
+class HealthThresholds:
+    """Limits on a table's metadata figures (etr_assets.lake.health). Above a limit the table WARNs: maintenance
+    is due, and the maintenance sensor runs it. Above `error_factor` times a count or age limit it is an ERROR:
+    planning and commits are already slow. Small files only ever WARN (reads get slower, nothing breaks)."""
+
+    max_small_file_share: float = 0.5  # share of data files compaction could merge (small, not alone in a partition)
+    max_delete_files: int = 20  # position/equality delete files every read must apply
+    max_snapshots: int = 100
+    max_snapshot_age_days: float = 14.0  # judged only beyond history.expire.min-snapshots-to-keep
+    max_manifests: int = 50
+    max_metadata_file_mb: float = 5.0  # metadata.json is re-read by every query and commit
+    error_factor: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_small_file_share <= 1:
+            raise SpecError(f"health threshold max_small_file_share={self.max_small_file_share} must be in (0, 1]")
+        for name in ("max_delete_files", "max_snapshots", "max_snapshot_age_days", "max_manifests", "max_metadata_file_mb"):
+            if getattr(self, name) <= 0:
+                raise SpecError(f"health threshold {name}={getattr(self, name)} must be positive")
+        if self.error_factor < 1:
+            raise SpecError(f"health threshold error_factor={self.error_factor} must be at least 1")
+
+
 # Columns every SCD2 table carries (seed 002), after its business columns.
 SCD2_COLUMNS = (
     Column("_ingested_at", "timestamp", "When this version row was last written", required=True),
@@ -102,6 +126,7 @@ class TableSpec:
     expectations: tuple[Check, ...] = ()  # every written row satisfies these: blocking checks before publishing
     unique_key: str | None = None  # no two rows share this column's value: a blocking check too
     scd2: Scd2 | None = None  # history kept as SCD2 versions
+    health: HealthThresholds = HealthThresholds()  # when the table needs maintenance
 
     def __post_init__(self) -> None:
         where = f"table spec {self.namespace}.{self.name}"
