@@ -1,7 +1,7 @@
 """Every table of the lake, declared once. ALL_SPECS is what erasure, `etr tables` and bootstrap iterate."""
 
 from etr_assets.lake.specs import TableSpec
-from etr_assets.tables.operations import DATA_QUALITY_METRICS, GDPR_ACTIONS, TABLE_CHANGES
+from etr_assets.tables.operations import DATA_QUALITY_METRICS, GDPR_ACTIONS, TABLE_CHANGES, TABLE_MAINTENANCE_LOG
 from etr_assets.tables.entities import (
     BRONZE_CUSTOMERS,
     BRONZE_MERCHANTS,
@@ -27,6 +27,7 @@ ALL_SPECS: tuple[TableSpec, ...] = (
     GDPR_ACTIONS,
     TABLE_CHANGES,
     DATA_QUALITY_METRICS,
+    TABLE_MAINTENANCE_LOG,
 )
 
 

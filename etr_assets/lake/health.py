@@ -1,0 +1,166 @@
+"""Table health from metadata only: pyiceberg reads the manifest list and the manifests (file counts and sizes),
+never a data file and never a JVM, so sensors and checks answer in milliseconds.
+
+`table_health(settings, spec)` measures a table and judges it against the spec's `HealthThresholds`:
+
+- data files, their average size, and the share of *small* files: under 75% of the spec's
+  `write.target-file-size-bytes` (the size below which `rewrite_data_files` considers a file for compaction);
+- the share of *mergeable* small files: small files beyond the first in their partition, i.e. those compaction
+  can actually remove (a daily table of small days has one small file per day, and nothing to merge);
+- delete files (every read must apply them), snapshots and the age of the oldest, manifests, the size of the
+  current metadata.json (re-read by every query and commit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+from etr_assets.lake.metadata import load_table
+from etr_assets.lake.specs import MIB, TableSpec
+from etr_assets.settings import Settings
+
+OK, WARN, ERROR = "OK", "WARN", "ERROR"
+SMALL_FILE_RATIO = 0.75  # rewrite_data_files' default min-file-size-bytes is 75% of the target size
+_RANK = {OK: 0, WARN: 1, ERROR: 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class TableHealth:
+    table: str
+    exists: bool
+    status: str = OK  # OK, WARN or ERROR
+    reasons: tuple[str, ...] = ()  # one per threshold passed, naming the figure and the limit
+    rows: int = 0
+    data_files: int = 0
+    data_bytes: int = 0
+    average_file_bytes: int = 0
+    small_files: int = 0
+    small_file_share: float = 0.0
+    mergeable_small_files: int = 0
+    mergeable_small_file_share: float = 0.0
+    partitions: int = 0
+    delete_files: int = 0
+    snapshots: int = 0
+    oldest_snapshot_age_days: float = 0.0
+    manifests: int = 0
+    metadata_file_bytes: int = 0
+    current_snapshot_id: int | None = None
+    target_file_bytes: int = 0
+    measured_seconds: float = 0.0
+
+    @property
+    def needs_maintenance(self) -> bool:
+        return self.exists and self.status != OK
+
+    def figures(self) -> dict[str, float]:
+        """The numeric figures, by name (what a check plots and the maintenance log keeps)."""
+        names = ("rows", "data_files", "data_bytes", "average_file_bytes", "small_files", "small_file_share",
+                 "mergeable_small_files", "mergeable_small_file_share", "partitions", "delete_files", "snapshots",
+                 "oldest_snapshot_age_days", "manifests", "metadata_file_bytes")
+        return {name: getattr(self, name) for name in names}
+
+    def describe(self) -> str:
+        if not self.exists:
+            return f"{self.table}: not created yet"
+        detail = "; ".join(self.reasons) if self.reasons else "within every threshold"
+        return f"{self.table}: {self.status} ({detail})"
+
+
+def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = None) -> TableHealth:
+    """Measure `spec`'s table from its metadata and judge it against `spec.health`."""
+    started = time.perf_counter()
+    table = load_table(settings, spec)
+    if table is None:
+        return TableHealth(spec.identifier, exists=False)
+    figures = _measure(table, spec, now or dt.datetime.now(dt.UTC))
+    status, reasons = judge(spec, figures)
+    return dataclasses.replace(figures, status=status, reasons=reasons, measured_seconds=time.perf_counter() - started)
+
+
+def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
+    metadata = table.metadata
+    snapshot = table.current_snapshot()
+    manifests = snapshot.manifests(table.io) if snapshot else []
+    # Manifests are independent files: read them side by side (they are remote objects on S3).
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(manifests)))) as pool:
+        entries = list(pool.map(lambda m: (m, m.fetch_manifest_entry(table.io, discard_deleted=True)), manifests))
+
+    from pyiceberg.manifest import ManifestContent
+
+    small_limit = int(spec.target_file_size_bytes * SMALL_FILE_RATIO)
+    data_files = data_bytes = delete_files = 0
+    small_by_partition: Counter = Counter()
+    partitions = set()
+    for manifest, manifest_entries in entries:
+        for entry in manifest_entries:
+            file = entry.data_file
+            if manifest.content != ManifestContent.DATA:
+                delete_files += 1
+                continue
+            data_files += 1
+            data_bytes += file.file_size_in_bytes
+            partition = (manifest.partition_spec_id, tuple(file.partition[i] for i in range(len(file.partition))))
+            partitions.add(partition)
+            if file.file_size_in_bytes < small_limit:
+                small_by_partition[partition] += 1
+    small = sum(small_by_partition.values())
+    mergeable = sum(count - 1 for count in small_by_partition.values())
+    oldest_ms = min((s.timestamp_ms for s in metadata.snapshots), default=None)
+    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    return TableHealth(
+        table=spec.identifier,
+        exists=True,
+        rows=int(summary.get("total-records", 0) or 0),
+        data_files=data_files,
+        data_bytes=data_bytes,
+        average_file_bytes=data_bytes // data_files if data_files else 0,
+        small_files=small,
+        small_file_share=small / data_files if data_files else 0.0,
+        mergeable_small_files=mergeable,
+        mergeable_small_file_share=mergeable / data_files if data_files else 0.0,
+        partitions=len(partitions),
+        delete_files=delete_files,
+        snapshots=len(metadata.snapshots),
+        oldest_snapshot_age_days=(now.timestamp() * 1000 - oldest_ms) / 86_400_000 if oldest_ms else 0.0,
+        manifests=len(manifests),
+        metadata_file_bytes=_metadata_file_bytes(table),
+        current_snapshot_id=snapshot.snapshot_id if snapshot else None,
+        target_file_bytes=spec.target_file_size_bytes,
+    )
+
+
+def _metadata_file_bytes(table) -> int:
+    location = getattr(table, "metadata_location", None)
+    return len(table.io.new_input(location)) if location else 0
+
+
+def retained_snapshots(spec: TableSpec) -> int:
+    """Snapshots expire_snapshots always keeps (the spec's history.expire.min-snapshots-to-keep)."""
+    return int(spec.table_properties["history.expire.min-snapshots-to-keep"])
+
+
+def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
+    """OK, WARN or ERROR, with one reason per threshold passed (figure, value and limit named)."""
+    limits = spec.health
+    findings: list[tuple[str, str]] = []
+
+    def over(figure: str, value: float, limit: float, unit: str = "", errors: bool = True) -> None:
+        if value <= limit:
+            return
+        level = ERROR if errors and value > limit * limits.error_factor else WARN
+        findings.append((level, f"{figure} {value:g}{unit} > {limit:g}{unit}"))
+
+    over("mergeable small-file share", round(health.mergeable_small_file_share, 3), limits.max_small_file_share,
+         errors=False)
+    over("delete files", health.delete_files, limits.max_delete_files)
+    over("snapshots", health.snapshots, limits.max_snapshots)
+    if health.snapshots > retained_snapshots(spec):  # expiry keeps that many, however old: nothing to fix below it
+        over("oldest snapshot age", round(health.oldest_snapshot_age_days, 1), limits.max_snapshot_age_days, " days")
+    over("manifests", health.manifests, limits.max_manifests)
+    over("metadata file", round(health.metadata_file_bytes / MIB, 2), limits.max_metadata_file_mb, " MB")
+    status = max((level for level, _ in findings), key=_RANK.__getitem__, default=OK)
+    return status, tuple(f"{level}: {text}" for level, text in findings)

@@ -1,0 +1,292 @@
+"""Table maintenance with Iceberg's Spark procedures, one table at a time, in this order:
+
+1. `rewrite_data_files`: bin-pack small files toward the spec's target size, and rewrite every data file that
+   has a delete file (`delete-file-threshold` 1), so deletes are applied and dangling delete files dropped;
+2. `rewrite_manifests`: regroup manifests so planning reads few of them;
+3. `expire_snapshots`: drop snapshots older than the spec's `history.expire.max-snapshot-age-ms`, always keeping
+   `history.expire.min-snapshots-to-keep`; this is what physically deletes files no kept snapshot references;
+4. `remove_orphan_files`: delete files no snapshot references that are older than three days (leftovers of
+   failed writes), with the s3/s3a scheme handling of apache/iceberg #4346.
+
+A step that loses a commit race to a concurrent writer is re-run by `run_with_retries`. `maintain_table` measures
+the table's health before and after (from metadata), writes one row to `monitoring.table_maintenance_log` and
+returns the figures. Each step is a plain function, reusable alone (erasure expires snapshots right away).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.frames import spark_schema
+from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
+from etr_assets.lake.retry import run_with_retries
+from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.writes import append
+from etr_assets.settings import Settings
+from etr_assets.tables.operations import TABLE_MAINTENANCE_LOG
+
+ORPHAN_MIN_AGE = dt.timedelta(days=3)
+# Iceberg refuses to look for orphans younger than this: a running write's files are not committed yet.
+ORPHAN_SAFETY_AGE = dt.timedelta(hours=24)
+# apache/iceberg #4346: metadata written through S3FileIO (Glue, EMR) says s3://, Hadoop's listing says s3a://
+# (or s3n://). Told they are one scheme, remove_orphan_files matches them; any other prefix mismatch (another
+# bucket, another authority) fails the call instead of deleting files that are in fact live.
+EQUAL_SCHEMES = {"s3a,s3n": "s3"}
+PREFIX_MISMATCH_MODE = "ERROR"
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionResult:
+    rewritten_data_files: int = 0
+    added_data_files: int = 0
+    rewritten_bytes: int = 0
+    removed_delete_files: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestRewriteResult:
+    rewritten_manifests: int = 0
+    added_manifests: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpireResult:
+    expired_snapshot_ids: tuple[int, ...] = ()
+    deleted_data_files: int = 0
+    deleted_delete_files: int = 0
+    deleted_manifest_files: int = 0  # manifests and manifest lists
+    older_than: dt.datetime | None = None
+    retain_last: int = 0
+
+    @property
+    def expired_snapshots(self) -> int:
+        return len(self.expired_snapshot_ids)
+
+    @property
+    def deleted_files(self) -> int:
+        return self.deleted_data_files + self.deleted_delete_files + self.deleted_manifest_files
+
+
+@dataclasses.dataclass(frozen=True)
+class OrphanResult:
+    removed: tuple[str, ...] = ()  # locations of the deleted files
+    older_than: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MaintenanceResult:
+    table: str
+    before: TableHealth
+    after: TableHealth
+    compaction: CompactionResult
+    manifests: ManifestRewriteResult
+    expiry: ExpireResult
+    orphans: OrphanResult
+    started_at: dt.datetime
+    finished_at: dt.datetime
+
+    @property
+    def seconds(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def log_row(self, run_id: str = "") -> dict[str, object]:
+        """The row `monitoring.table_maintenance_log` keeps for this maintenance."""
+        before, after = self.before, self.after
+        row: dict[str, object] = {
+            "table_name": self.table,
+            "run_id": run_id,
+            "started_at": _naive_utc(self.started_at),
+            "finished_at": _naive_utc(self.finished_at),
+            "status_before": before.status,
+            "status_after": after.status,
+            "reasons_before": "; ".join(before.reasons) or None,
+        }
+        for figure, column in (("data_files", "data_files"), ("small_files", "small_files"),
+                               ("delete_files", "delete_files"), ("snapshots", "snapshots"),
+                               ("manifests", "manifests"), ("metadata_file_bytes", "metadata_bytes"),
+                               ("data_bytes", "data_bytes")):
+            row[f"{column}_before"] = getattr(before, figure)
+            row[f"{column}_after"] = getattr(after, figure)
+        return row | {
+            "rewritten_data_files": self.compaction.rewritten_data_files,
+            "added_data_files": self.compaction.added_data_files,
+            "removed_delete_files": self.compaction.removed_delete_files,
+            "rewritten_manifests": self.manifests.rewritten_manifests,
+            "added_manifests": self.manifests.added_manifests,
+            "expired_snapshots": self.expiry.expired_snapshots,
+            "expired_files": self.expiry.deleted_files,
+            "orphan_files_removed": len(self.orphans.removed),
+            "seconds": self.seconds,
+        }
+
+
+def _naive_utc(moment: dt.datetime) -> dt.datetime:
+    return moment.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def _timestamp_literal(moment: dt.datetime) -> str:
+    """A Spark TIMESTAMP literal with its offset, so the session's time zone cannot shift it."""
+    if moment.tzinfo is None:
+        raise ValueError(f"{moment!r} has no time zone: pass an aware datetime (UTC)")
+    return f"TIMESTAMP '{moment.astimezone(dt.UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}+00:00'"
+
+
+def _call(spark, catalog: str, procedure: str, arguments: dict[str, str]) -> list[dict]:
+    """CALL a procedure; arguments are SQL expressions built here from specs and numbers, never user text."""
+    named = ", ".join(f"{name} => {value}" for name, value in arguments.items())
+    return [row.asDict() for row in spark.sql(f"CALL {catalog}.system.{procedure}({named})").collect()]
+
+
+def _sql_map(mapping: dict[str, str]) -> str:
+    return "map(" + ", ".join(f"'{k}', '{v}'" for k, v in mapping.items()) + ")"
+
+
+def _table_argument(spec: TableSpec) -> str:
+    return f"'{spec.identifier}'"  # validated lower-case identifiers (TableSpec refuses anything else)
+
+
+def compaction_options(spec: TableSpec) -> dict[str, str]:
+    return {
+        "target-file-size-bytes": str(spec.target_file_size_bytes),
+        "min-input-files": "2",  # merge any two small files of a partition (Iceberg's default waits for 5)
+        "delete-file-threshold": "1",  # a data file with any delete file is rewritten with its deletes applied
+        "remove-dangling-deletes": "true",  # delete files whose data files are all rewritten are dropped
+    }
+
+
+def compact(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> CompactionResult:
+    """rewrite_data_files toward the spec's target file size, applying delete files."""
+    def run() -> CompactionResult:
+        rows = _call(spark, catalog, "rewrite_data_files",
+                     {"table": _table_argument(spec), "options": _sql_map(compaction_options(spec))})
+        row = rows[0] if rows else {}
+        return CompactionResult(
+            rewritten_data_files=int(row.get("rewritten_data_files_count") or 0),
+            added_data_files=int(row.get("added_data_files_count") or 0),
+            rewritten_bytes=int(row.get("rewritten_bytes_count") or 0),
+            removed_delete_files=int(row.get("removed_delete_files_count") or 0),
+        )
+
+    return run_with_retries(run, f"rewrite_data_files on {spec.qualified(catalog)}", attempts=attempts)
+
+
+def rewrite_manifests(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> ManifestRewriteResult:
+    def run() -> ManifestRewriteResult:
+        rows = _call(spark, catalog, "rewrite_manifests", {"table": _table_argument(spec)})
+        row = rows[0] if rows else {}
+        return ManifestRewriteResult(
+            rewritten_manifests=int(row.get("rewritten_manifests_count") or 0),
+            added_manifests=int(row.get("added_manifests_count") or 0),
+        )
+
+    return run_with_retries(run, f"rewrite_manifests on {spec.qualified(catalog)}", attempts=attempts)
+
+
+def snapshot_retention(spec: TableSpec, now: dt.datetime | None = None) -> tuple[dt.datetime, int]:
+    """(older_than, retain_last) from the spec's history.expire.* properties."""
+    now = now or dt.datetime.now(dt.UTC)
+    max_age_ms = int(spec.table_properties["history.expire.max-snapshot-age-ms"])
+    return now - dt.timedelta(milliseconds=max_age_ms), retained_snapshots(spec)
+
+
+def _snapshot_ids(spark, qualified: str) -> set[int]:
+    return {row[0] for row in spark.sql(f"SELECT snapshot_id FROM {qualified}.snapshots").collect()}
+
+
+def expire_snapshots(
+    spark,
+    catalog: str,
+    spec: TableSpec,
+    older_than: dt.datetime | None = None,
+    retain_last: int | None = None,
+    attempts: int = 5,
+) -> ExpireResult:
+    """Expire snapshots committed before `older_than` beyond the newest `retain_last`, deleting the files only
+    they referenced. Defaults come from the spec; erasure passes `older_than=now, retain_last=1` so deleted rows
+    are physically gone. Snapshots a branch or tag still references are kept (Iceberg never expires them)."""
+    default_older_than, default_retain = snapshot_retention(spec)
+    older_than = older_than or default_older_than
+    retain_last = default_retain if retain_last is None else retain_last
+    if retain_last < 1:
+        raise ValueError(f"expire_snapshots on {spec.identifier}: retain_last={retain_last} must be at least 1")
+    qualified = spec.qualified(catalog)
+
+    def run() -> ExpireResult:
+        before = _snapshot_ids(spark, qualified)
+        rows = _call(spark, catalog, "expire_snapshots", {
+            "table": _table_argument(spec),
+            "older_than": _timestamp_literal(older_than),
+            "retain_last": str(int(retain_last)),
+        })
+        row = rows[0] if rows else {}
+        return ExpireResult(
+            expired_snapshot_ids=tuple(sorted(before - _snapshot_ids(spark, qualified))),
+            deleted_data_files=int(row.get("deleted_data_files_count") or 0),
+            deleted_delete_files=int(row.get("deleted_position_delete_files_count") or 0)
+            + int(row.get("deleted_equality_delete_files_count") or 0),
+            deleted_manifest_files=int(row.get("deleted_manifest_files_count") or 0)
+            + int(row.get("deleted_manifest_lists_count") or 0),
+            older_than=older_than,
+            retain_last=retain_last,
+        )
+
+    return run_with_retries(run, f"expire_snapshots on {qualified}", attempts=attempts)
+
+
+def orphan_file_arguments(spec: TableSpec, older_than: dt.datetime) -> dict[str, str]:
+    """The named arguments of remove_orphan_files (s3/s3a/s3n treated as one scheme; other mismatches fail)."""
+    return {
+        "table": _table_argument(spec),
+        "older_than": _timestamp_literal(older_than),
+        "equal_schemes": _sql_map(EQUAL_SCHEMES),
+        "prefix_mismatch_mode": f"'{PREFIX_MISMATCH_MODE}'",
+    }
+
+
+def remove_orphan_files(
+    spark, catalog: str, spec: TableSpec, older_than: dt.datetime | None = None, now: dt.datetime | None = None
+) -> OrphanResult:
+    """Delete files under the table's location that no snapshot references and that are older than
+    `older_than` (default: three days ago, so no running write's uncommitted files are touched)."""
+    now = now or dt.datetime.now(dt.UTC)
+    older_than = older_than or now - ORPHAN_MIN_AGE
+    if older_than > now - ORPHAN_SAFETY_AGE:
+        raise ValueError(
+            f"remove_orphan_files on {spec.identifier}: older_than {older_than.isoformat()} is less than 24 hours "
+            "ago; files of writes still running would look orphaned"
+        )
+    rows = _call(spark, catalog, "remove_orphan_files", orphan_file_arguments(spec, older_than))
+    return OrphanResult(removed=tuple(row["orphan_file_location"] for row in rows), older_than=older_than)
+
+
+def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "", log: bool = True) -> MaintenanceResult:
+    """Every step in order on one table, with health before and after, logged to table_maintenance_log."""
+    catalog = settings.catalog
+    started_at = dt.datetime.now(dt.UTC)
+    clock = time.perf_counter()
+    before = table_health(settings, spec)
+    if not before.exists:
+        raise ValueError(f"cannot maintain {spec.identifier}: the table has not been created yet")
+    compaction = compact(spark, catalog, spec)
+    manifests = rewrite_manifests(spark, catalog, spec)
+    expiry = expire_snapshots(spark, catalog, spec)
+    orphans = remove_orphan_files(spark, catalog, spec)
+    after = table_health(settings, spec)
+    finished_at = started_at + dt.timedelta(seconds=time.perf_counter() - clock)
+    result = MaintenanceResult(spec.identifier, before, after, compaction, manifests, expiry, orphans, started_at,
+                               finished_at)
+    if log:
+        record_maintenance(spark, catalog, [result], run_id)
+    return result
+
+
+def record_maintenance(spark, catalog: str, results: list[MaintenanceResult], run_id: str = "") -> None:
+    if not results:
+        return
+    ensure_table(spark, catalog, TABLE_MAINTENANCE_LOG)
+    rows = [result.log_row(run_id) for result in results]
+    append(spark, TABLE_MAINTENANCE_LOG.qualified(catalog),
+           spark.createDataFrame(rows, spark_schema(TABLE_MAINTENANCE_LOG.columns)))
