@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 PROFILES = ("local", "s3", "aws")
+COMPUTES = ("local", "glue", "emr-serverless")
 
 
 class SettingsError(ValueError):
@@ -30,10 +31,12 @@ class Settings:
     spark_jars: tuple[str, ...] = ()  # explicit jar paths instead of the wheel's Iceberg runtime
     spark_packages: tuple[str, ...] = ()  # Maven coordinates, for machines that reach Maven
     provided_iceberg: bool = False  # the platform ships Iceberg (Glue 5.0, EMR): add no jar
+    executor_memory: str = ""  # empty: Spark's default (1g); a standalone worker must offer at least this
     # Object storage and catalogs (s3 / aws profiles)
     bucket: str = ""
     s3_endpoint: str = ""
     region: str = "ap-southeast-5"
+    glue_endpoint: str = ""  # a Glue-compatible endpoint (moto, a VPC endpoint); empty: the region's Glue
     jdbc_url: str = ""
     jdbc_user: str = ""
     jdbc_password: str = ""
@@ -47,6 +50,13 @@ class Settings:
     # Ingestion policy
     max_reject_rate: float = 0.05  # a batch refusing more than this share of its records fails and stays pending
     pending_alert_hours: float = 6.0  # the sensor reports batches pending longer than this
+    # Where the heavy assets run: in the run's own Spark, or as a Glue / EMR Serverless job through Dagster Pipes
+    compute: str = "local"
+    glue_job_name: str = ""
+    glue_worker_type: str = "G.1X"
+    glue_workers: int = 2
+    emr_application_id: str = ""
+    remote_role_arn: str = ""  # the role the EMR Serverless job runs as (Glue jobs carry theirs)
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -57,6 +67,14 @@ class Settings:
             raise SettingsError("ETR_PROFILE=s3 needs ETR_JDBC_URL (the PostgreSQL Iceberg catalog)")
         if not 0 <= self.max_reject_rate <= 1:
             raise SettingsError(f"ETR_MAX_REJECT_RATE={self.max_reject_rate} must be between 0 and 1")
+        if self.compute not in COMPUTES:
+            raise SettingsError(f"ETR_COMPUTE={self.compute!r} is not one of {', '.join(COMPUTES)}")
+        if self.compute != "local" and self.profile == "local":
+            raise SettingsError(f"ETR_COMPUTE={self.compute} needs a shared lake: ETR_PROFILE=aws (or s3), not local")
+        if self.compute == "glue" and not self.glue_job_name:
+            raise SettingsError("ETR_COMPUTE=glue needs ETR_GLUE_JOB_NAME (the Glue job that runs etr_assets)")
+        if self.compute == "emr-serverless" and not (self.emr_application_id and self.remote_role_arn):
+            raise SettingsError("ETR_COMPUTE=emr-serverless needs ETR_EMR_APPLICATION_ID and ETR_REMOTE_ROLE_ARN")
         if not self.catalog.isidentifier():
             raise SettingsError(f"ETR_CATALOG={self.catalog!r} must be a plain identifier")
         object.__setattr__(self, "home", Path(self.home).absolute())
@@ -134,9 +152,11 @@ class Settings:
             spark_jars=csv("ETR_SPARK_JARS"),
             spark_packages=csv("ETR_SPARK_PACKAGES"),
             provided_iceberg=get("ETR_ICEBERG_PROVIDED").lower() in ("1", "true", "yes"),
+            executor_memory=get("ETR_SPARK_EXECUTOR_MEMORY"),
             bucket=get("ETR_S3_BUCKET"),
             s3_endpoint=get("ETR_S3_ENDPOINT"),
             region=get("ETR_AWS_REGION", get("AWS_REGION", "ap-southeast-5")) or "ap-southeast-5",
+            glue_endpoint=get("ETR_GLUE_ENDPOINT"),
             jdbc_url=get("ETR_JDBC_URL"),
             jdbc_user=get("ETR_JDBC_USER"),
             jdbc_password=get("ETR_JDBC_PASSWORD"),
@@ -147,4 +167,10 @@ class Settings:
             start_date=start_date,
             max_reject_rate=number("ETR_MAX_REJECT_RATE", 0.05),
             pending_alert_hours=number("ETR_PENDING_ALERT_HOURS", 6.0),
+            compute=get("ETR_COMPUTE", "local") or "local",
+            glue_job_name=get("ETR_GLUE_JOB_NAME"),
+            glue_worker_type=get("ETR_GLUE_WORKER_TYPE", "G.1X") or "G.1X",
+            glue_workers=integer("ETR_GLUE_WORKERS", 2),
+            emr_application_id=get("ETR_EMR_APPLICATION_ID"),
+            remote_role_arn=get("ETR_REMOTE_ROLE_ARN"),
         )

@@ -64,7 +64,7 @@ def catalog(settings: Settings):
     if settings.profile == "aws":
         from pyiceberg.catalog.glue import GlueCatalog
 
-        return GlueCatalog(settings.catalog, **{"client.region": settings.region, "warehouse": settings.warehouse})
+        return GlueCatalog(settings.catalog, **pyiceberg_glue_properties(settings))
     raise ValueError("the local profile's Hadoop catalog has no pyiceberg catalog; use load_table")
 
 
@@ -77,6 +77,16 @@ def pyiceberg_s3_properties(settings: Settings) -> dict[str, str]:
     props = {"uri": f"{parsed.scheme}+psycopg2://{netloc}{parsed.path}", "warehouse": settings.warehouse}
     if settings.s3_endpoint:
         props |= {"s3.endpoint": settings.s3_endpoint, "s3.path-style-access": "true", "s3.region": settings.region}
+    return props
+
+
+def pyiceberg_glue_properties(settings: Settings) -> dict[str, str]:
+    """Glue + S3 for pyiceberg. Credentials are never properties: boto3 and pyarrow read the environment or role."""
+    props = {"client.region": settings.region, "warehouse": settings.warehouse}
+    if settings.glue_endpoint:
+        props["glue.endpoint"] = settings.glue_endpoint
+    if settings.s3_endpoint:
+        props |= {"s3.endpoint": settings.s3_endpoint, "s3.path-style-access": "true"}
     return props
 
 

@@ -92,6 +92,10 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
             f"{prefix}.warehouse": settings.warehouse,
             f"{prefix}.client.region": settings.region,
         }
+        if settings.glue_endpoint:
+            conf[f"{prefix}.glue.endpoint"] = settings.glue_endpoint
+        if settings.s3_endpoint:
+            conf |= {f"{prefix}.s3.endpoint": settings.s3_endpoint, f"{prefix}.s3.path-style-access": "true"}
     return conf
 
 

@@ -1,0 +1,215 @@
+"""Create the lake's databases and every table from the specs, before any data arrives; safe to re-run.
+
+Seed 002 found that Terraform cannot create Iceberg tables in Glue (an Iceberg-aware engine must write the first
+metadata.json): the application does it. Two ways, one result:
+
+- `bootstrap_with_spark`: `ensure_table` for each spec (create, or evolve to the spec) on the profile's Spark
+  catalog. Used in the local and s3 profiles, and inside a Glue/EMR job.
+- `bootstrap_catalog`: pyiceberg, no JVM: what the code location uses in the `aws` profile, where Spark's
+  GlueCatalog needs the AWS SDK v2 jars that only Glue and EMR ship. The schema, partitioning, write order and
+  properties are derived from the same specs (`iceberg_schema`, `partition_spec`, `sort_order`), and a test checks
+  they equal what Spark's DDL creates. A table that already exists is left as it is (`ensure_table` evolves it on
+  the next write), so running bootstrap twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+
+from etr_assets.lake.specs import TableSpec
+
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+_TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class BootstrapResult:
+    created_namespaces: tuple[str, ...]
+    created_tables: tuple[str, ...]
+    existing_tables: tuple[str, ...]
+
+    def describe(self) -> str:
+        return (
+            f"created {len(self.created_namespaces)} database(s) and {len(self.created_tables)} table(s); "
+            f"{len(self.existing_tables)} table(s) already existed"
+        )
+
+
+def namespaces(specs: Iterable[TableSpec]) -> list[str]:
+    return sorted({spec.namespace for spec in specs})
+
+
+def namespace_location(warehouse: str, namespace: str) -> str:
+    """Where a database's tables live: `<warehouse>/<db>.db`, the layout Spark's and pyiceberg's GlueCatalog use."""
+    return f"{warehouse.rstrip('/')}/{namespace}.db"
+
+
+def table_location(warehouse: str, spec: TableSpec) -> str:
+    return f"{namespace_location(warehouse, spec.namespace)}/{spec.name}"
+
+
+# --- spec -> pyiceberg ------------------------------------------------------------------------------------
+def iceberg_type(type_name: str, where: str):
+    from pyiceberg import types as T
+
+    simple = {
+        "string": T.StringType(),
+        "bigint": T.LongType(),
+        "int": T.IntegerType(),
+        "float": T.FloatType(),
+        "double": T.DoubleType(),
+        "boolean": T.BooleanType(),
+        "date": T.DateType(),
+        "timestamp": T.TimestamptzType(),  # Spark's timestamp is Iceberg's timestamptz (STACK.md)
+    }
+    if type_name in simple:
+        return simple[type_name]
+    decimal = _DECIMAL.match(type_name)
+    if decimal:
+        return T.DecimalType(int(decimal.group(1)), int(decimal.group(2)))
+    raise ValueError(f"{where}: type {type_name!r} has no Iceberg equivalent here")
+
+
+def iceberg_schema(spec: TableSpec):
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    return Schema(
+        *(
+            NestedField(
+                field_id=i,
+                name=c.name,
+                field_type=iceberg_type(c.type, f"{spec.identifier}.{c.name}"),
+                required=c.required,
+                doc=c.doc or None,
+            )
+            for i, c in enumerate(spec.columns, start=1)
+        )
+    )
+
+
+def _transform(text: str, where: str):
+    from pyiceberg import transforms as X
+
+    match = _TRANSFORM.match(text)
+    if not match:
+        raise ValueError(f"{where}: partition transform {text!r} is not understood")
+    if match.group(6):
+        return X.IdentityTransform(), match.group(6)
+    if match.group(1):
+        kind = {"identity": X.IdentityTransform, "years": X.YearTransform, "months": X.MonthTransform,
+                "days": X.DayTransform, "hours": X.HourTransform}[match.group(1)]
+        return kind(), match.group(2)
+    width, column = int(match.group(4)), match.group(5)
+    return (X.BucketTransform(width) if match.group(3) == "bucket" else X.TruncateTransform(width)), column
+
+
+def partition_field_name(transform, column: str) -> str:
+    """Spark's names for partition fields (`transaction_date_day`, `customer_id_bucket_16`), so both engines agree."""
+    from pyiceberg import transforms as X
+
+    if isinstance(transform, X.IdentityTransform):
+        return column
+    if isinstance(transform, X.BucketTransform):
+        return f"{column}_bucket_{transform.num_buckets}"
+    if isinstance(transform, X.TruncateTransform):
+        return f"{column}_trunc_{transform.width}"
+    suffix = {X.YearTransform: "year", X.MonthTransform: "month", X.DayTransform: "day", X.HourTransform: "hour"}
+    return f"{column}_{suffix[type(transform)]}"
+
+
+def partition_spec(spec: TableSpec, schema):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+
+    fields = []
+    for i, text in enumerate(spec.partition_by):
+        transform, column = _transform(text, spec.identifier)
+        fields.append(
+            PartitionField(
+                source_id=schema.find_field(column).field_id,
+                field_id=1000 + i,
+                transform=transform,
+                name=partition_field_name(transform, column),
+            )
+        )
+    return PartitionSpec(*fields)
+
+
+def sort_order(spec: TableSpec, schema):
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, NullOrder, SortDirection, SortField, SortOrder
+    from pyiceberg.transforms import IdentityTransform
+
+    if not spec.write_order:
+        return UNSORTED_SORT_ORDER
+    return SortOrder(
+        *(
+            SortField(
+                source_id=schema.find_field(name).field_id,
+                transform=IdentityTransform(),
+                direction=SortDirection.ASC,
+                null_order=NullOrder.NULLS_FIRST,  # Spark's default for ASC, as `ensure_table` writes it
+            )
+            for name in spec.write_order
+        )
+    )
+
+
+def table_properties(spec: TableSpec) -> dict[str, str]:
+    """The spec's properties as the table keeps them (`ensure_table` also declares the write order as hash
+    distribution; `format-version` is a creation argument, not a stored property)."""
+    return dict(spec.table_properties)
+
+
+# --- the two ways ---------------------------------------------------------------------------------------
+def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str) -> BootstrapResult:
+    """Create every database and absent table of `specs` in a pyiceberg catalog (Glue in production)."""
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+
+    specs = list(specs)
+    created_ns, created, existing = [], [], []
+    present = {ns[0] for ns in catalog.list_namespaces()}
+    for namespace in namespaces(specs):
+        if namespace in present:
+            continue
+        try:
+            catalog.create_namespace(namespace, {"location": namespace_location(warehouse, namespace)})
+            created_ns.append(namespace)
+        except NamespaceAlreadyExistsError:  # another bootstrap got there first
+            pass
+    for spec in specs:
+        try:
+            catalog.load_table((spec.namespace, spec.name))
+            existing.append(spec.identifier)
+            continue
+        except NoSuchTableError:
+            pass
+        schema = iceberg_schema(spec)
+        try:
+            catalog.create_table(
+                (spec.namespace, spec.name),
+                schema=schema,
+                location=table_location(warehouse, spec),
+                partition_spec=partition_spec(spec, schema),
+                sort_order=sort_order(spec, schema),
+                properties=table_properties(spec) | {"comment": spec.description},
+            )
+            created.append(spec.identifier)
+        except TableAlreadyExistsError:
+            existing.append(spec.identifier)
+    return BootstrapResult(tuple(created_ns), tuple(created), tuple(existing))
+
+
+def bootstrap_with_spark(spark, catalog: str, specs: Iterable[TableSpec]) -> BootstrapResult:
+    """`ensure_table` for every spec: creates what is missing and evolves the rest to its spec."""
+    from etr_assets.lake.evolve import ensure_table
+
+    specs = list(specs)
+    before = {ns for ns in namespaces(specs) if spark.catalog.databaseExists(f"{catalog}.{ns}")}
+    created, existing = [], []
+    for spec in specs:
+        changes = ensure_table(spark, catalog, spec)
+        (created if changes.created else existing).append(spec.identifier)
+    created_ns = tuple(ns for ns in namespaces(specs) if ns not in before)
+    return BootstrapResult(created_ns, tuple(created), tuple(existing))
