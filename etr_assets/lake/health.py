@@ -114,7 +114,8 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
     return TableHealth(
         table=spec.identifier,
         exists=True,
-        rows=int(summary.get("total-records", 0) or 0),
+        # Spark writes position deletes only: each removes one record of a data file.
+        rows=int(summary.get("total-records", 0) or 0) - int(summary.get("total-position-deletes", 0) or 0),
         data_files=data_files,
         data_bytes=data_bytes,
         average_file_bytes=data_bytes // data_files if data_files else 0,

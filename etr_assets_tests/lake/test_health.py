@@ -1,0 +1,116 @@
+"""Table health from metadata (pyiceberg, no JVM in the measure) on real Iceberg tables made by Spark."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.health import ERROR, OK, WARN, TableHealth, judge, table_health
+from etr_assets.lake.specs import Column, HealthThresholds, SpecError, TableSpec
+
+COLUMNS = (Column("id", "bigint"), Column("day", "date"))
+MERGE_ON_READ = {"write.delete.mode": "merge-on-read", "write.update.mode": "merge-on-read"}
+
+
+def spec_named(name: str, **kwargs) -> TableSpec:
+    return TableSpec("silver", name, "health test table", COLUMNS, partition_by=("days(day)",), **kwargs)
+
+
+def insert(lake, table: str, first_id: int, day: str, rows: int = 1) -> None:
+    lake.sql(f"INSERT INTO {table} SELECT id, DATE'{day}' FROM range({first_id}, {first_id + rows})")
+
+
+def test_a_table_written_once_per_day_is_healthy(lake, settings):
+    spec = spec_named("daily")
+    ensure_table(lake, settings.catalog, spec)
+    for n, day in enumerate(("2025-01-01", "2025-01-02", "2025-01-03")):
+        insert(lake, spec.qualified(settings.catalog), n * 10, day, rows=10)
+
+    health = table_health(settings, spec)
+    assert health.status == OK and health.reasons == ()
+    assert (health.rows, health.data_files, health.partitions, health.snapshots) == (30, 3, 3, 3)
+    # Every file is far under the 128 MB target, but each is alone in its day: nothing to merge.
+    assert (health.small_files, health.small_file_share, health.mergeable_small_files) == (3, 1.0, 0)
+    assert health.average_file_bytes == health.data_bytes // 3 and health.data_bytes > 0
+    assert health.manifests == 3 and health.delete_files == 0
+    metadata_dir = Path(urlparse(settings.warehouse).path) / "silver" / "daily" / "metadata"
+    version = (metadata_dir / "version-hint.text").read_text().strip()
+    assert health.metadata_file_bytes == (metadata_dir / f"v{version}.metadata.json").stat().st_size
+    assert health.current_snapshot_id == lake.sql(
+        f"SELECT snapshot_id FROM {spec.qualified(settings.catalog)}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).first()[0]
+
+
+def test_many_tiny_appends_and_deletes_make_a_table_warn_with_the_reasons_named(lake, settings):
+    spec = spec_named("tiny", properties=MERGE_ON_READ, health=HealthThresholds(max_delete_files=1))
+    table = spec.qualified(settings.catalog)
+    ensure_table(lake, settings.catalog, spec)
+    for n in range(8):
+        insert(lake, table, n * 10, "2025-01-01", rows=2)
+    lake.sql(f"DELETE FROM {table} WHERE id = 30")  # one row of a two-row file: a position delete file
+    lake.sql(f"DELETE FROM {table} WHERE id = 50")
+
+    health = table_health(settings, spec)
+    assert health.status == WARN
+    assert (health.data_files, health.small_files, health.mergeable_small_files, health.partitions) == (8, 8, 7, 1)
+    assert health.mergeable_small_file_share == pytest.approx(7 / 8)
+    assert health.delete_files == 2 and health.rows == 14
+    assert health.snapshots == 10 and health.manifests == 10
+    assert health.reasons == ("WARN: mergeable small-file share 0.875 > 0.5", "WARN: delete files 2 > 1")
+    print(f"health of a 10-snapshot table measured in {health.measured_seconds * 1000:.0f} ms")
+
+
+def test_thresholds_come_from_the_spec_and_far_past_a_limit_is_an_error(lake, settings):
+    spec = spec_named("strict", health=HealthThresholds(max_snapshots=1, max_manifests=2, error_factor=2))
+    ensure_table(lake, settings.catalog, spec)
+    for n in range(3):
+        insert(lake, spec.qualified(settings.catalog), n, f"2025-01-0{n + 1}")
+
+    health = table_health(settings, spec)
+    assert health.status == ERROR
+    assert health.reasons == ("ERROR: snapshots 3 > 1", "WARN: manifests 3 > 2")
+    relaxed = dataclasses.replace(spec, health=HealthThresholds())
+    assert table_health(settings, relaxed).status == OK  # the same table under the default limits
+
+
+def test_old_snapshots_count_only_beyond_those_expiry_always_keeps(lake, settings):
+    keeps_two = spec_named("aged", properties={"history.expire.min-snapshots-to-keep": "2"})
+    ensure_table(lake, settings.catalog, keeps_two)
+    for n in range(3):
+        insert(lake, keeps_two.qualified(settings.catalog), n, "2025-01-01")
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=20)
+
+    health = table_health(settings, keeps_two, now=later)
+    assert health.oldest_snapshot_age_days == pytest.approx(20, abs=0.1)
+    assert health.status == WARN and health.reasons[-1].startswith("WARN: oldest snapshot age 20")
+    keeps_ten = dataclasses.replace(keeps_two, properties={})  # 3 snapshots, expiry keeps 10: nothing to expire
+    assert not any("age" in reason for reason in table_health(settings, keeps_ten, now=later).reasons)
+
+
+def test_a_table_never_created_is_reported_as_such(settings):
+    health = table_health(settings, spec_named("absent"))
+    assert not health.exists and not health.needs_maintenance
+    assert health.describe() == "silver.absent: not created yet"
+
+
+def test_judging_is_plain_arithmetic_over_the_figures():
+    spec = spec_named("figures", health=HealthThresholds(max_metadata_file_mb=1, error_factor=4))
+    big_metadata = TableHealth("silver.figures", exists=True, metadata_file_bytes=5 * 1024 * 1024, snapshots=1)
+    assert judge(spec, big_metadata) == (ERROR, ("ERROR: metadata file 5 MB > 1 MB",))
+    assert judge(spec, dataclasses.replace(big_metadata, metadata_file_bytes=2 * 1024 * 1024))[0] == WARN
+    all_small = dataclasses.replace(big_metadata, metadata_file_bytes=0, mergeable_small_file_share=1.0)
+    assert judge(spec, all_small)[0] == WARN  # small files never make an ERROR
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [("max_small_file_share", 1.5, "must be in"), ("max_snapshots", 0, "must be positive"), ("error_factor", 0.5, "must be at least 1")],
+)
+def test_thresholds_refuse_nonsense(field, value, message):
+    with pytest.raises(SpecError, match=f"{field}={value} {message}"):
+        HealthThresholds(**{field: value})
