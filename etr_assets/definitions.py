@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dagster import Definitions, in_process_executor
 
+from etr_assets.defs.bootstrap import build_bootstrap_job
 from etr_assets.defs.jobs import daily_schedule, pipeline_job
 from etr_assets.defs.resources import build_resources
 from etr_assets.defs.entities import build_entity_assets
@@ -22,7 +23,7 @@ def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=build_raw_assets(settings) + build_transaction_assets(settings) + build_entity_assets(settings),
         asset_checks=[silver_daily_growth],
-        jobs=[job, rollback_table],
+        jobs=[job, rollback_table, build_bootstrap_job(settings)],
         schedules=[daily_schedule(job)],
         sensors=[build_pending_batches_sensor(settings)],
         resources=build_resources(settings),
