@@ -84,7 +84,8 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
 def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
     metadata = table.metadata
     snapshot = table.current_snapshot()
-    manifests = snapshot.manifests(table.io) if snapshot else []
+    # Manifests whose entries are all deleted are skipped by planning (the manifest list says so): not counted.
+    manifests = [m for m in snapshot.manifests(table.io) if m.has_added_files() or m.has_existing_files()] if snapshot else []
     # Manifests are independent files: read them side by side (they are remote objects on S3).
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(manifests)))) as pool:
         entries = list(pool.map(lambda m: (m, m.fetch_manifest_entry(table.io, discard_deleted=True)), manifests))

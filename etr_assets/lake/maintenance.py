@@ -1,7 +1,8 @@
 """Table maintenance with Iceberg's Spark procedures, one table at a time, in this order:
 
 1. `rewrite_data_files`: bin-pack small files toward the spec's target size, and rewrite every data file that
-   has a delete file (`delete-file-threshold` 1), so deletes are applied and dangling delete files dropped;
+   has a delete file (`delete-file-threshold` 1), so deletes are applied; then, if the table had delete files,
+   `rewrite_position_delete_files` drops the ones that only pointed at rewritten files;
 2. `rewrite_manifests`: regroup manifests so planning reads few of them;
 3. `expire_snapshots`: drop snapshots older than the spec's `history.expire.max-snapshot-age-ms`, always keeping
    `history.expire.min-snapshots-to-keep`; this is what physically deletes files no kept snapshot references;
@@ -157,8 +158,8 @@ def compaction_options(spec: TableSpec) -> dict[str, str]:
     }
 
 
-def compact(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> CompactionResult:
-    """rewrite_data_files toward the spec's target file size, applying delete files."""
+def compact(spark, catalog: str, spec: TableSpec, has_delete_files: bool = True, attempts: int = 5) -> CompactionResult:
+    """rewrite_data_files toward the spec's target file size, applying delete files (then dropping them)."""
     def run() -> CompactionResult:
         rows = _call(spark, catalog, "rewrite_data_files",
                      {"table": _table_argument(spec), "options": _sql_map(compaction_options(spec))})
@@ -170,7 +171,24 @@ def compact(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> Compacti
             removed_delete_files=int(row.get("removed_delete_files_count") or 0),
         )
 
-    return run_with_retries(run, f"rewrite_data_files on {spec.qualified(catalog)}", attempts=attempts)
+    compaction = run_with_retries(run, f"rewrite_data_files on {spec.qualified(catalog)}", attempts=attempts)
+    if has_delete_files:
+        # The rewritten files' position deletes still count as live until rewritten themselves: drop their
+        # entries for files that no longer exist (a delete file left with none is removed).
+        removed = rewrite_position_deletes(spark, catalog, spec, attempts)
+        compaction = dataclasses.replace(compaction, removed_delete_files=compaction.removed_delete_files + removed)
+    return compaction
+
+
+def rewrite_position_deletes(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> int:
+    """rewrite_position_delete_files over every delete file; returns how many delete files fewer there are."""
+    def run() -> int:
+        rows = _call(spark, catalog, "rewrite_position_delete_files",
+                     {"table": _table_argument(spec), "options": _sql_map({"rewrite-all": "true"})})
+        row = rows[0] if rows else {}
+        return int(row.get("rewritten_delete_files_count") or 0) - int(row.get("added_delete_files_count") or 0)
+
+    return run_with_retries(run, f"rewrite_position_delete_files on {spec.qualified(catalog)}", attempts=attempts)
 
 
 def rewrite_manifests(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> ManifestRewriteResult:
@@ -270,7 +288,7 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "",
     before = table_health(settings, spec)
     if not before.exists:
         raise ValueError(f"cannot maintain {spec.identifier}: the table has not been created yet")
-    compaction = compact(spark, catalog, spec)
+    compaction = compact(spark, catalog, spec, has_delete_files=before.delete_files > 0)
     manifests = rewrite_manifests(spark, catalog, spec)
     expiry = expire_snapshots(spark, catalog, spec)
     orphans = remove_orphan_files(spark, catalog, spec)
