@@ -1,0 +1,204 @@
+"""The `gdpr_erasure` job: erase customers everywhere, expire history, prove nothing is left (lake/erasure.py).
+
+Launched from the Launchpad with the customer ids and the request's reference. Steps, in order:
+`gdpr_request` (validate) -> `erase_raw_zone` -> one `erase_<table>` per personal-data table, upstream layers
+first -> `prove_erasure`. Each table step holds the pool of that table's writer, so it never races a
+materialization of the table; each records what it did in audit.gdpr_actions as it goes.
+"""
+
+from dagster import (
+    Config,
+    Failure,
+    In,
+    JobDefinition,
+    MetadataValue,
+    Nothing,
+    OpExecutionContext,
+    Out,
+    in_process_executor,
+    job,
+    mem_io_manager,
+    op,
+)
+from pydantic import Field
+
+from etr_assets.defs.common import table_pool
+from etr_assets.defs.resources import LakeResource, RawZoneResource
+from etr_assets.lake.erasure import (
+    LAYER_ORDER,
+    ErasureRequest,
+    RawErasure,
+    TableErasure,
+    audit_key,
+    erase_table,
+    erasure_order,
+    held_ids,
+    proof_audit_rows,
+    prove_erased,
+    raw_audit_rows,
+    record_actions,
+    table_audit_rows,
+)
+from etr_assets.lake.erasure import erase_raw_zone as erase_raw_files
+from etr_assets.lake.specs import TableSpec
+from etr_assets.settings import Settings
+from etr_assets.tables import personal_data_specs
+
+# Outputs (they carry the ids) stay in memory: never pickled into the instance's storage.
+MEMORY_IO_MANAGER = "gdpr_memory_io_manager"
+ERASURE_RESOURCES = {MEMORY_IO_MANAGER: mem_io_manager}
+_IN_MEMORY = Out(io_manager_key=MEMORY_IO_MANAGER)
+
+
+class ErasureConfig(Config):
+    customer_ids: list[int] = Field(description="Customer ids to erase (positive integers), e.g. [100042, 100077]")
+    request_reference: str = Field(description="Reference of the data subject's request, e.g. GDPR-2025-0042")
+
+
+def writer_spec(spec: TableSpec) -> TableSpec:
+    """The table whose asset writes `spec`: a quarantine table is written by its feed's bronze asset."""
+    from etr_assets.lake.entities import CUSTOMERS, MERCHANTS
+    from etr_assets.lake.transactions import TRANSACTIONS
+
+    for feed in (TRANSACTIONS, CUSTOMERS.raw, MERCHANTS.raw):
+        if feed.quarantine.identifier == spec.identifier:
+            return feed.bronze
+    return spec
+
+
+def op_name(spec: TableSpec) -> str:
+    return f"erase_{spec.namespace}_{spec.name}"
+
+
+def _request_op(settings: Settings):
+    @op(
+        name="gdpr_request",
+        out=_IN_MEMORY,
+        description="Checks the request: every id must be a positive integer and the reference non-empty; reads the "
+        "audit key (ETR_AUDIT_KEY) so a missing key fails here, before anything is deleted.",
+    )
+    def gdpr_request(context: OpExecutionContext, config: ErasureConfig) -> ErasureRequest:
+        key = audit_key(settings.profile)
+        request = ErasureRequest.create(config.request_reference, config.customer_ids, key, run_id=context.run_id)
+        context.add_output_metadata({"request": request.request_id, "customers": len(request.customer_ids)})
+        return request
+
+    return gdpr_request
+
+
+@op(
+    out=_IN_MEMORY,
+    description="Rewrites every raw-zone file (transactions and customers endpoints) that holds one of the customers "
+    "without their records, and lowers its batch manifest's record count. Markers are untouched: a pending batch "
+    "stays pending and loadable. Recorded in audit.gdpr_actions.",
+)
+def erase_raw_zone(context: OpExecutionContext, request: ErasureRequest, lake: LakeResource, raw_zone: RawZoneResource) -> RawErasure:
+    zone = raw_zone.zone()
+    result = erase_raw_files(zone, request)
+    record_actions(lake.session(), lake.catalog, raw_audit_rows(request, result, zone.storage.uri("")))
+    context.log.info(f"raw zone: {result.records_removed} record(s) removed from {len(result.files_rewritten)} file(s)")
+    context.add_output_metadata(
+        {
+            "records_removed": result.records_removed,
+            "files_rewritten": len(result.files_rewritten),
+            "manifests_updated": result.manifests_updated,
+            "files": MetadataValue.md("\n".join(f"- `{uri}`" for uri in result.files_rewritten) or "none"),
+        }
+    )
+    return result
+
+
+def _table_op(settings: Settings, spec: TableSpec):
+    @op(
+        name=op_name(spec),
+        out=_IN_MEMORY,
+        ins={"request": In(ErasureRequest), "after": In(Nothing)},
+        pool=table_pool(settings, writer_spec(spec)),
+        description=f"Erases the customers from {spec.identifier} (by {spec.subject_column}"
+        + (", and ids inside the refused line's raw_text" if "raw_text" in spec.column_names else "")
+        + "): deletes their rows from main and other branches, drops failed audit_* branches and tags holding them, "
+        "then expires every older snapshot so the rows are physically gone. Skips the table if it never held them.",
+    )
+    def erase(context: OpExecutionContext, request: ErasureRequest, lake: LakeResource) -> TableErasure:
+        spark = lake.session()
+        result = erase_table(spark, lake.catalog, spec, request)
+        record_actions(spark, lake.catalog, table_audit_rows(request, result))
+        if not result.held:
+            context.log.info(f"{spec.identifier}: never held these customers; left alone")
+        else:
+            context.log.info(
+                f"{spec.identifier}: {result.rows_removed} row(s) removed; dropped {list(result.refs_dropped) or 'no refs'}; "
+                f"expired {result.expired.expired_snapshots if result.expired else 0} snapshot(s)"
+            )
+        context.add_output_metadata(
+            {
+                "table": spec.qualified(lake.catalog),
+                "held_customers": len(result.held_ids),
+                "rows_removed": result.rows_removed,
+                "rows_removed_on_branches": sum(result.branches_erased.values()),
+                "refs_dropped": ", ".join(result.refs_dropped) or "none",
+                "expired_snapshots": result.expired.expired_snapshots if result.expired else 0,
+                "deleted_data_files": result.expired.deleted_data_files if result.expired else 0,
+                "snapshot_id": str(result.snapshot_id) if result.snapshot_id is not None else "none",
+            }
+        )
+        return result
+
+    return erase
+
+
+@op(
+    description="The proof: reads every data file any kept snapshot of each personal-data table references (the "
+    "Parquet files themselves), every raw-zone file, and each table as of the moment the request started; fails "
+    "the run naming every place a customer was still found. Writes GDPR_VERIFY rows to audit.gdpr_actions.",
+    ins={"request": In(ErasureRequest), "raw": In(RawErasure), "tables": In(list)},
+)
+def prove_erasure(context: OpExecutionContext, request: ErasureRequest, raw: RawErasure, tables: list, lake: LakeResource, raw_zone: RawZoneResource) -> None:
+    spark = lake.session()
+    proof = prove_erased(spark, lake.catalog, raw_zone.zone(), request)
+    record_actions(spark, lake.catalog, proof_audit_rows(request, proof, held_ids(tables, raw)))
+    metadata = {
+        "proof": "VERIFIED" if proof.passed else "FAILED",
+        "tables_scanned": proof.tables_scanned,
+        "data_files_scanned": proof.data_files_scanned,
+        "raw_files_scanned": proof.raw_files_scanned,
+        "copies_found": len(proof.findings),
+        "customers_not_found_anywhere": len(set(request.customer_ids) - held_ids(tables, raw)),
+        "rows_removed_by_table": MetadataValue.json({t.table: t.rows_removed for t in tables if t.held}),
+        "time_travel_before_erasure": MetadataValue.json(proof.time_travel),
+        "findings": MetadataValue.md("\n".join(f"- {f}" for f in proof.findings) or "none: no copy left"),
+    }
+    context.log.info(proof.summary())
+    if not proof.passed:
+        raise Failure(description=f"erasure {request.request_id} is not proven: {proof.summary()}", metadata=metadata)
+    context.add_output_metadata(metadata)
+
+
+def build_erasure_job(settings: Settings) -> JobDefinition:
+    request_op = _request_op(settings)
+    table_ops = {spec.identifier: _table_op(settings, spec) for spec in erasure_order(personal_data_specs())}
+
+    @job(
+        name="gdpr_erasure",
+        description="GDPR erasure with proof. Launchpad config: ops.gdpr_request.config.customer_ids (list of ids) and "
+        "request_reference. Erases the customers from the raw zone and every table whose spec marks personal data, "
+        "expires older snapshots, then proves that no data file, raw file or pre-erasure read still holds them. "
+        "What was done is in audit.gdpr_actions (keyed hashes, never the ids).",
+        executor_def=in_process_executor,
+        tags={"purpose": "gdpr"},
+    )
+    def gdpr_erasure():
+        request = request_op()
+        raw = erase_raw_zone(request)
+        previous, results = [raw], []
+        for layer in (*LAYER_ORDER, None):
+            layer_results = [
+                table_ops[spec.identifier](request=request, after=previous)
+                for spec in erasure_order(personal_data_specs())
+                if (spec.namespace == layer) or (layer is None and spec.namespace not in LAYER_ORDER)
+            ]
+            if layer_results:
+                previous, results = layer_results, results + layer_results
+        prove_erasure(request, raw, results)
+
+    return gdpr_erasure
