@@ -12,6 +12,7 @@ from dagster import (
     BackfillPolicy,
     DailyPartitionsDefinition,
     MaterializeResult,
+    MetadataValue,
     asset,
 )
 from dagster._utils.warnings import BetaWarning
@@ -19,6 +20,13 @@ from dagster._utils.warnings import BetaWarning
 from etr_assets.defs.metadata import commit_metadata, definition_metadata
 from etr_assets.defs.resources import LakeResource
 from etr_assets.lake.bronze import LayerResult
+from etr_assets.lake.quality import (
+    WARN,
+    CheckOutcome,
+    metrics_of,
+    post_write_outcomes,
+    record_metrics,
+)
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import table_location
 from etr_assets.settings import Settings
@@ -42,36 +50,87 @@ def days_of(context: AssetExecutionContext) -> list[dt.date]:
 
 
 def table_pool(settings: Settings, spec: TableSpec) -> str | None:
-    """One writer per table at a time where the catalog cannot arbitrate commits (local Hadoop catalog), and
-    for SCD2 tables everywhere: their keyed MERGEs conflict with any concurrent commit and would only retry."""
-    return f"iceberg_{spec.namespace}_{spec.name}" if settings.serialize_writers or spec.scd2 else None
+    """One writer per table at a time where the catalog cannot arbitrate commits (local Hadoop catalog); for SCD2
+    tables everywhere (their keyed MERGEs conflict with any concurrent commit and would only retry); and for
+    bronze everywhere (a day's first load is an append, which Iceberg does not check against another first load)."""
+    single_writer = settings.serialize_writers or spec.scd2 or spec.namespace == "bronze"
+    return f"iceberg_{spec.namespace}_{spec.name}" if single_writer else None
 
 
-def blocking_checks(spec: TableSpec) -> list[AssetCheckSpec]:
-    """One blocking Dagster check per expectation of the spec (evaluated on the audit branch before publishing)."""
-    names = [(c.name, c.description) for c in spec.expectations]
-    if spec.unique_key:
-        names.append((f"{spec.unique_key}_is_unique", f"{spec.unique_key} is unique"))
-    return [
-        AssetCheckSpec(name, asset=table_key(spec), blocking=True, description=f"Blocking, before publishing: {text}")
-        for name, text in names
+def table_check_specs(spec: TableSpec) -> list[AssetCheckSpec]:
+    """The checks a table asset reports with each materialization, derived from its spec.
+
+    Blocking (ERROR): each expectation and the unique key. Silver and gold evaluate them on the audit branch before
+    publishing; other tables evaluate them after writing, and a failure stops downstream assets.
+    Non-blocking (WARN): each reference of the spec, and the row-count anomaly for tables with daily partitions.
+    """
+    key = table_key(spec)
+    when = "before publishing" if spec.table_properties.get("write.wap.enabled") == "true" else "after writing"
+    specs = [
+        AssetCheckSpec(c.name, asset=key, blocking=True, description=f"Blocking, {when}: {c.description}")
+        for c in spec.expectations
     ]
+    if spec.unique_key:
+        specs.append(AssetCheckSpec(f"{spec.unique_key}_is_unique", asset=key, blocking=True,
+                                    description=f"Blocking, {when}: {spec.unique_key} is unique in the whole table"))
+    specs += [
+        AssetCheckSpec(r.name, asset=key, description=f"Warns when a {r.column} names no {r.key} of {r.table} "
+                       "(it may arrive later)")
+        for r in spec.quality.references
+    ]
+    if spec.day_column:
+        rules = spec.quality
+        specs.append(AssetCheckSpec(
+            "row_count_anomaly", asset=key,
+            description=f"Warns when a day's rows are more than {rules.row_count_tolerance:.0%} away from the median of "
+            f"the {rules.row_count_window_days} days before it (no verdict with under {rules.row_count_min_history_days} days)",
+        ))
+    return specs
 
 
-def check_results(outcomes) -> list[AssetCheckResult]:
-    return [
-        AssetCheckResult(
+def quarantine_check(spec: TableSpec) -> AssetCheckSpec:
+    """Bronze's own check: the share of received records refused into quarantine (the run fails above the limit)."""
+    return AssetCheckSpec("quarantine_rate", asset=table_key(spec),
+                          description="Warns when any received record was refused into quarantine")
+
+
+def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:
+    """Dagster results of quality outcomes: numbers (plotted by the UI) and the per-day figures."""
+    results = []
+    for o in outcomes:
+        metadata: dict[str, object] = {"violations": o.violations, "detail": o.examples or "none", **o.figures}
+        if o.by_day:
+            metadata["by_day"] = MetadataValue.json(o.by_day)
+        results.append(AssetCheckResult(
             check_name=o.name,
             passed=o.passed,
-            severity=AssetCheckSeverity.ERROR,
-            metadata={"violations": o.violations, "examples": o.examples or "none"},
-        )
-        for o in outcomes
-    ]
+            severity=AssetCheckSeverity.WARN if o.severity == WARN else AssetCheckSeverity.ERROR,
+            metadata=metadata,
+            description=o.description,
+        ))
+    return results
 
 
-def table_asset(settings: Settings, spec: TableSpec, deps: list[AssetKey], description: str, group: str | None = None):
-    """@asset for a daily-partitioned Iceberg table written by Spark (with its blocking checks, if any)."""
+def quality_results(context, lake: LakeResource, spec: TableSpec, days, evaluated: tuple = ()) -> list[AssetCheckResult]:
+    """Run the post-write checks (expectations too, unless `evaluated` already holds them from an audit branch),
+    record every figure in monitoring.data_quality_metrics, and return the Dagster check results."""
+    spark = lake.session()
+    done = {o.name for o in evaluated}
+    pending = not any(c.name in done for c in spec.expectations)
+    outcomes = list(evaluated) + post_write_outcomes(spark, lake.catalog, spec, days, expectations=pending)
+    record_metrics(spark, lake.catalog, metrics_of(spec, outcomes), context.run.run_id)
+    return check_results(outcomes)
+
+
+def table_asset(
+    settings: Settings,
+    spec: TableSpec,
+    deps: list[AssetKey],
+    description: str,
+    group: str | None = None,
+    extra_checks: tuple[AssetCheckSpec, ...] = (),
+):
+    """@asset for a daily-partitioned Iceberg table written by Spark, with the checks its spec implies."""
     return asset(
         key=table_key(spec),
         deps=deps,
@@ -82,7 +141,7 @@ def table_asset(settings: Settings, spec: TableSpec, deps: list[AssetKey], descr
         pool=table_pool(settings, spec),
         description=description,
         metadata=definition_metadata(spec, settings.catalog),
-        check_specs=blocking_checks(spec) or None,
+        check_specs=table_check_specs(spec) + list(extra_checks) or None,
     )
 
 
@@ -94,4 +153,5 @@ def table_result(context: AssetExecutionContext, lake: LakeResource, spec: Table
     )
     for warning in layer.warnings:
         context.log.warning(warning)
-    return MaterializeResult(metadata=commit_metadata(layer, location), check_results=check_results(layer.checks) or None)
+    checks = quality_results(context, lake, spec, days_of(context), layer.checks)
+    return MaterializeResult(metadata=commit_metadata(layer, location), check_results=checks or None)

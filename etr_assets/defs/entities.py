@@ -1,8 +1,20 @@
 """Customer and merchant assets: bronze (every record received) -> landing SCD2 history -> customer profiles."""
 
-from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    MaterializeResult,
+    MetadataValue,
+)
 
-from etr_assets.defs.common import days_of, table_asset, table_key, table_result
+from etr_assets.defs.common import (
+    days_of,
+    quality_results,
+    quarantine_check,
+    table_asset,
+    table_key,
+    table_result,
+)
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake import entities as pipeline
@@ -39,6 +51,7 @@ def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDe
         [raw_key(endpoint)],
         f"Every {endpoint} record of each day's snapshot, validated with the spec (refusals in "
         f"{feed.raw.quarantine.identifier}): the observations {landing.identifier}'s history is computed from.",
+        extra_checks=(quarantine_check(bronze),),
     )
     def load(context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource) -> MaterializeResult:
         layer = pipeline.load_bronze(lake.session(), lake.catalog, raw_zone.zone(), feed, days_of(context), raw_zone.max_reject_rate)
@@ -70,7 +83,8 @@ def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDe
                 "snapshot_id": str(result.snapshot_id) if result.changed else "no change",
                 "table": table,
                 "table_uri": MetadataValue.path(table_location(spark, table)),
-            }
+            },
+            check_results=quality_results(context, lake, landing, days_of(context)),
         )
 
     return [load, history]

@@ -55,6 +55,6 @@ def commit_metadata(result: LayerResult, location: str) -> dict[str, object]:
         metadata["table_change"] = result.changes.describe()
     if result.changes.schema_id is not None:
         metadata["schema_id"] = result.changes.schema_id
-    for key, value in result.extra.items():
-        metadata[key] = value
+    for key, value in result.extra.items():  # Markdown tables (e.g. silver's read plan) render as such
+        metadata[key] = MetadataValue.md(value) if isinstance(value, str) and value.startswith("|") else value
     return metadata

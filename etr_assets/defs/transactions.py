@@ -4,15 +4,39 @@ Each asset is a thin call into `etr_assets.lake.transactions`; a run over a part
 backfill) rebuilds all of its days in one Spark job and one Iceberg commit per table.
 """
 
-from dagster import AssetExecutionContext, AssetsDefinition, Failure, MaterializeResult, MetadataValue
+import datetime as dt
 
-from etr_assets.defs.common import check_results, days_of, table_asset, table_key, table_result
+from dagster import (
+    AssetExecutionContext,
+    AssetRecordsFilter,
+    AssetsDefinition,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+)
+from pydantic import Field
+
+from etr_assets.defs.common import (
+    check_results,
+    days_of,
+    quarantine_check,
+    table_asset,
+    table_key,
+    table_result,
+)
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake import transactions as pipeline
+from etr_assets.lake.incremental import Cursor
+from etr_assets.lake.quality import metrics_of, record_metrics
 from etr_assets.lake.wap import AuditFailed, branch_name
 from etr_assets.settings import Settings
-from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+from etr_assets.tables.transactions import (
+    BRONZE_TRANSACTIONS,
+    GOLD_DAILY_SUMMARY,
+    SILVER_TRANSACTIONS,
+)
 
 
 def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
@@ -22,6 +46,7 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         [raw_key("transactions")],
         "Each day's newest raw batch, validated with the spec: accepted records as received with lineage "
         "columns, refused ones in bronze.quarantine_transactions. Marks the batch complete once committed.",
+        extra_checks=(quarantine_check(BRONZE_TRANSACTIONS),),
     )
     def bronze_bnpl_transactions_raw(
         context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource
@@ -35,11 +60,17 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         settings,
         SILVER_TRANSACTIONS,
         [table_key(BRONZE_TRANSACTIONS)],
-        "Typed and validated transactions, one row per transaction id (latest update wins); each day replaced "
-        "atomically, written to an audit branch and published only when the blocking checks pass.",
+        "Typed and validated transactions, one row per transaction id (latest update wins). Each day reads only "
+        "the bronze rows appended since it was last built (or the whole day when bronze rewrote it), is replaced "
+        "atomically on an audit branch, and is published only when the blocking checks pass.",
     )
-    def silver_bnpl_transactions_clean(context: AssetExecutionContext, lake: LakeResource):
-        yield from audited(context, lake, SILVER_TRANSACTIONS, pipeline.build_silver)
+    def silver_bnpl_transactions_clean(context: AssetExecutionContext, config: SilverConfig, lake: LakeResource):
+        cursors = silver_cursors(context, days_of(context))
+
+        def build(spark, catalog, days, audit_branch):
+            return pipeline.build_silver(spark, catalog, days, audit_branch, cursors, config.full_refresh)
+
+        yield from audited(context, lake, SILVER_TRANSACTIONS, build)
 
     @table_asset(
         settings,
@@ -54,12 +85,37 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
     return [bronze_bnpl_transactions_raw, silver_bnpl_transactions_clean, gold_bnpl_daily_summary]
 
 
+class SilverConfig(Config):
+    full_refresh: bool = Field(
+        default=False, description="Read every bronze row of the days instead of only what was appended since"
+    )
+
+
+def silver_cursors(context: AssetExecutionContext, days: list[dt.date]) -> dict[dt.date, Cursor | None]:
+    """Per day, the bronze and silver snapshots recorded by the latest materialization of that partition."""
+    cursors: dict[dt.date, Cursor | None] = {}
+    for day in days:
+        records = context.instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[day.isoformat()]), limit=1
+        ).records
+        metadata = records[0].asset_materialization.metadata if records else {}
+        upstream = _snapshot_id(metadata.get("bronze_snapshot_id"))
+        cursors[day] = Cursor(upstream, _snapshot_id(metadata.get("silver_snapshot_id"))) if upstream else None
+    return cursors
+
+
+def _snapshot_id(value) -> int | None:
+    text = str(getattr(value, "value", "") or "")
+    return int(text) if text.isdigit() else None
+
+
 def audited(context: AssetExecutionContext, lake: LakeResource, spec, build):
     """Write-audit-publish: checks are reported either way; a failure leaves main as it was and names the branch."""
     branch = branch_name(context.run.run_id)
     try:
         layer = build(lake.session(), lake.catalog, days_of(context), audit_branch=branch)
-    except AuditFailed as failed:
+    except AuditFailed as failed:  # the failed figures matter most: recorded before the run fails
+        record_metrics(lake.session(), lake.catalog, metrics_of(spec, failed.results), context.run.run_id)
         yield from check_results(failed.results)
         raise Failure(
             description=str(failed),

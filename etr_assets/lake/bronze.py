@@ -1,7 +1,8 @@
 """Raw batches -> bronze, for any endpoint: validate with the spec, quarantine what fails, replace the days.
 
 For each day, the newest fully downloaded batch defines that day. Its records are read with the bronze spec's
-schema; refused records go to the endpoint's quarantine table with the reason. If a batch's reject rate passes
+schema; refused records go to the endpoint's quarantine table with the reason. A first load of a day is an
+append, a reload replaces the day. If a batch's reject rate passes
 the threshold, the run fails before writing anything, naming the batch, the count and the first reasons, and the
 batch stays pending. Otherwise bronze and quarantine replace the days (one commit each) and only then are the
 batches marked complete, so a crash at any point leaves them pending for the next run.
@@ -14,9 +15,10 @@ import datetime as dt
 
 from etr_assets.lake.evolve import TableChanges, ensure_table
 from etr_assets.lake.frames import conform
+from etr_assets.lake.quality import WARN, CheckOutcome
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.validate import Validated, read_validated
-from etr_assets.lake.writes import CommitInfo, replace_days
+from etr_assets.lake.writes import CommitInfo, append, replace_days
 from etr_assets.sources.raw_zone import Batch, RawZone
 
 DEFAULT_MAX_REJECT_RATE = 0.05
@@ -49,7 +51,7 @@ class LayerResult:
     rows_by_day: dict[str, int]
     extra: dict[str, int | str | float] = dataclasses.field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    checks: tuple = ()  # CheckOutcome of each blocking check run before publishing (write-audit-publish)
+    checks: tuple = ()  # CheckOutcomes measured while building (blocking ones on the audit branch)
 
     @property
     def rows(self) -> int:
@@ -66,6 +68,20 @@ def _validate(spark, raw: RawZone, feed: RawFeed, batch: Batch) -> Validated:
         day=batch.day,
         subject_column=feed.quarantine.subject_column,
     )
+
+
+def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date]) -> CommitInfo:
+    """Append when none of the days holds rows yet (a first load), else replace them.
+
+    Appends let downstream tables read just the new rows (`etr_assets.lake.incremental`); an overwrite, even one
+    that deletes nothing, would force them to read the days whole. Two first loads of one day racing would both
+    append, so bronze tables have a writer pool in every profile (`etr_assets.defs.common.table_pool`).
+    """
+    from pyspark.sql import functions as F
+
+    if spark.table(qualified).where(F.col(day_column).isin(sorted(days))).limit(1).count() == 0:
+        return append(spark, qualified, df)
+    return replace_days(spark, qualified, df, day_column, days)
 
 
 def load_bronze_days(
@@ -117,7 +133,7 @@ def load_bronze_days(
 
         changes = ensure_table(spark, catalog, feed.bronze)
         ensure_table(spark, catalog, feed.quarantine)
-        commit = replace_days(spark, feed.bronze.qualified(catalog), conform(accepted, feed.bronze), feed.day_column, days)
+        commit = _write_days(spark, feed.bronze.qualified(catalog), conform(accepted, feed.bronze), feed.day_column, days)
         replace_days(spark, feed.quarantine.qualified(catalog), conform(quarantined, feed.quarantine), "_batch_day", days)
     finally:
         for result in checked.values():
@@ -143,6 +159,17 @@ def load_bronze_days(
             f"{feed.endpoint}: {quarantined_count} record(s) quarantined in {feed.quarantine.identifier}; first: "
             + "; ".join(r for result in checked.values() for r in result.first_reasons[:2])
         )
+    rate_by_day = {d.isoformat(): round(r.reject_rate, 6) for d, r in checked.items()}
+    quarantine = CheckOutcome(
+        "quarantine_rate",
+        "no received record is refused into quarantine",
+        quarantined_count == 0,
+        quarantined_count,
+        "; ".join(r for result in checked.values() for r in result.first_reasons[:2])[:400],
+        severity=WARN,
+        by_day=rate_by_day,
+        figures={"reject_rate": round(quarantined_count / received, 6) if received else 0.0},
+    )
     return LayerResult(
         commit,
         changes,
@@ -157,4 +184,5 @@ def load_bronze_days(
             "finished_pending_days": ", ".join(d.isoformat() for d in chosen if d not in requested) or "none",
         },
         tuple(warnings),
+        (quarantine,),
     )

@@ -1,14 +1,28 @@
-"""Data-quality figures, kept in monitoring.data_quality_metrics so trends can be queried."""
+"""Data-quality checks of a table's days, and their figures kept in monitoring.data_quality_metrics.
+
+Each check gives a `CheckOutcome` with a figure per day (the asset's partitions), so the same outcome becomes a
+Dagster check result (with numbers the UI plots) and one metric row per day (so trends can be queried):
+
+- expectations: the spec's row rules (`Check` predicates: keys present, accepted values, amounts in range);
+- uniqueness of the spec's `unique_key`, over the whole table;
+- references: every value of a column names a known row of another table (e.g. the customer of a transaction);
+- row-count anomaly: a day's rows against the median of the days before it;
+- freshness: hours since the table's newest commit (from metadata, no data read).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import statistics
 
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import spark_schema
+from etr_assets.lake.specs import Reference, TableSpec
 from etr_assets.lake.writes import append
 from etr_assets.tables.operations import DATA_QUALITY_METRICS
+
+ERROR, WARN = "ERROR", "WARN"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,11 +34,164 @@ class Metric:
     partition_key: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    description: str
+    passed: bool
+    violations: int  # rows breaking the rule (or 1 for a table-level verdict such as an anomaly)
+    examples: str = ""
+    severity: str = ERROR
+    by_day: dict[str, float] = dataclasses.field(default_factory=dict)  # the measured figure per partition day
+    figures: dict[str, float] = dataclasses.field(default_factory=dict)  # further numbers for the UI
+
+
 def record_metrics(spark, catalog: str, metrics: list[Metric], run_id: str = "") -> None:
-    measured_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    if not metrics:
+        return
+    measured_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     rows = [
         {**dataclasses.asdict(m), "value": None if m.value is None else float(m.value), "measured_at": measured_at, "run_id": run_id}
         for m in metrics
     ]
     ensure_table(spark, catalog, DATA_QUALITY_METRICS)
     append(spark, DATA_QUALITY_METRICS.qualified(catalog), spark.createDataFrame(rows, spark_schema(DATA_QUALITY_METRICS.columns)))
+
+
+def metrics_of(spec: TableSpec, outcomes: list[CheckOutcome]) -> list[Metric]:
+    """One row per check and day (or one per check when it has no days)."""
+    metrics = []
+    for o in outcomes:
+        if o.by_day:
+            for day, value in sorted(o.by_day.items()):
+                day_passed = o.passed if o.severity == WARN else value == 0
+                metrics.append(Metric(spec.identifier, o.name, value, day_passed, day))
+        else:
+            metrics.append(Metric(spec.identifier, o.name, float(o.violations), o.passed))
+    return metrics
+
+
+def _per_day(df, day_column: str | None, days: list[dt.date]) -> dict[str, float]:
+    if day_column is None:
+        return {}
+    found = {r[0].isoformat(): r[1] for r in df.groupBy(day_column).count().collect() if r[0] is not None}
+    return {d.isoformat(): float(found.get(d.isoformat(), 0)) for d in sorted(days)}
+
+
+def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[CheckOutcome]:
+    """Each of the spec's expectations over the rows of `days` (all rows when the table has no day column)."""
+    from pyspark.sql import functions as F
+
+    day_column = spec.day_column
+    rows = df.where(F.col(day_column).isin(sorted(days))) if day_column else df
+    outcomes = []
+    for check in spec.expectations:
+        bad = rows.where(~F.coalesce(F.expr(check.predicate), F.lit(True)))
+        by_day = _per_day(bad, day_column, days)
+        count = int(sum(by_day.values())) if day_column else bad.count()
+        sample = ", ".join(str(r.asDict()) for r in bad.limit(2).collect()) if count else ""
+        outcomes.append(CheckOutcome(check.name, check.description, count == 0, count, sample[:400], by_day=by_day))
+    return outcomes
+
+
+def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
+    """Keys held by more than one row anywhere in the table; per day, the repeated rows falling on that day."""
+    from pyspark.sql import functions as F
+
+    key = spec.unique_key
+    repeated = df.groupBy(key).count().where("count > 1")
+    count = repeated.count()
+    sample = ", ".join(str(r[key]) for r in repeated.limit(5).collect()) if count else ""
+    by_day = {}
+    if spec.day_column:
+        rows = df.where(F.col(spec.day_column).isin(sorted(days))).join(repeated.select(key), key, "left_semi")
+        by_day = _per_day(rows, spec.day_column, days)
+    return CheckOutcome(f"{key}_is_unique", f"{key} is unique", count == 0, count, sample, by_day=by_day)
+
+
+def reference_outcome(df, spec: TableSpec, reference: Reference, referenced_df, days: list[dt.date]) -> CheckOutcome:
+    """Rows of `days` whose `reference.column` names no `reference.key` of the referenced table (WARN)."""
+    from pyspark.sql import functions as F
+
+    rows = df.where(F.col(spec.day_column).isin(sorted(days))) if spec.day_column else df
+    known = referenced_df.select(F.col(reference.key).alias(reference.column)).distinct()
+    unknown = rows.where(F.col(reference.column).isNotNull()).join(known, reference.column, "left_anti")
+    by_day = _per_day(unknown, spec.day_column, days)
+    count = int(sum(by_day.values())) if spec.day_column else unknown.count()
+    values = [str(r[0]) for r in unknown.select(reference.column).distinct().limit(5).collect()] if count else []
+    return CheckOutcome(
+        reference.name,
+        f"every {reference.column} is a {reference.key} of {reference.table}",
+        count == 0,
+        count,
+        ", ".join(values),
+        severity=WARN,
+        by_day=by_day,
+    )
+
+
+def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
+    """Each day's rows against the median of up to `row_count_window_days` earlier days that hold rows (WARN)."""
+    from pyspark.sql import functions as F
+
+    rules, day_column = spec.quality, spec.day_column
+    first = min(days) - dt.timedelta(days=rules.row_count_window_days)
+    counts = {
+        r[0]: r[1]
+        for r in df.where((F.col(day_column) >= first) & (F.col(day_column) <= max(days))).groupBy(day_column).count().collect()
+    }
+    by_day, anomalies, notes = {}, [], []
+    for day in sorted(days):
+        rows = counts.get(day, 0)
+        by_day[day.isoformat()] = float(rows)
+        history = [n for d, n in counts.items() if day - dt.timedelta(days=rules.row_count_window_days) <= d < day]
+        if len(history) < rules.row_count_min_history_days:
+            notes.append(f"{day}: {len(history)} earlier day(s), no verdict")
+            continue
+        median = statistics.median(history)
+        if abs(rows - median) > rules.row_count_tolerance * median:
+            anomalies.append(f"{day}: {rows} rows against a median of {median:g}")
+    return CheckOutcome(
+        "row_count_anomaly",
+        f"each day's rows within {rules.row_count_tolerance:.0%} of the median of the {rules.row_count_window_days} days before",
+        not anomalies,
+        len(anomalies),
+        "; ".join(anomalies or notes)[:400],
+        severity=WARN,
+        by_day=by_day,
+    )
+
+
+def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.datetime | None = None) -> CheckOutcome:
+    """Hours since the table's newest commit against the spec's limit (WARN); a table never written fails."""
+    limit = spec.quality.freshness_hours
+    now = now or dt.datetime.now(dt.UTC)
+    age = None if last_commit is None else (now - last_commit).total_seconds() / 3600
+    passed = age is not None and (limit is None or age <= limit)
+    detail = "the table has no commit" if age is None else f"newest commit {age:.1f} h ago (limit {limit:g} h)"
+    return CheckOutcome(
+        "freshness",
+        f"the newest commit is at most {limit:g} hours old",
+        passed,
+        0 if passed else 1,
+        detail,
+        severity=WARN,
+        figures={"hours_since_last_commit": round(age, 3) if age is not None else -1.0},
+    )
+
+
+def post_write_outcomes(spark, catalog: str, spec: TableSpec, days: list[dt.date], expectations: bool) -> list[CheckOutcome]:
+    """The checks run after a table's days were written: expectations (unless already run on an audit branch),
+    references and the row-count anomaly, over what main now holds."""
+    table = spark.table(spec.qualified(catalog))
+    outcomes = expectation_outcomes(table, spec, days) if expectations else []
+    for reference in spec.quality.references:
+        referenced = f"{catalog}.{reference.table}"
+        if spark.catalog.tableExists(referenced):
+            outcomes.append(reference_outcome(table, spec, reference, spark.table(referenced), days))
+        else:
+            outcomes.append(CheckOutcome(reference.name, f"{reference.table} exists", False, 0,
+                                         f"{reference.table} was never written: nothing to check against", WARN))
+    if spec.day_column:
+        outcomes.append(row_count_outcome(table, spec, days))
+    return outcomes

@@ -69,6 +69,39 @@ class Check:
 
 
 @dataclasses.dataclass(frozen=True)
+class Reference:
+    """Every non-NULL `column` value should exist as `key` of `table` (namespace.name): a WARN check, since the
+    referenced rows may arrive later than the rows that name them."""
+
+    column: str
+    table: str
+    key: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.column}_is_known"
+
+
+@dataclasses.dataclass(frozen=True)
+class QualityRules:
+    """Non-blocking data-quality checks of a table (etr_assets.lake.quality), besides its expectations."""
+
+    row_count_window_days: int = 7  # a day's rows are compared with the median of the days before it
+    row_count_tolerance: float = 0.5  # allowed relative distance from that median
+    row_count_min_history_days: int = 3  # fewer days of history: no verdict (the check passes, saying so)
+    freshness_hours: float | None = 36.0  # the newest commit is at most this old (None: not checked)
+    references: tuple[Reference, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.row_count_window_days < 1 or self.row_count_min_history_days < 1:
+            raise SpecError("quality rules: row-count window and minimum history must be at least one day")
+        if not 0 < self.row_count_tolerance:
+            raise SpecError(f"quality rules: row_count_tolerance={self.row_count_tolerance} must be positive")
+        if self.freshness_hours is not None and self.freshness_hours <= 0:
+            raise SpecError(f"quality rules: freshness_hours={self.freshness_hours} must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
 class Scd2:
     """How an SCD2 table keeps history: by key, over the tracked columns, ordered by the source's sequence."""
 
@@ -112,6 +145,13 @@ SCD2_COLUMNS = (
 )
 
 
+# Row rules every SCD2 table keeps (blocking checks after each MERGE).
+SCD2_EXPECTATIONS = (
+    Check("validity intervals are ordered", "_valid_to IS NULL OR _valid_to >= _valid_from"),
+    Check("exactly the open versions are current", "_is_current = (_valid_to IS NULL)"),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class TableSpec:
     namespace: str
@@ -127,6 +167,7 @@ class TableSpec:
     unique_key: str | None = None  # no two rows share this column's value: a blocking check too
     scd2: Scd2 | None = None  # history kept as SCD2 versions
     health: HealthThresholds = HealthThresholds()  # when the table needs maintenance
+    quality: QualityRules = QualityRules()  # row-count anomaly, freshness, references
 
     def __post_init__(self) -> None:
         where = f"table spec {self.namespace}.{self.name}"
@@ -157,6 +198,9 @@ class TableSpec:
             for name in (self.scd2.key, self.scd2.sequence, *self.scd2.tracked, *(c.name for c in SCD2_COLUMNS)):
                 if name not in names:
                     raise SpecError(f"{where}: SCD2 names column {name!r}, which the table lacks")
+        for reference in self.quality.references:
+            if reference.column not in names:
+                raise SpecError(f"{where}: reference names column {reference.column!r}, which the table lacks")
         if self.subject_column is None and self.pii_columns:
             raise SpecError(f"{where}: has personal data {self.pii_columns} but no subject column to erase by")
 
@@ -189,6 +233,15 @@ class TableSpec:
             if column.name == name:
                 return column
         raise SpecError(f"table spec {self.identifier} has no column {name!r}")
+
+    @property
+    def day_column(self) -> str | None:
+        """The column of the table's days(...) partition: what a daily asset partition of it holds."""
+        for transform in self.partition_by:
+            match = re.fullmatch(r"days\((\w+)\)", transform)
+            if match:
+                return match.group(1)
+        return None
 
     @property
     def table_properties(self) -> dict[str, str]:

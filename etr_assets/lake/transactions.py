@@ -8,11 +8,25 @@ from __future__ import annotations
 
 import datetime as dt
 
-from etr_assets.lake.bronze import DEFAULT_MAX_REJECT_RATE, BadInputError, LayerResult, RawFeed, load_bronze_days
+from etr_assets.lake.bronze import (
+    DEFAULT_MAX_REJECT_RATE,
+    BadInputError,
+    LayerResult,
+    RawFeed,
+    load_bronze_days,
+)
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import conform
-from etr_assets.lake.wap import write_audit_publish
-from etr_assets.lake.writes import replace_days
+from etr_assets.lake.incremental import (
+    FULL,
+    INCREMENTAL,
+    Cursor,
+    current_snapshot_id,
+    plan_reads,
+    read_plan,
+)
+from etr_assets.lake.wap import evaluate, write_audit_publish
+from etr_assets.lake.writes import CommitInfo, replace_days
 from etr_assets.sources.fetch import SOURCE
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.quarantine import QUARANTINE_TRANSACTIONS
@@ -23,7 +37,7 @@ from etr_assets.tables.transactions import (
     STATUSES,
 )
 
-__all__ = ["BadInputError", "LayerResult", "TRANSACTIONS", "build_gold", "build_silver", "load_bronze"]
+__all__ = ["TRANSACTIONS", "BadInputError", "LayerResult", "build_gold", "build_silver", "load_bronze"]
 
 TRANSACTIONS = RawFeed(
     source=SOURCE,
@@ -87,30 +101,91 @@ def _replace(spark, catalog: str, spec, df, days: list[dt.date], audit_branch: s
     def write(branch: str):
         return replace_days(spark, qualified, df, "transaction_date", days, branch=branch)
 
-    return write_audit_publish(spark, catalog, spec, audit_branch, "transaction_date", days, write)
+    return write_audit_publish(spark, catalog, spec, audit_branch, days, write)
 
 
-def build_silver(spark, catalog: str, days: list[dt.date], audit_branch: str | None = None) -> LayerResult:
+def build_silver(
+    spark,
+    catalog: str,
+    days: list[dt.date],
+    audit_branch: str | None = None,
+    cursors: dict[dt.date, Cursor | None] | None = None,
+    full_refresh: bool = False,
+) -> LayerResult:
+    """Rebuild `days` of silver, reading only the bronze rows each day needs (see `etr_assets.lake.incremental`).
+
+    Without `cursors` every day is read whole. A day read incrementally merges the appended bronze rows into what
+    silver holds for it (the newest update per transaction wins, as in a full rebuild); a day nothing touched since
+    its cursor is not rewritten. `extra["bronze_snapshot_id"]` is the cursor for the next build.
+    """
     from pyspark.sql import functions as F
 
-    bronze = spark.table(BRONZE_TRANSACTIONS.qualified(catalog)).where(F.col("transaction_date").isin(sorted(days)))
+    bronze_table, silver_table = BRONZE_TRANSACTIONS.qualified(catalog), SILVER_TRANSACTIONS.qualified(catalog)
     changes = ensure_table(spark, catalog, SILVER_TRANSACTIONS)
-    cleaned = conform(clean_transactions(bronze), SILVER_TRANSACTIONS).cache()
-    counts = count_by_day(cleaned, days)
-    received = bronze.count()
+    plan = plan_reads(
+        spark, bronze_table, silver_table, "transaction_date", cursors or dict.fromkeys(days), full_refresh
+    )
+    full, appended = read_plan(spark, bronze_table, plan, "transaction_date")
+    read = [df for df in (full, appended) if df is not None]
+    bronze_read = read[0].unionByName(read[1]) if len(read) == 2 else (read[0] if read else None)
+    received = bronze_read.count() if bronze_read is not None else 0
+    appended_days = set()
+    if appended is not None:
+        appended_days = {r[0] for r in appended.select("transaction_date").distinct().collect()}
+    rebuild = sorted(set(plan.of(FULL)) | appended_days)
+
+    extra = {
+        "bronze_snapshot_id": str(plan.upstream_snapshot_id) if plan.upstream_snapshot_id is not None else "none",
+        "read_mode": plan.summary(),
+        "read_plan": plan.table(),
+        "bronze_rows_read": received,
+        "days_read_full": len(plan.of(FULL)),
+        "days_read_incrementally": len(plan.of(INCREMENTAL)),
+        "days_rewritten": len(rebuild),
+    }
+    if not rebuild:  # nothing changed upstream: no commit; the checks still report on what main holds
+        checks = evaluate(spark, silver_table, SILVER_TRANSACTIONS, "main", days) if audit_branch else ()
+        counts = count_by_day(spark.table(silver_table).where(F.col("transaction_date").isin(sorted(days))), days)
+        extra["silver_snapshot_id"] = str(current_snapshot_id(spark, silver_table))
+        return LayerResult(CommitInfo(silver_table, None, None), changes, counts, extra, checks=tuple(checks))
+
+    cleaned = conform(clean_transactions(full), SILVER_TRANSACTIONS) if full is not None else None
+    if appended_days:
+        merged = merge_latest(
+            spark.table(silver_table).where(F.col("transaction_date").isin(sorted(appended_days))),
+            conform(clean_transactions(appended), SILVER_TRANSACTIONS),
+        )
+        cleaned = merged if cleaned is None else cleaned.unionByName(merged)
+    cleaned = cleaned.cache()
+    counts = count_by_day(cleaned, rebuild)
     try:
-        commit, checks = _replace(spark, catalog, SILVER_TRANSACTIONS, cleaned, days, audit_branch)
+        commit, checks = _replace(spark, catalog, SILVER_TRANSACTIONS, cleaned, rebuild, audit_branch)
     finally:
         cleaned.unpersist()
-    written = sum(counts.values())
-    distinct_ids = bronze.where(F.col("transaction_id").isNotNull()).select("transaction_id").distinct().count()
-    return LayerResult(
-        commit,
-        changes,
-        counts,
-        {"bronze_rows": received, "duplicates_removed": received - distinct_ids, "rejected": distinct_ids - written},
-        checks=tuple(checks),
+    extra["silver_snapshot_id"] = str(current_snapshot_id(spark, silver_table))
+    untouched = sorted(set(days) - set(rebuild))
+    if untouched:  # report what every requested day holds, rewritten or not
+        counts |= count_by_day(spark.table(silver_table).where(F.col("transaction_date").isin(untouched)), untouched)
+    distinct_ids = bronze_read.where(F.col("transaction_id").isNotNull()).select("transaction_id").distinct().count()
+    extra |= {"bronze_rows": received, "duplicates_removed": received - distinct_ids}
+    if not appended_days:  # every rebuilt day was read whole: what did not reach silver was refused
+        extra["rejected"] = distinct_ids - sum(counts[d.isoformat()] for d in rebuild)
+    return LayerResult(commit, changes, counts, extra, checks=tuple(checks))
+
+
+def merge_latest(current_silver, new_rows):
+    """Silver rows of some days plus newly cleaned rows: one row per transaction id, the newest update winning.
+
+    Ties on `updated_at` go to the later batch, then to the new row, so a merge equals a full rebuild.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    both = current_silver.withColumn("_new", F.lit(0)).unionByName(new_rows.withColumn("_new", F.lit(1)))
+    newest_first = Window.partitionBy("transaction_id").orderBy(
+        F.col("updated_at").desc(), F.col("_batch_id").desc(), F.col("_new").desc()
     )
+    return both.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank", "_new")
 
 
 # --- gold ---------------------------------------------------------------------------------------------

@@ -7,10 +7,14 @@ When a check fails, main is unchanged and the branch stays for inspection
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import re
 
+from etr_assets.lake.quality import (
+    CheckOutcome,
+    expectation_outcomes,
+    uniqueness_outcome,
+)
 from etr_assets.lake.specs import TableSpec
 
 
@@ -21,15 +25,6 @@ class AuditFailed(RuntimeError):
         super().__init__(message)
         self.branch = branch
         self.results = results
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckOutcome:
-    name: str
-    description: str
-    passed: bool
-    violations: int
-    examples: str = ""
 
 
 def branch_name(run_id: str) -> str:
@@ -45,24 +40,12 @@ def read_branch(spark, qualified: str, branch: str):
     return spark.read.format("iceberg").option("branch", branch).load(qualified)
 
 
-def evaluate(spark, qualified: str, spec: TableSpec, branch: str, day_column: str, days: list[dt.date]) -> list[CheckOutcome]:
+def evaluate(spark, qualified: str, spec: TableSpec, branch: str, days: list[dt.date]) -> list[CheckOutcome]:
     """Each expectation over the rebuilt days, and uniqueness over the whole table, as seen on the branch."""
-    from pyspark.sql import functions as F
-
     table = read_branch(spark, qualified, branch)
-    rebuilt = table.where(F.col(day_column).isin(sorted(days)))
-    outcomes = []
-    for check in spec.expectations:
-        bad = rebuilt.where(~F.coalesce(F.expr(check.predicate), F.lit(True)))
-        count = bad.count()
-        sample = ", ".join(str(r.asDict()) for r in bad.limit(2).collect()) if count else ""
-        outcomes.append(CheckOutcome(check.name, check.description, count == 0, count, sample[:400]))
+    outcomes = expectation_outcomes(table, spec, days)
     if spec.unique_key:
-        key = spec.unique_key
-        repeated = table.groupBy(key).count().where("count > 1")
-        count = repeated.count()
-        sample = ", ".join(str(r[key]) for r in repeated.limit(5).collect()) if count else ""
-        outcomes.append(CheckOutcome(f"{key}_is_unique", f"{key} is unique", count == 0, count, sample))
+        outcomes.append(uniqueness_outcome(table, spec, days))
     return outcomes
 
 
@@ -73,12 +56,12 @@ def publish(spark, catalog: str, qualified: str, branch: str) -> None:
     spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS `{branch}`")
 
 
-def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, day_column: str, days: list[dt.date], write):
+def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, days: list[dt.date], write):
     """`write(branch)` writes to the branch; check it; publish. Returns (write's result, outcomes); raises AuditFailed."""
     qualified = spec.qualified(catalog)
     create_branch(spark, qualified, branch)
     result = write(branch)
-    outcomes = evaluate(spark, qualified, spec, branch, day_column, days)
+    outcomes = evaluate(spark, qualified, spec, branch, days)
     failed = [o for o in outcomes if not o.passed]
     if failed:
         raise AuditFailed(

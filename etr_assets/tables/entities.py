@@ -4,7 +4,15 @@ The API serves each as a full list as of a day; bronze keeps every received reco
 log SCD2 history is computed from), landing keeps one version per change.
 """
 
-from etr_assets.lake.specs import MIB, SCD2_COLUMNS, Check, Column, Scd2, TableSpec
+from etr_assets.lake.specs import (
+    MIB,
+    SCD2_COLUMNS,
+    SCD2_EXPECTATIONS,
+    Check,
+    Column,
+    Scd2,
+    TableSpec,
+)
 
 _BRONZE_LINEAGE = (
     Column("_as_of", "date", "Day of the snapshot the record came in", required=True),
@@ -63,6 +71,7 @@ LANDING_CUSTOMERS = TableSpec(
     properties=_SMALL,
     subject_column="customer_id",
     scd2=Scd2(key="customer_id", tracked=_CUSTOMER_TRACKED, sequence="updated_at"),
+    expectations=SCD2_EXPECTATIONS,
 )
 
 _MERCHANT_FIELDS = (
@@ -100,6 +109,7 @@ LANDING_MERCHANTS = TableSpec(
     write_order=("merchant_id", "_valid_from"),
     properties=_SMALL,
     scd2=Scd2(key="merchant_id", tracked=_MERCHANT_TRACKED, sequence="updated_at"),
+    expectations=SCD2_EXPECTATIONS,
 )
 
 GOLD_CUSTOMER_PROFILES = TableSpec(
@@ -126,4 +136,8 @@ GOLD_CUSTOMER_PROFILES = TableSpec(
     write_order=("as_of_date", "customer_id"),
     properties=_SMALL,
     subject_column="customer_id",
+    expectations=(
+        Check("activity figures are not negative", "transactions >= 0 AND approved_amount >= 0"),
+        Check("no transaction after the day", "last_transaction_date IS NULL OR last_transaction_date <= as_of_date"),
+    ),
 )

@@ -1,6 +1,6 @@
 """The eTR+ transaction tables: bronze (as received), silver (typed, deduplicated), gold (daily summary)."""
 
-from etr_assets.lake.specs import MIB, Check, Column, TableSpec
+from etr_assets.lake.specs import MIB, Check, Column, QualityRules, Reference, TableSpec
 
 # Fields of the BNPL API's transaction record, as it sends them. Read with this schema, never inferred
 # (apache/iceberg #4849); the amount stays text in bronze so no precision is lost before silver types it.
@@ -72,6 +72,7 @@ SILVER_TRANSACTIONS = TableSpec(
         Check("amount is between 0.01 and 100000", "amount BETWEEN 0.01 AND 100000"),
     ),
     unique_key="transaction_id",
+    quality=QualityRules(references=(Reference("customer_id", "landing.customers", "customer_id"),)),
 )
 
 GOLD_DAILY_SUMMARY = TableSpec(

@@ -1,0 +1,150 @@
+"""Incremental silver: per day, read only the bronze rows appended since the day was built, else the whole day."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import functions as F
+
+from etr_assets.lake import transactions as pipeline
+from etr_assets.lake.incremental import (
+    FULL,
+    INCREMENTAL,
+    UNCHANGED,
+    Cursor,
+    current_snapshot_id,
+)
+from etr_assets.lake.writes import append
+from etr_assets.sources.api_client import ApiClient
+from etr_assets.sources.fetch import fetch_day
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
+from etr_assets_tests.lake.test_transactions import DAYS, raw  # noqa: F401  (the raw-zone fixture)
+
+D0, D1 = DAYS
+
+
+def cursor_of(result) -> Cursor:
+    return Cursor(int(result.extra["bronze_snapshot_id"]), int(result.extra["silver_snapshot_id"]))
+
+
+def silver_rows(lake, settings, day):
+    table = lake.table(SILVER_TRANSACTIONS.qualified(settings.catalog)).where(F.col("transaction_date") == day)
+    return sorted(tuple(r) for r in table.drop("_processed_at").collect())
+
+
+def modes(result) -> dict[str, str]:
+    return {line.split(" | ")[0].strip("| "): line.split(" | ")[1] for line in result.extra["read_plan"].splitlines()[2:]}
+
+
+def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(lake, settings, raw):  # noqa: F811
+    bronze_first = pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    assert bronze_first.commit.operation == "append"  # a first load: downstream can read it incrementally
+    built = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: None})
+    assert modes(built) == {str(D0): FULL}
+    silver_snapshot = current_snapshot_id(lake, SILVER_TRANSACTIONS.qualified(settings.catalog))
+
+    assert pipeline.load_bronze(lake, settings.catalog, raw, [D1]).commit.operation == "append"
+    again = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: cursor_of(built)})
+
+    assert modes(again) == {str(D0): UNCHANGED}
+    assert again.extra["bronze_rows_read"] == 0 and again.commit.snapshot_id is None
+    assert current_snapshot_id(lake, SILVER_TRANSACTIONS.qualified(settings.catalog)) == silver_snapshot
+    assert again.rows_by_day == built.rows_by_day  # what the day holds, reported all the same
+
+
+def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, raw):  # noqa: F811
+    pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+    built = pipeline.build_silver(lake, settings.catalog, DAYS)
+    bronze = BRONZE_TRANSACTIONS.qualified(settings.catalog)
+
+    # A late batch for D0: three transactions updated an hour later, and two new ones.
+    day0 = lake.table(bronze).where(F.col("transaction_date") == D0).orderBy("transaction_id")
+    updated = day0.limit(3).withColumns({"status": F.lit("REFUNDED"), "updated_at": F.col("updated_at") + F.expr("INTERVAL 1 HOUR")})
+    new = day0.limit(2).withColumn("transaction_id", F.col("transaction_id") + F.lit(10_000_000))
+    late = updated.unionByName(new).withColumns({"_batch_id": F.lit("late-batch"), "_ingested_at": F.current_timestamp()})
+    assert append(lake, bronze, late.localCheckpoint()).operation == "append"
+
+    cursor = cursor_of(built)
+    merged = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
+
+    assert modes(merged) == {str(D0): INCREMENTAL, str(D1): UNCHANGED}  # D1 got nothing appended
+    assert merged.extra["bronze_rows_read"] == 5  # only the late rows, not the day
+    assert merged.extra["days_rewritten"] == 1
+    assert merged.rows_by_day == {str(D0): built.rows_by_day[str(D0)] + 2, str(D1): built.rows_by_day[str(D1)]}
+    incremental_result = silver_rows(lake, settings, D0)
+    refunded = {r[0] for r in incremental_result if r[7] == "REFUNDED" and r[11] == "late-batch"}
+    assert len(refunded) == 3
+
+    pipeline.build_silver(lake, settings.catalog, [D0], full_refresh=True, cursors={D0: cursor_of(merged)})
+    assert silver_rows(lake, settings, D0) == incremental_result
+
+
+def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw, api):  # noqa: F811
+    pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+    built = pipeline.build_silver(lake, settings.catalog, DAYS)
+    fetch_day(ApiClient(api.url, api.config.token, page_size=25), raw, "transactions", D0)  # a newer batch of D0
+    reload = pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    assert reload.commit.operation == "overwrite"
+
+    cursor = cursor_of(built)
+    rebuilt = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
+
+    plan = modes(rebuilt)
+    assert plan == {str(D0): FULL, str(D1): UNCHANGED}
+    assert f"snapshot {reload.commit.snapshot_id} (overwrite) rewrote rows of the day" in rebuilt.extra["read_plan"]
+    assert rebuilt.extra["bronze_rows_read"] == reload.rows_by_day[str(D0)]
+    assert rebuilt.rows_by_day == built.rows_by_day
+
+
+def test_a_lost_cursor_or_a_rolled_back_silver_falls_back_to_full_reads(lake, settings, raw):  # noqa: F811
+    pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    built = pipeline.build_silver(lake, settings.catalog, [D0])
+    unknown = Cursor(upstream_snapshot_id=123, downstream_snapshot_id=cursor_of(built).downstream_snapshot_id)
+    assert modes(pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: unknown})) == {str(D0): FULL}
+
+    silver = SILVER_TRANSACTIONS.qualified(settings.catalog)
+    newer = pipeline.build_silver(lake, settings.catalog, [D0], full_refresh=True)
+    lake.sql(f"CALL {settings.catalog}.system.rollback_to_snapshot('{silver.split('.', 1)[1]}', {cursor_of(built).downstream_snapshot_id})")
+    # The newer build's silver snapshot is no longer in silver's history: its cursor cannot be trusted.
+    result = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: cursor_of(newer)})
+    assert modes(result) == {str(D0): FULL} and "rolled back" in result.extra["read_plan"]
+
+
+def test_compaction_snapshots_do_not_force_full_reads(lake, settings, raw):  # noqa: F811
+    pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    pipeline.load_bronze(lake, settings.catalog, raw, [D1])
+    built = pipeline.build_silver(lake, settings.catalog, DAYS)
+    bronze = BRONZE_TRANSACTIONS.qualified(settings.catalog)
+    lake.sql(f"CALL {settings.catalog}.system.rewrite_data_files(table => '{bronze.split('.', 1)[1]}', options => map('rewrite-all', 'true'))")
+    assert lake.sql(f"SELECT operation FROM {bronze}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0] == "replace"
+
+    cursor = cursor_of(built)
+    result = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
+    assert modes(result) == {str(D0): UNCHANGED, str(D1): UNCHANGED}
+    assert dt.date.fromisoformat(str(D0)) == D0
+
+
+def test_through_dagster_the_cursor_lives_in_each_partitions_materialization(lake, settings):
+    from dagster import AssetKey, DagsterInstance, materialize
+
+    from etr_assets.definitions import build_definitions
+
+    defs = build_definitions(settings)
+    resources = defs.get_repository_def().get_top_level_resources()
+    silver = AssetKey(["silver", "bnpl_transactions_clean"])
+    instance = DagsterInstance.ephemeral()
+
+    def run(selection, day, run_config=None):
+        result = materialize(list(defs.assets), selection=selection, resources=resources, partition_key=day,
+                             instance=instance, run_config=run_config)
+        assert result.success
+        return result.asset_materializations_for_node("silver__bnpl_transactions_clean")[0].metadata
+
+    first = run([AssetKey(["raw", "bnpl_transactions"]), AssetKey(["bronze", "bnpl_transactions_raw"]), silver], "2025-01-01")
+    assert first["read_mode"].value == "1 full" and first["bronze_rows_read"].value > 0
+    again = run([silver], "2025-01-01")
+    assert again["read_mode"].value == "1 unchanged" and again["bronze_rows_read"].value == 0
+    assert again["bronze_snapshot_id"].value == first["bronze_snapshot_id"].value
+    assert again["dagster/row_count"].value == first["dagster/row_count"].value
+    refreshed = run([silver], "2025-01-01", {"ops": {"silver__bnpl_transactions_clean": {"config": {"full_refresh": True}}}})
+    assert refreshed["read_mode"].value == "1 full" and "full refresh requested" in refreshed["read_plan"].value

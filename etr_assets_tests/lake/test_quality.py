@@ -1,0 +1,140 @@
+"""Data-quality checks on real Spark frames and tables: each check passing and failing, figures per day recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from etr_assets.lake.quality import (
+    WARN,
+    expectation_outcomes,
+    freshness_outcome,
+    metrics_of,
+    post_write_outcomes,
+    record_metrics,
+    reference_outcome,
+    row_count_outcome,
+    uniqueness_outcome,
+)
+from etr_assets.lake.specs import QualityRules
+from etr_assets.tables.operations import DATA_QUALITY_METRICS
+from etr_assets.tables.transactions import SILVER_TRANSACTIONS
+
+D1, D2 = dt.date(2025, 5, 1), dt.date(2025, 5, 2)
+SCHEMA = "transaction_id bigint, customer_id bigint, merchant_id bigint, amount double, status string, transaction_date date"
+
+
+def frame(spark, rows):
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+def by_name(outcomes):
+    return {o.name: o for o in outcomes}
+
+
+def test_expectations_pass_on_good_rows_and_count_bad_rows_per_day(spark):
+    good = frame(spark, [(1, 10, 5, 12.5, "APPROVED", D1), (2, 11, 5, 99.0, "REFUNDED", D2)])
+    assert all(o.passed for o in expectation_outcomes(good, SILVER_TRANSACTIONS, [D1, D2]))
+
+    bad = frame(spark, [
+        (1, None, 5, 12.5, "APPROVED", D1),  # key missing
+        (2, 11, 5, 0.0, "APPROVED", D1),  # amount out of range
+        (3, 12, 5, 100001.0, "LOST", D2),  # out of range and unknown status
+        (4, 13, 5, 5.0, "LOST", dt.date(2025, 5, 9)),  # another day: not judged
+    ])
+    outcomes = by_name(expectation_outcomes(bad, SILVER_TRANSACTIONS, [D1, D2]))
+    assert outcomes["keys_are_present"].violations == 1 and not outcomes["keys_are_present"].passed
+    assert outcomes["amount_is_between_0_01_and_100000"].by_day == {str(D1): 1.0, str(D2): 1.0}
+    assert outcomes["status_is_an_accepted_value"].by_day == {str(D1): 0.0, str(D2): 1.0}
+    assert "LOST" in outcomes["status_is_an_accepted_value"].examples
+
+
+def test_uniqueness_is_judged_over_the_whole_table(spark):
+    rows = frame(spark, [(1, 10, 5, 1.0, "APPROVED", D1), (2, 10, 5, 1.0, "APPROVED", D2)])
+    assert uniqueness_outcome(rows, SILVER_TRANSACTIONS, [D2]).passed
+    repeated = rows.union(frame(spark, [(1, 10, 5, 2.0, "APPROVED", dt.date(2025, 4, 1))]))
+    outcome = uniqueness_outcome(repeated, SILVER_TRANSACTIONS, [D1, D2])
+    assert not outcome.passed and outcome.violations == 1 and outcome.examples == "1"
+    assert outcome.by_day == {str(D1): 1.0, str(D2): 0.0}
+
+
+def test_every_customer_of_a_transaction_must_be_known(spark):
+    (reference,) = SILVER_TRANSACTIONS.quality.references
+    customers = spark.createDataFrame([(10,), (11,)], "customer_id bigint")
+    rows = frame(spark, [(1, 10, 5, 1.0, "APPROVED", D1), (2, 11, 5, 1.0, "APPROVED", D2)])
+    assert reference_outcome(rows, SILVER_TRANSACTIONS, reference, customers, [D1, D2]).passed
+
+    strangers = rows.union(frame(spark, [(3, 77, 5, 1.0, "APPROVED", D2), (4, 77, 5, 1.0, "APPROVED", D2)]))
+    outcome = reference_outcome(strangers, SILVER_TRANSACTIONS, reference, customers, [D1, D2])
+    assert not outcome.passed and outcome.severity == WARN
+    assert outcome.violations == 2 and outcome.by_day == {str(D1): 0.0, str(D2): 2.0} and outcome.examples == "77"
+
+
+def days_with(spark, counts: dict[dt.date, int]):
+    rows = [(i, 1, 1, 1.0, "APPROVED", day) for day, n in counts.items() for i in range(n)]
+    return frame(spark, rows)
+
+
+def test_row_count_anomaly_against_the_trailing_median(spark):
+    history = {D1 - dt.timedelta(days=k): 100 for k in range(1, 8)}
+    normal = days_with(spark, {**history, D1: 120})
+    outcome = row_count_outcome(normal, SILVER_TRANSACTIONS, [D1])
+    assert outcome.passed and outcome.by_day == {str(D1): 120.0}
+
+    collapsed = days_with(spark, {**history, D1: 20})
+    outcome = row_count_outcome(collapsed, SILVER_TRANSACTIONS, [D1])
+    assert not outcome.passed and outcome.severity == WARN and "20 rows against a median of 100" in outcome.examples
+
+    young = days_with(spark, {D1 - dt.timedelta(days=1): 100, D1: 5})
+    outcome = row_count_outcome(young, SILVER_TRANSACTIONS, [D1])
+    assert outcome.passed and "no verdict" in outcome.examples
+
+    strict = dataclasses.replace(SILVER_TRANSACTIONS, quality=QualityRules(row_count_tolerance=0.1))
+    assert not row_count_outcome(normal, strict, [D1]).passed  # 120 is 20% above: beyond a 10% tolerance
+
+
+def test_freshness_from_the_newest_commit():
+    now = dt.datetime(2025, 5, 3, 12, tzinfo=dt.UTC)
+    fresh = freshness_outcome(SILVER_TRANSACTIONS, now - dt.timedelta(hours=3), now)
+    assert fresh.passed and fresh.figures["hours_since_last_commit"] == 3.0
+    stale = freshness_outcome(SILVER_TRANSACTIONS, now - dt.timedelta(hours=40), now)
+    assert not stale.passed and "40.0 h ago (limit 36 h)" in stale.examples
+    never = freshness_outcome(SILVER_TRANSACTIONS, None, now)
+    assert not never.passed and never.examples == "the table has no commit"
+
+
+def test_figures_are_recorded_per_table_partition_and_check(lake, settings):
+    from etr_assets.lake.evolve import ensure_table
+    from etr_assets.lake.frames import conform
+
+    ensure_table(lake, settings.catalog, SILVER_TRANSACTIONS)
+    rows = frame(lake, [(1, 10, 5, 1.0, "APPROVED", D1), (2, 10, 5, 0.0, "APPROVED", D2)]).selectExpr(
+        "*", "'EUR' AS currency", "current_timestamp() AS updated_at", "'b1' AS _batch_id", "current_timestamp() AS _processed_at",
+        "CAST(NULL AS INT) AS instalments", "CAST(NULL AS STRING) AS payment_method", "CAST(NULL AS TIMESTAMP) AS created_at",
+    )
+    conform(rows.withColumn("amount", rows.amount.cast("decimal(10,2)")), SILVER_TRANSACTIONS).writeTo(SILVER_TRANSACTIONS.qualified(settings.catalog)).append()
+
+    outcomes = post_write_outcomes(lake, settings.catalog, SILVER_TRANSACTIONS, [D1, D2], expectations=True)
+    names = {o.name for o in outcomes}
+    assert {"keys_are_present", "amount_is_between_0_01_and_100000", "customer_id_is_known", "row_count_anomaly"} <= names
+    unknown = by_name(outcomes)["customer_id_is_known"]
+    assert not unknown.passed and "landing.customers was never written" in unknown.examples
+
+    record_metrics(lake, settings.catalog, metrics_of(SILVER_TRANSACTIONS, outcomes), "run-1")
+    recorded = {
+        (r["metric"], r["partition_key"]): (r["value"], r["passed"])
+        for r in lake.table(DATA_QUALITY_METRICS.qualified(settings.catalog)).where("run_id = 'run-1'").collect()
+    }
+    assert recorded[("amount_is_between_0_01_and_100000", str(D1))] == (0.0, True)
+    assert recorded[("amount_is_between_0_01_and_100000", str(D2))] == (1.0, False)
+    assert recorded[("row_count_anomaly", str(D2))] == (1.0, True)  # one row, no history: no verdict
+
+
+@pytest.mark.parametrize("tolerance", [0.0, -1.0])
+def test_quality_rules_refuse_nonsense(tolerance):
+    from etr_assets.lake.specs import SpecError
+
+    with pytest.raises(SpecError, match="row_count_tolerance"):
+        QualityRules(row_count_tolerance=tolerance)
