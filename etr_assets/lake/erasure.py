@@ -315,7 +315,7 @@ def erase_raw_zone(raw: RawZone, request: ErasureRequest) -> RawErasure:
     manifests = 0
     for feed in raw_feeds_with_subjects():
         pattern = _raw_pattern(feed)
-        dropped_by_batch: dict = {}
+        dropped_by_batch: dict = {}  # batch -> records removed from the files its manifest lists
         for batch, name in _raw_files(raw, feed):
             key = f"{batch.key}/{name}"
             lines = raw.storage.read_bytes(key).splitlines(keepends=True)
@@ -327,13 +327,14 @@ def erase_raw_zone(raw: RawZone, request: ErasureRequest) -> RawErasure:
             rewritten.append(raw.storage.uri(key))
             for customer_id, indexes in found.items():
                 removed[customer_id] = removed.get(customer_id, 0) + len(indexes)
-            dropped_by_batch[batch] = dropped_by_batch.get(batch, 0) + sum(1 for line in (lines[i] for i in drop) if line.strip())
+            manifest = raw.manifest(batch)
+            if manifest is not None and name in manifest.files:
+                dropped_by_batch[batch] = dropped_by_batch.get(batch, 0) + sum(1 for i in drop if lines[i].strip())
         for batch, count in dropped_by_batch.items():
             manifest = raw.manifest(batch)
-            if manifest is not None:
-                fixed = BatchManifest(manifest.files, max(0, manifest.records - count), manifest.fetched_at)
-                raw.storage.write_bytes(f"{batch.key}/{MANIFEST}", _manifest_bytes(fixed))
-                manifests += 1
+            fixed = BatchManifest(manifest.files, max(0, manifest.records - count), manifest.fetched_at)
+            raw.storage.write_bytes(f"{batch.key}/{MANIFEST}", _manifest_bytes(fixed))
+            manifests += 1
     return RawErasure(tuple(rewritten), removed, manifests)
 
 

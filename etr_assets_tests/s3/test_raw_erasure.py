@@ -1,0 +1,83 @@
+"""Erasing customers from the raw zone, on local files and on S3 (moto's server): files, manifests, markers, proof."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+
+import pytest
+
+from etr_assets.lake.erasure import ErasureRequest, erase_raw_zone, scan_raw_zone
+from etr_assets.sources.raw_zone import RawZone, local_raw_zone
+from etr_assets.sources.s3_storage import s3_raw_zone
+from etr_assets_tests.infra import create_bucket, moto_server, s3_client
+
+REGION = "ap-southeast-5"
+DAY = dt.date(2025, 1, 5)
+ERASED, KEPT = 100_042, 100_420  # KEPT's digits contain ERASED's: matching must not confuse them
+
+
+def transaction(tid: int, customer) -> dict:
+    return {"transaction_id": tid, "customer_id": customer, "amount": "10.00", "transaction_date": DAY.isoformat()}
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with moto_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["local", "s3"])
+def raw(request, tmp_path) -> RawZone:
+    if request.param == "local":
+        return local_raw_zone(tmp_path / "raw")
+    env = request.getfixturevalue("aws_env")  # noqa: F841 - dummy credentials for boto3
+    client = s3_client(request.getfixturevalue("endpoint"), REGION)
+    bucket = f"etr-raw-{uuid.uuid4().hex[:12]}"
+    create_bucket(client, bucket)
+    return s3_raw_zone(client, bucket)
+
+
+def test_raw_files_are_rewritten_without_the_customer_and_batches_stay_consistent(raw):
+    # A loaded batch of two files, and a newer pending one (downloaded, not loaded yet).
+    loaded = raw.start_batch("bnpl", "transactions", DAY)
+    part1 = raw.write_part(loaded, 1, [transaction(1, ERASED), transaction(2, KEPT), transaction(3, str(ERASED))])
+    part2 = raw.write_part(loaded, 2, [transaction(4, ERASED)])  # only the erased customer: the file becomes empty
+    raw.seal(loaded, [part1, part2], 4)
+    raw.mark_complete(loaded, {"outcome": "loaded"})
+    pending = raw.start_batch("bnpl", "transactions", DAY)
+    raw.seal(pending, [raw.write_part(pending, 1, [transaction(5, KEPT), transaction(6, ERASED)])], 2)
+    customers = raw.start_batch("bnpl", "customers", DAY)
+    raw.seal(customers, [raw.write_part(customers, 1, [{"customer_id": ERASED, "email": "a@b.c"}, {"customer_id": KEPT}])], 2)
+    # A malformed line still naming the customer is erased too; the merchants feed holds no customer and is left alone.
+    raw.storage.write_bytes(f"{customers.key}/part-00002.jsonl", f'{{"customer_id": "{ERASED}", broken\n'.encode())
+    merchants = raw.start_batch("bnpl", "merchants", DAY)
+    raw.seal(merchants, [raw.write_part(merchants, 1, [{"merchant_id": ERASED}])], 1)
+
+    result = erase_raw_zone(raw, ErasureRequest.create("REQ-RAW", [ERASED, 7], b"k"))
+
+    assert result.removed == {ERASED: 6}
+    assert len(result.files_rewritten) == 5 and result.manifests_updated == 3
+    assert scan_raw_zone(raw, (ERASED,))[1] == {}
+    assert scan_raw_zone(raw, (KEPT,))[1] != {}  # the other customer is still there, untouched
+
+    def records(batch) -> list[dict]:
+        manifest = raw.manifest(batch)
+        lines = [line for name in manifest.files for line in raw.storage.read_bytes(f"{batch.key}/{name}").splitlines()]
+        assert manifest.records == len(lines)  # the manifest counts what the files hold
+        return [json.loads(line) for line in lines]
+
+    assert [r["transaction_id"] for r in records(loaded)] == [2]
+    assert raw.storage.read_bytes(f"{loaded.key}/{part2}") == b""  # kept in the manifest's file list, empty
+    assert [r["transaction_id"] for r in records(pending)] == [5]
+    assert [r["customer_id"] for r in records(customers)] == [KEPT]
+    assert raw.storage.read_bytes(f"{customers.key}/part-00002.jsonl") == b""
+    # Markers unchanged: the loaded batch stays complete, the pending one stays pending (and loadable).
+    assert raw.is_complete(loaded) and not raw.is_complete(pending) and raw.pending("bnpl", "transactions") == [pending]
+    assert raw.storage.read_bytes(f"{merchants.key}/part-00001.jsonl") == f'{{"merchant_id":{ERASED}}}\n'.encode()
+
+    # The proof's scan names a copy planted afterwards.
+    raw.storage.write_bytes(f"{pending.key}/copy.jsonl", json.dumps(transaction(9, ERASED)).encode())
+    scanned, found = scan_raw_zone(raw, (ERASED,))
+    assert found == {raw.storage.uri(f"{pending.key}/copy.jsonl"): {ERASED: 1}} and scanned == 6  # 2 + 2 transaction files, 2 customer files
