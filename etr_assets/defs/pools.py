@@ -10,7 +10,16 @@ import sys
 
 
 def pool_names(defs) -> list[str]:
-    return sorted({a.op.pool for a in defs.assets if getattr(a, "op", None) is not None and a.op.pool})
+    """Pools of the table assets and of the ops of plain jobs (table_maintenance takes one per table)."""
+    assets = {a.op.pool for a in defs.assets if getattr(a, "op", None) is not None and a.op.pool}
+    ops = {
+        node.pool
+        for job in defs.jobs or ()
+        if hasattr(job, "graph")  # a JobDefinition; asset jobs are unresolved here and use the assets' pools
+        for node in job.graph.iterate_op_defs()
+        if node.pool
+    }
+    return sorted(assets | ops)
 
 
 def initialize_pools(instance, defs) -> list[str]:
