@@ -22,6 +22,7 @@ CONFLICT_MARKERS = (
     "Found conflicting files",
     "Found new conflicting delete files",
     "Cannot commit, found new",
+    "Missing required files to delete",  # a compaction whose input files a concurrent overwrite replaced
     "Requirement failed: branch main has changed",
 )
 
