@@ -8,25 +8,35 @@ from __future__ import annotations
 from dagster import Definitions, in_process_executor
 
 from etr_assets.defs.bootstrap import build_bootstrap_job
-from etr_assets.defs.jobs import daily_schedule, pipeline_job
-from etr_assets.defs.resources import build_resources
+from etr_assets.defs.common import table_key
 from etr_assets.defs.entities import build_entity_assets
+from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
+from etr_assets.defs.jobs import daily_schedule, pipeline_job
+from etr_assets.defs.maintenance import build_maintenance
 from etr_assets.defs.operations import rollback_table, silver_daily_growth
+from etr_assets.defs.quality import build_freshness_checks, freshness_job, freshness_schedule
 from etr_assets.defs.raw import build_raw_assets
+from etr_assets.defs.resources import build_resources
 from etr_assets.defs.sensors import build_pending_batches_sensor
 from etr_assets.defs.transactions import build_transaction_assets
 from etr_assets.settings import Settings
+from etr_assets.tables import ALL_SPECS
 
 
 def build_definitions(settings: Settings) -> Definitions:
-    job = pipeline_job()
+    assets = build_raw_assets(settings) + build_transaction_assets(settings) + build_entity_assets(settings)
+    table_specs = [spec for spec in ALL_SPECS if any(table_key(spec) in a.keys for a in assets)]
+    freshness = build_freshness_checks(settings, table_specs)
+    job = pipeline_job(exclude_checks=freshness)
+    checks_job = freshness_job(freshness)
+    maintenance = build_maintenance(settings, table_specs)  # health checks, maintenance job, sensor, schedule
     return Definitions(
-        assets=build_raw_assets(settings) + build_transaction_assets(settings) + build_entity_assets(settings),
-        asset_checks=[silver_daily_growth],
-        jobs=[job, rollback_table, build_bootstrap_job(settings)],
-        schedules=[daily_schedule(job)],
-        sensors=[build_pending_batches_sensor(settings)],
-        resources=build_resources(settings),
+        assets=assets,
+        asset_checks=[silver_daily_growth, *freshness, *maintenance.checks],
+        jobs=[job, rollback_table, build_bootstrap_job(settings), checks_job, build_erasure_job(settings), maintenance.job],
+        schedules=[daily_schedule(job), freshness_schedule(checks_job), maintenance.schedule],
+        sensors=[build_pending_batches_sensor(settings), maintenance.sensor],
+        resources=build_resources(settings) | ERASURE_RESOURCES,
         # One process per run, steps in order: one JVM per run instead of one per step (STACK.md: 38 s -> 7 s).
         executor=in_process_executor,
     )
