@@ -1,0 +1,354 @@
+"""Benchmark 1: seed 001's performance table, Iceberg (our silver table) against Hive-style partitioned Parquet.
+
+The same rows are written as plain Parquet partitioned by day (one file per day, sorted by customer like our
+write order: the best layout plain Parquet can have) and as the silver table (`ensure_table` on the real spec),
+plus variants for the one-customer lookup: a Parquet bloom filter on customer_id (both formats) and an Iceberg
+table partitioned by days and bucket(16, customer_id). Then, side by side: a full scan, a one-day filter, a
+one-customer filter, two columns of thirteen, an update of 1% of rows, the seed's one-day status update, and the
+deletion of one customer (copy-on-write and merge-on-read) against rewriting the affected Parquet partitions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import shutil
+from pathlib import Path
+
+from bench import data
+from bench.common import Lake, best_of, folder_bytes, measure, ratio, run_scan
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.tables.transactions import SILVER_TRANSACTIONS
+
+TITLE = "Benchmark 1 — seed 001's table: Iceberg silver against plain Parquet"
+MOR = {"write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read", "write.merge.mode": "merge-on-read"}
+COW = {key: "copy-on-write" for key in MOR}
+UPDATE_1PCT = "xxhash64(transaction_id) % 100 = 0"  # 1% of rows, spread over every day
+
+
+@dataclasses.dataclass
+class Dataset:
+    label: str
+    kind: str  # "parquet" or "iceberg"
+    source: str  # a path (parquet) or a qualified table name (iceberg)
+
+    def relation(self, spark) -> str:
+        if self.kind == "iceberg":
+            return self.source
+        view = "pq_" + self.label.replace(" ", "_").replace("+", "").replace("(", "").replace(")", "").replace(",", "")
+        spark.read.parquet(self.source).createOrReplaceTempView(view)
+        return view
+
+
+def _iceberg_table(lake: Lake, spec, df, properties: dict | None = None) -> str:
+    spec = dataclasses.replace(spec, properties={**spec.properties, **(properties or {})})
+    ensure_table(lake.spark, lake.catalog, spec)
+    qualified = spec.qualified(lake.catalog)
+    df.writeTo(qualified).append()
+    return qualified
+
+
+def bloom_bytes(rows_per_file: int) -> int:
+    """A bloom filter sized for the distinct ids of one file at 1% false positives (about 10 bits an id).
+
+    Left at its default, each filter takes the 1 MiB maximum: on day files of a few hundred KB that made the
+    table 100 times larger and every lookup slower (measured: see docs/benchmarks.md).
+    """
+    size = 1024
+    while size < rows_per_file * 1.25:
+        size *= 2
+    return size
+
+
+def _parquet(lake: Lake, df, folder: str, bloom_ndv: int = 0) -> str:
+    path = str(lake.path(folder))
+    writer = df.repartition("transaction_date").sortWithinPartitions("transaction_date", "customer_id").write
+    if bloom_ndv:
+        writer = (writer.option("parquet.bloom.filter.enabled#customer_id", "true")
+                  .option("parquet.bloom.filter.expected.ndv#customer_id", str(bloom_ndv)))
+    writer.option("compression", "zstd").partitionBy("transaction_date").parquet(path)
+    return path
+
+
+def build_datasets(lake: Lake, sizes: dict) -> tuple[dict[str, Dataset], dict]:
+    spark = lake.spark
+    rows = data.transactions(spark, sizes["rows"], sizes["days"], sizes["customers"]).cache()
+    rows.count()
+    timings = {}
+    sets = {}
+
+    def timed(key, label, kind, make):
+        seconds, counters, source = measure(spark, make)
+        timings[key] = {"seconds": round(seconds, 2), "output_bytes": counters["output_bytes"]}
+        sets[key] = Dataset(label, kind, source)
+
+    rows_per_file = sizes["rows"] // sizes["days"]
+    bloom = {
+        "write.parquet.bloom-filter-enabled.column.customer_id": "true",
+        "write.parquet.bloom-filter-max-bytes": str(bloom_bytes(rows_per_file)),
+    }
+    timed("parquet", "Parquet", "parquet", lambda: _parquet(lake, rows, "parquet"))
+    timed("parquet_bloom", "Parquet + bloom", "parquet", lambda: _parquet(lake, rows, "parquet_bloom", rows_per_file))
+    timed("iceberg", "Iceberg silver", "iceberg", lambda: _iceberg_table(lake, SILVER_TRANSACTIONS, rows))
+    bloom_spec = dataclasses.replace(SILVER_TRANSACTIONS, name="bnpl_transactions_bloom")
+    timed("iceberg_bloom", "Iceberg + bloom", "iceberg", lambda: _iceberg_table(lake, bloom_spec, rows, bloom))
+    bucket_spec = dataclasses.replace(
+        SILVER_TRANSACTIONS, name="bnpl_transactions_bucket",
+        partition_by=("days(transaction_date)", "bucket(16, customer_id)"),
+    )
+    timed("iceberg_bucket", "Iceberg days+bucket16", "iceberg", lambda: _iceberg_table(lake, bucket_spec, rows))
+    rows.unpersist()
+    return sets, timings
+
+
+def _pick_customer(spark, dataset: Dataset) -> tuple[int, int]:
+    """A customer with a typical number of transactions (the median one), and that number."""
+    counts = spark.sql(f"SELECT customer_id, count(*) n FROM {dataset.relation(spark)} GROUP BY 1 ORDER BY n, customer_id")
+    ordered = counts.collect()
+    row = ordered[len(ordered) // 2]
+    return int(row["customer_id"]), int(row["n"])
+
+
+def middle_day(sizes: dict) -> str:
+    return (data.FIRST_DAY + dt.timedelta(days=sizes["days"] // 2)).isoformat()
+
+
+def queries(spark, sets: dict[str, Dataset], customer: int, day: str, repeats: int) -> list[dict]:
+    plan = [
+        ("full scan (13 columns)", "SELECT * FROM {t}", ("parquet", "iceberg", "iceberg_bloom", "iceberg_bucket")),
+        ("one day", f"SELECT * FROM {{t}} WHERE transaction_date = DATE'{day}'", ("parquet", "iceberg")),
+        ("one customer", f"SELECT * FROM {{t}} WHERE customer_id = {customer}", tuple(sets)),
+        ("2 of 13 columns", "SELECT customer_id, amount FROM {t}", ("parquet", "iceberg")),
+    ]
+    rows = []
+    for name, template, keys in plan:
+        for key in keys:
+            dataset = sets[key]
+            query = template.format(t=dataset.relation(spark))
+            seconds, counters, times = best_of(repeats, lambda q=query: run_scan(spark, q))
+            rows.append({
+                "operation": name, "dataset": dataset.label, "seconds": round(seconds, 3), "all_runs_s": times,
+                "rows": counters.get("rows"), "files_read": counters.get("files_read"),
+                "files_skipped": counters.get("files_skipped"),
+                "bytes_of_files_read": counters.get("bytes_of_files_read"),
+                "input_bytes": counters.get("input_bytes"), "input_records": counters.get("input_records"),
+                "planning_ms": counters.get("planning_ms"),
+            })
+    return rows
+
+
+# --- updates and deletes ------------------------------------------------------------------------------------
+def _current_snapshot(spark, table: str) -> int:
+    # Not the newest snapshot: after a rollback the newest one is no longer current.
+    return spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").first()[0]
+
+
+def _summary(spark, table: str) -> dict:
+    current = _current_snapshot(spark, table)
+    return dict(spark.sql(f"SELECT summary FROM {table}.snapshots WHERE snapshot_id = {current}").first()[0])
+
+
+def iceberg_dml(lake: Lake, table: str, statement: str, mode: dict, repeats: int, scan_after: bool) -> dict:
+    """Run a DML statement in a write mode, best of `repeats`, rolling back to the same snapshot each time."""
+    spark = lake.spark
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in mode.items())
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({props})")
+    start = _current_snapshot(spark, table)
+    best = None
+    for _ in range(max(1, repeats)):
+        seconds, counters, _ = measure(spark, lambda: spark.sql(statement.format(t=table)))
+        summary = _summary(spark, table)
+        if best is None or seconds < best[0]:
+            best = (seconds, counters, summary)
+        after_scan = run_scan(spark, f"SELECT * FROM {table}") if scan_after else None
+        spark.sql(f"CALL {lake.catalog}.system.rollback_to_snapshot('{table.split('.', 1)[1]}', {start})")
+    seconds, counters, summary = best
+
+    def num(key: str) -> int:
+        return int(summary.get(key, 0) or 0)
+
+    return {
+        "seconds": round(seconds, 3),
+        "files_rewritten": num("deleted-data-files"), "data_files_written": num("added-data-files"),
+        "delete_files_written": num("added-delete-files"),
+        "bytes_written": num("added-files-size"), "input_bytes": counters["input_bytes"],
+        "rows_written": num("added-records"), "position_deletes": num("added-position-deletes"),
+        "full_scan_after_s": round(after_scan[0], 3) if after_scan else None,
+    }
+
+
+def parquet_rewrite(lake: Lake, path: str, condition: str, change: dict[str, str] | None, repeats: int) -> dict:
+    """What plain Parquet needs for the same change: rewrite every partition holding an affected row.
+
+    Written to a staging folder, then each affected partition folder is swapped in (not atomic: a reader can
+    see a mix, and a crash mid-swap leaves a partition missing, which Iceberg's single commit never does).
+    """
+    from pyspark.sql import functions as F
+
+    spark = lake.spark
+
+    def rewrite():
+        table = spark.read.parquet(path)
+        days = [r[0] for r in table.where(condition).select("transaction_date").distinct().collect()]
+        affected = table.where(F.col("transaction_date").isin(days))
+        if change:  # an update: the changed columns take new values on matching rows
+            hit = F.expr(condition)
+            affected = affected.withColumns({c: F.when(hit, F.expr(v)).otherwise(F.col(c)) for c, v in change.items()})
+        else:  # a delete
+            affected = affected.where(~F.expr(condition))
+        staging = lake.path("staging")
+        (affected.repartition("transaction_date").sortWithinPartitions("transaction_date", "customer_id")
+         .write.option("compression", "zstd").partitionBy("transaction_date").parquet(str(staging)))
+        written = folder_bytes(staging)
+        for day in days:
+            name = f"transaction_date={day.isoformat()}"
+            old, new = lake.path("parquet_old"), staging / name
+            (Path(path) / name).rename(old)
+            if new.exists():
+                new.rename(Path(path) / name)
+            shutil.rmtree(old)
+        shutil.rmtree(staging)
+        return len(days), written
+
+    best = None
+    for _ in range(max(1, repeats)):
+        seconds, counters, (partitions, written) = measure(spark, rewrite)
+        if best is None or seconds < best[0]:
+            best = (seconds, counters, partitions, written)
+    seconds, counters, partitions, written = best
+    return {"seconds": round(seconds, 3), "files_rewritten": partitions, "data_files_written": partitions,
+            "bytes_written": written, "input_bytes": counters["input_bytes"]}
+
+
+def updates_and_deletes(lake: Lake, sets: dict[str, Dataset], customer: int, day: str, repeats: int) -> list[dict]:
+    table, path = sets["iceberg"].source, sets["parquet"].source
+    one_day_pending = f"transaction_date = DATE'{day}' AND status = 'PENDING'"
+    operations = [
+        ("update 1% of rows (scattered)", f"UPDATE {{t}} SET status = 'PROCESSED' WHERE {UPDATE_1PCT}",
+         UPDATE_1PCT, {"status": "'PROCESSED'"}),
+        ("seed's update: one day's PENDING", f"UPDATE {{t}} SET status = 'PROCESSED' WHERE {one_day_pending}",
+         one_day_pending, {"status": "'PROCESSED'"}),
+        ("delete one customer", f"DELETE FROM {{t}} WHERE customer_id = {customer}", f"customer_id = {customer}", None),
+    ]
+    rows = []
+    for name, statement, condition, change in operations:
+        baseline = parquet_rewrite(lake, path, condition, change, repeats)
+        rows.append({"operation": name, "method": "Parquet: rewrite affected partitions", **baseline})
+        for label, mode in (("Iceberg copy-on-write", COW), ("Iceberg merge-on-read", MOR)):
+            measured = iceberg_dml(lake, table, statement, mode, repeats, scan_after=(mode is MOR))
+            rows.append({"operation": name, "method": label, **measured,
+                         "speedup_vs_parquet": ratio(baseline["seconds"], measured["seconds"])})
+    lake.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({', '.join(f'{k!r} = {v!r}' for k, v in COW.items())})")
+    return rows
+
+
+def column_share(files: list[str], columns: tuple[str, ...]) -> float:
+    """The share of compressed column-chunk bytes these columns take, from the Parquet footers (pyarrow)."""
+    import pyarrow.parquet as pq
+
+    wanted = total = 0
+    for file in files:
+        meta = pq.ParquetFile(file.removeprefix("file:")).metadata
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                chunk = group.column(c)
+                total += chunk.total_compressed_size
+                wanted += chunk.total_compressed_size if chunk.path_in_schema in columns else 0
+    return round(wanted / total, 3) if total else 0.0
+
+
+def _find(rows: list[dict], **match) -> dict:
+    return next(r for r in rows if all(r.get(k) == v for k, v in match.items()))
+
+
+def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
+    spark = lake.spark
+    sizes = data.sizes(scale)
+    sets, write_timings = build_datasets(lake, sizes)
+    customer, customer_rows = _pick_customer(spark, sets["iceberg"])
+    day = middle_day(sizes)
+    scans = queries(spark, sets, customer, day, repeats)
+    full_scan = _find(scans, operation="full scan (13 columns)", dataset="Iceberg silver")
+    dml = updates_and_deletes(lake, sets, customer, day, max(1, repeats - 1))
+
+    def scan(op, ds):
+        return _find(scans, operation=op, dataset=ds)
+
+    p_full, i_full = scan("full scan (13 columns)", "Parquet"), full_scan
+    iceberg_files = [r[0] for r in spark.sql(f"SELECT file_path FROM {sets['iceberg'].source}.files").collect()]
+    parquet_files = [str(f) for f in Path(sets["parquet"].source).rglob("*.parquet")]
+    ratios = {
+        "full scan time, Iceberg / Parquet (seed: 0.95)": ratio(i_full["seconds"], p_full["seconds"]),
+        "one day, bytes read Iceberg / Parquet (seed: 0.40)":
+            ratio(scan("one day", "Iceberg silver")["input_bytes"], scan("one day", "Parquet")["input_bytes"]),
+        "one day, bytes read / full scan, Iceberg":
+            ratio(scan("one day", "Iceberg silver")["input_bytes"], i_full["input_bytes"]),
+        "one customer, bytes read Iceberg / Parquet":
+            ratio(scan("one customer", "Iceberg silver")["input_bytes"], scan("one customer", "Parquet")["input_bytes"]),
+        "one customer, bytes read with bloom / without, Iceberg":
+            ratio(scan("one customer", "Iceberg + bloom")["input_bytes"], scan("one customer", "Iceberg silver")["input_bytes"]),
+        "one customer, time with bloom / without, Iceberg":
+            ratio(scan("one customer", "Iceberg + bloom")["seconds"], scan("one customer", "Iceberg silver")["seconds"]),
+        "one customer, files read days+bucket16 / days, Iceberg":
+            ratio(scan("one customer", "Iceberg days+bucket16")["files_read"], scan("one customer", "Iceberg silver")["files_read"]),
+        "full scan time, days+bucket16 / days, Iceberg":
+            ratio(scan("full scan (13 columns)", "Iceberg days+bucket16")["seconds"], i_full["seconds"]),
+        "2 of 13 columns, bytes read / full scan, Iceberg (seed: 0.30)":
+            ratio(scan("2 of 13 columns", "Iceberg silver")["input_bytes"], i_full["input_bytes"]),
+        "2 of 13 columns, bytes read / full scan, Parquet":
+            ratio(scan("2 of 13 columns", "Parquet")["input_bytes"], p_full["input_bytes"]),
+        "2 of 13 columns, their share of compressed column bytes (footers), Iceberg":
+            column_share(iceberg_files, ("customer_id", "amount")),
+        "2 of 13 columns, their share of compressed column bytes (footers), Parquet":
+            column_share(parquet_files, ("customer_id", "amount")),
+    }
+    for operation in ("update 1% of rows (scattered)", "seed's update: one day's PENDING", "delete one customer"):
+        for method in ("Iceberg copy-on-write", "Iceberg merge-on-read"):
+            ratios[f"{operation}: Parquet rewrite time / {method} (seed: 10)"] = _find(
+                dml, operation=operation, method=method)["speedup_vs_parquet"]
+    mor_update = _find(dml, operation="update 1% of rows (scattered)", method="Iceberg merge-on-read")
+    ratios["full scan after a merge-on-read 1% update / before"] = ratio(mor_update["full_scan_after_s"], i_full["seconds"])
+
+    labels = ["full scan", "one day", "one customer", "2 of 13 columns"]
+    ops = ["full scan (13 columns)", "one day", "one customer", "2 of 13 columns"]
+    return {
+        "title": TITLE,
+        "data": {**sizes, "day_looked_up": day, "customer_looked_up": customer, "customer_rows": customer_rows, "writes": write_timings},
+        "data_description": (
+            f"{sizes['rows']:,} synthetic BNPL transactions over {sizes['days']} days ({sizes['customers']:,} "
+            f"customers), the silver table's 13 columns, zstd Parquet. Each layout holds the same rows; Parquet is "
+            f"partitioned by day, one file per day sorted by customer_id (the silver write order)."
+        ),
+        "counters_description": (
+            "`files_read`/`bytes_of_files_read`: the scan node's SQL metrics (Parquet FileSourceScan 'number of "
+            "files read'/'size of files read'; Iceberg BatchScan 'resultDataFiles'/'totalFileSize', and "
+            "'skippedDataFiles'); `input_bytes`/`input_records`: task input metrics, the bytes the readers took "
+            "from the file system (after column pruning and row-group skipping, including read-ahead); updates: "
+            "the Iceberg snapshot summary (files removed and added, delete files, bytes added)."
+        ),
+        "tables": [
+            {"title": "Reads", "rows": scans},
+            {"title": "Updates and deletes", "rows": dml},
+        ],
+        "ratios": ratios,
+        "charts": [
+            {
+                "file": "formats.png", "title": "Reads: seconds (best of runs)", "xlabel": "seconds",
+                "labels": labels,
+                "series": {
+                    ds: [next((r["seconds"] for r in scans if r["operation"] == op and r["dataset"] == ds), None)
+                         for op in ops]
+                    for ds in ("Parquet", "Iceberg silver")
+                },
+            },
+            {
+                "file": "formats_dml.png", "title": "Updates and deletes: seconds", "xlabel": "seconds",
+                "labels": ["update 1%", "one day's PENDING", "delete a customer"],
+                "series": {
+                    method: [r["seconds"] for r in dml if r["method"] == method]
+                    for method in ("Parquet: rewrite affected partitions", "Iceberg copy-on-write", "Iceberg merge-on-read")
+                },
+            },
+        ],
+    }
