@@ -11,6 +11,7 @@ import glob
 import importlib.util
 import os
 from pathlib import Path
+from urllib.parse import urlparse
 
 from etr_assets.settings import Settings
 
@@ -134,19 +135,28 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,
         "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
+        # Executors get no path of this machine (on a cluster it may not exist there); in local mode the
+        # executor is the driver's JVM anyway. Their logs go to the worker's per-application stderr.
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.local.dir": str(scratch / "local"),
         "spark.sql.warehouse.dir": str(scratch / "spark-warehouse"),
     }
-    if settings.spark_master.startswith("local"):
-        # Nothing listens beyond loopback on a laptop.
+    if settings.spark_master.startswith("local") or _loopback_master(settings.spark_master):
+        # Nothing listens beyond loopback on a laptop, or for a cluster on this machine (executors call back here).
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    if settings.executor_memory:
+        conf["spark.executor.memory"] = settings.executor_memory
     jars = jars_for(settings)
     if jars:
         conf["spark.jars"] = ",".join(jars)
     if settings.spark_packages:
         conf["spark.jars.packages"] = ",".join(settings.spark_packages)
     return conf | s3a_conf(settings) | catalog_conf(settings)
+
+
+def _loopback_master(master: str) -> bool:
+    host = urlparse(master).hostname if "://" in master else None
+    return host in ("127.0.0.1", "localhost")
 
 
 def get_spark(settings: Settings, extra: dict[str, str] | None = None):

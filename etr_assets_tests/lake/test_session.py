@@ -81,3 +81,13 @@ def test_bad_settings_name_the_variable(env, message):
     with pytest.raises(SettingsError) as failure:
         Settings.from_env(env)
     assert message in str(failure.value)
+
+
+def test_a_cluster_master_gets_no_driver_only_paths():
+    on_loopback = spark_conf(Settings(spark_master="spark://127.0.0.1:7077", executor_memory="512m"))
+    assert on_loopback["spark.driver.bindAddress"] == "127.0.0.1"  # the worker on this machine calls back here
+    assert on_loopback["spark.executor.memory"] == "512m"
+    # Executors may run elsewhere: no file of this machine in their JVM options (the log4j file is the driver's).
+    assert on_loopback["spark.executor.extraJavaOptions"] == "-Duser.timezone=UTC"
+    remote = spark_conf(Settings(spark_master="spark://spark-master.internal:7077"))
+    assert "spark.driver.bindAddress" not in remote and "spark.executor.memory" not in remote
