@@ -36,6 +36,7 @@ from dagster._utils.warnings import BetaWarning
 from pydantic import Field
 
 from etr_assets.defs.common import table_key, table_pool
+from etr_assets.defs.erasure import writer_spec
 from etr_assets.defs.resources import LakeResource
 from etr_assets.lake.health import ERROR, OK, TableHealth, table_health
 from etr_assets.lake.maintenance import MaintenanceResult, maintain_table
@@ -127,9 +128,10 @@ def op_suffix(spec: TableSpec) -> str:
 
 
 def maintenance_pool(settings: Settings, spec: TableSpec) -> str:
-    """The table's writer pool where it has one (maintenance then also takes turns with writers: needed on the
-    Hadoop catalog); otherwise a pool of its own, so two maintenances of one table never overlap."""
-    return table_pool(settings, spec) or f"iceberg_maintenance_{spec.namespace}_{spec.name}"
+    """The pool of the table's writer where it has one (a quarantine table's is its bronze asset's): maintenance
+    then takes turns with writes, as the Hadoop catalog needs; otherwise a pool of its own, so two maintenances
+    of one table never overlap."""
+    return table_pool(settings, writer_spec(spec)) or f"iceberg_maintenance_{spec.namespace}_{spec.name}"
 
 
 class MaintenanceConfig(Config):

@@ -71,6 +71,7 @@ def test_every_table_asset_gets_a_health_check_and_every_table_a_pooled_maintena
     assert len(pools) == len(ALL_SPECS)
     # Local profile: maintenance takes the table's writer pool, so it never overlaps a write or another maintenance.
     assert pools["maintain__silver__bnpl_transactions_clean"] == "iceberg_silver_bnpl_transactions_clean"
+    assert pools["maintain__bronze__quarantine_transactions"] == "iceberg_bronze_bnpl_transactions_raw"  # its writer
     assert set(pools.values()) <= set(pool_names(defs))  # ./dev creates them up front
 
     shared = Settings(profile="aws", bucket="b", api_url="https://api.example.test")
