@@ -180,6 +180,13 @@ def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, set
     silver_files = [f for f in failed.findings if f.startswith(SILVER_TRANSACTIONS.identifier + " data file ")]
     assert len(silver_files) == 1 and silver_files[0].endswith(".parquet: 1 row(s) of 1 subject(s)")
 
+    # Deleting without expiring is not erasing: the row lives on in the older snapshot's file, and the proof says so.
+    planted_file = silver_files[0].removeprefix(SILVER_TRANSACTIONS.identifier + " data file ").rsplit(": ", 1)[0]
+    spark.sql(f"DELETE FROM {silver} WHERE customer_id = {int(buyer)}")
+    assert spark.table(silver).where(f"customer_id = {int(buyer)}").count() == 0
+    history = prove_erased(spark, catalog, None, request, specs=(SILVER_TRANSACTIONS,))
+    assert not history.passed and history.findings == (f"{SILVER_TRANSACTIONS.identifier} data file {planted_file}: 1 row(s) of 1 subject(s)",)
+
 
 def test_an_id_inside_a_refused_line_is_matched_even_when_its_column_is_empty(spark):
     df = conform(
