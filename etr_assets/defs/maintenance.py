@@ -11,6 +11,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetObservation,
     Config,
+    DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     Failure,
@@ -22,6 +23,7 @@ from dagster import (
     Out,
     Output,
     RunRequest,
+    RunsFilter,
     ScheduleDefinition,
     SensorDefinition,
     SensorEvaluationContext,
@@ -238,6 +240,17 @@ def tables_config(tables: list[str]) -> dict[str, object]:
 # --- sensor and schedule ---------------------------------------------------------------------------------------
 
 
+IN_FLIGHT = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+
+
+def maintenance_in_flight(instance, spec: TableSpec) -> bool:
+    """A table_maintenance run for this table is queued or running (the sensor's runs carry the etr/table tag)."""
+    runs = instance.get_runs(
+        filters=RunsFilter(job_name=JOB_NAME, tags={"etr/table": spec.identifier}, statuses=IN_FLIGHT), limit=1
+    )
+    return bool(runs)
+
+
 def health_sensor(settings: Settings, specs: tuple[TableSpec, ...], maintenance_job: JobDefinition) -> SensorDefinition:
     @sensor(
         name="table_health_maintenance",
@@ -245,13 +258,17 @@ def health_sensor(settings: Settings, specs: tuple[TableSpec, ...], maintenance_
         minimum_interval_seconds=900,
         default_status=DefaultSensorStatus.STOPPED,
         description="Every 15 minutes, reads each table's health from its Iceberg metadata (no JVM) and launches "
-        "table_maintenance for exactly the tables that WARN or ERROR, once per table state.",
+        "table_maintenance for exactly the tables that WARN or ERROR: once per table state, and not while a "
+        "maintenance of that table is queued or running.",
     )
     def table_health_maintenance(context: SensorEvaluationContext):
         requests, seen = [], []
         for spec in specs:
             health = table_health(settings, spec)
             if not health.needs_maintenance:
+                continue
+            if maintenance_in_flight(context.instance, spec):  # its run will fix this state; the pool queues more
+                context.log.info(f"{spec.identifier}: {health.status}, maintenance already queued or running")
                 continue
             seen.append(health.describe())
             requests.append(RunRequest(

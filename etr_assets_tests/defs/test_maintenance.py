@@ -13,6 +13,8 @@ from dagster import (
     AssetSelection,
     AssetSpec,
     DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
     Definitions,
     SensorResult,
     SkipReason,
@@ -114,11 +116,16 @@ def test_a_sensor_tick_requests_maintenance_for_exactly_the_unhealthy_table(lake
     with instance_for_test() as instance:
         first = sensor(build_sensor_context(instance=instance))
         again = sensor(build_sensor_context(instance=instance))
-    assert isinstance(first, SensorResult)
-    (request,) = first.run_requests
-    assert request.run_config == tables_config(["silver.messy"])
-    assert request.tags["etr/table"] == "silver.messy" and request.tags["etr/health"] == "WARN"
-    assert [r.run_key for r in again.run_requests] == [request.run_key]  # same state, same key: launched once
+        assert isinstance(first, SensorResult)
+        (request,) = first.run_requests
+        assert request.run_config == tables_config(["silver.messy"])
+        assert request.tags["etr/table"] == "silver.messy" and request.tags["etr/health"] == "WARN"
+        assert [r.run_key for r in again.run_requests] == [request.run_key]  # same state, same key: launched once
+
+        # While that run is going (or queued), a tick requests nothing more for the table.
+        instance.add_run(DagsterRun(job_name="table_maintenance", status=DagsterRunStatus.STARTED, tags=request.tags))
+        queued = sensor(build_sensor_context(instance=instance))
+    assert isinstance(queued, SkipReason)
 
 
 def test_the_maintenance_job_maintains_the_chosen_table_and_the_sensor_then_rests(lake_settings, spark):
