@@ -511,15 +511,17 @@ def held_ids(tables, raw: RawErasure | None) -> set[int]:
 
 def erase_customers(spark, catalog: str, raw: RawZone | None, request: ErasureRequest) -> ErasureReport:
     """Raw zone first, then tables layer by layer (upstream before downstream), then the proof; all audited."""
-    raw_result = None
-    if raw is not None:
-        raw_result = erase_raw_zone(raw, request)
-        record_actions(spark, catalog, raw_audit_rows(request, raw_result, raw.storage.uri("")))
-    results = []
-    for spec in erasure_order(personal_data_specs()):
-        result = erase_table(spark, catalog, spec, request)
-        record_actions(spark, catalog, table_audit_rows(request, result))
-        results.append(result)
+    raw_result, results, rows = None, [], []
+    try:
+        if raw is not None:
+            raw_result = erase_raw_zone(raw, request)
+            rows += raw_audit_rows(request, raw_result, raw.storage.uri(""))
+        for spec in erasure_order(personal_data_specs()):
+            result = erase_table(spark, catalog, spec, request)
+            rows += table_audit_rows(request, result)
+            results.append(result)
+    finally:  # what was done is recorded even when a later table fails (one commit for all of it)
+        record_actions(spark, catalog, rows)
     proof = prove_erased(spark, catalog, raw, request)
     record_actions(spark, catalog, proof_audit_rows(request, proof, held_ids(results, raw_result)))
     return ErasureReport(tuple(results), raw_result, proof)
