@@ -9,6 +9,7 @@ from dagster import Definitions, in_process_executor
 
 from etr_assets.defs.bootstrap import build_bootstrap_job
 from etr_assets.defs.common import table_key
+from etr_assets.defs.compute import build_layer_runner
 from etr_assets.defs.entities import build_entity_assets
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
 from etr_assets.defs.jobs import daily_schedule, pipeline_job
@@ -36,7 +37,7 @@ def build_definitions(settings: Settings) -> Definitions:
         jobs=[job, rollback_table, build_bootstrap_job(settings), checks_job, build_erasure_job(settings), maintenance.job],
         schedules=[daily_schedule(job), freshness_schedule(checks_job), maintenance.schedule],
         sensors=[build_pending_batches_sensor(settings), maintenance.sensor],
-        resources=build_resources(settings) | ERASURE_RESOURCES,
+        resources=build_resources(settings) | ERASURE_RESOURCES | {"layer_runner": build_layer_runner(settings)},
         # One process per run, steps in order: one JVM per run instead of one per step (STACK.md: 38 s -> 7 s).
         executor=in_process_executor,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dagster import MetadataValue, TableColumn, TableColumnConstraints, TableSchema
 
+from etr_assets.lake.figures import Tagged, layer_figures
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.transactions import LayerResult
 
@@ -34,27 +35,9 @@ def definition_metadata(spec: TableSpec, catalog: str) -> dict[str, object]:
 
 
 def commit_metadata(result: LayerResult, location: str) -> dict[str, object]:
-    """Figures of one materialization: numbers plot over time in the UI; ids are strings (exceed 32 bits)."""
-    commit = result.commit
-    metadata: dict[str, object] = {
-        "dagster/row_count": result.rows,
-        "table": commit.table,
-        "table_uri": MetadataValue.path(location),
-        "snapshot_id": str(commit.snapshot_id) if commit.snapshot_id is not None else "none",
-        "operation": commit.operation or "none",
-        "files_added": commit.added_files,
-        "files_removed": commit.removed_files,
-        "records_added": commit.added_records,
-        "records_removed": commit.removed_records,
-        "table_rows": commit.total_records,
-        "table_files": commit.total_files,
-        "table_bytes": commit.total_bytes,
-        "rows_by_day": MetadataValue.json(result.rows_by_day),
+    """Figures of one materialization (`etr_assets.lake.figures`), as Dagster metadata values."""
+    render = {"path": MetadataValue.path, "json": MetadataValue.json, "md": MetadataValue.md}
+    return {
+        key: render[value.kind](value.value) if isinstance(value, Tagged) else value
+        for key, value in layer_figures(result, location).items()
     }
-    if result.changes.any:
-        metadata["table_change"] = result.changes.describe()
-    if result.changes.schema_id is not None:
-        metadata["schema_id"] = result.changes.schema_id
-    for key, value in result.extra.items():  # Markdown tables (e.g. silver's read plan) render as such
-        metadata[key] = MetadataValue.md(value) if isinstance(value, str) and value.startswith("|") else value
-    return metadata

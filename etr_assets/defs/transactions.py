@@ -12,7 +12,6 @@ from dagster import (
     AssetsDefinition,
     Config,
     Failure,
-    MaterializeResult,
     MetadataValue,
 )
 from pydantic import Field
@@ -25,12 +24,14 @@ from etr_assets.defs.common import (
     table_key,
     table_result,
 )
+from etr_assets.defs.compute import LayerRunner
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake import transactions as pipeline
 from etr_assets.lake.incremental import Cursor
 from etr_assets.lake.quality import metrics_of, record_metrics
 from etr_assets.lake.wap import AuditFailed, branch_name
+from etr_assets.remote.layers import cursor_options
 from etr_assets.settings import Settings
 from etr_assets.tables.transactions import (
     BRONZE_TRANSACTIONS,
@@ -49,12 +50,15 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         extra_checks=(quarantine_check(BRONZE_TRANSACTIONS),),
     )
     def bronze_bnpl_transactions_raw(
-        context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource
-    ) -> MaterializeResult:
+        context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
+    ):
+        if layer_runner.remote:  # ETR_COMPUTE=glue / emr-serverless: the same function, in a job (Dagster Pipes)
+            yield from layer_runner.run(context, "bronze/bnpl_transactions_raw")
+            return
         layer = pipeline.load_bronze(
             lake.session(), lake.catalog, raw_zone.zone(), days_of(context), raw_zone.max_reject_rate
         )
-        return table_result(context, lake, BRONZE_TRANSACTIONS, layer)
+        yield table_result(context, lake, BRONZE_TRANSACTIONS, layer)
 
     @table_asset(
         settings,
@@ -64,8 +68,14 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         "the bronze rows appended since it was last built (or the whole day when bronze rewrote it), is replaced "
         "atomically on an audit branch, and is published only when the blocking checks pass.",
     )
-    def silver_bnpl_transactions_clean(context: AssetExecutionContext, config: SilverConfig, lake: LakeResource):
+    def silver_bnpl_transactions_clean(
+        context: AssetExecutionContext, config: SilverConfig, lake: LakeResource, layer_runner: LayerRunner
+    ):
         cursors = silver_cursors(context, days_of(context))
+        if layer_runner.remote:
+            options = {"cursors": cursor_options(cursors), "full_refresh": config.full_refresh}
+            yield from layer_runner.run(context, "silver/bnpl_transactions_clean", options)
+            return
 
         def build(spark, catalog, days, audit_branch):
             return pipeline.build_silver(spark, catalog, days, audit_branch, cursors, config.full_refresh)
@@ -79,7 +89,10 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         "Daily summary per currency: counts by outcome, approved and refunded amounts, distinct customers; "
         "published through write-audit-publish.",
     )
-    def gold_bnpl_daily_summary(context: AssetExecutionContext, lake: LakeResource):
+    def gold_bnpl_daily_summary(context: AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
+        if layer_runner.remote:
+            yield from layer_runner.run(context, "gold/bnpl_daily_summary")
+            return
         yield from audited(context, lake, GOLD_DAILY_SUMMARY, pipeline.build_gold)
 
     return [bronze_bnpl_transactions_raw, silver_bnpl_transactions_clean, gold_bnpl_daily_summary]

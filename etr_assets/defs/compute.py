@@ -1,0 +1,95 @@
+"""Where the Spark layers run: in the run's own Spark (`ETR_COMPUTE=local`), or as a Glue 5.0 / EMR Serverless job
+through Dagster Pipes, executing the same library code (`etr_assets/remote/run_layer.py`) and reporting the
+materialization's figures and check results back. The asset bodies call `LayerRunner.run` when it is remote.
+
+`compute="subprocess"` runs the job script in a child process on this machine (its own JVM): what the tests use
+to exercise the whole protocol without AWS.
+"""
+
+import sys
+
+from dagster import AssetExecutionContext, ConfigurableResource
+from pydantic import Field, PrivateAttr
+
+from etr_assets.defs.common import days_of
+from etr_assets.lake.wap import branch_name
+from etr_assets.remote import jobs
+from etr_assets.remote.layers import LayerRequest
+from etr_assets.settings import Settings
+
+PIPES_PREFIX = "pipes"  # context and messages exchanged with the job, under the lake's bucket (IAM: PipesExchange)
+
+
+class LayerRunner(ConfigurableResource):
+    compute: str = "local"  # local | glue | emr-serverless | subprocess
+    settings_env: dict[str, str] = Field(default_factory=dict)  # what the job rebuilds its Settings from (no secrets)
+    start_job_run_params: dict = Field(default_factory=dict)  # Glue's or EMR Serverless's, from etr_assets.remote.jobs
+    bucket: str = ""
+    region: str = "ap-southeast-5"
+    s3_endpoint: str = ""
+    _aws_client: object = PrivateAttr(default=None)  # a Glue / EMR Serverless client to use instead of boto3's
+
+    @property
+    def remote(self) -> bool:
+        return self.compute != "local"
+
+    def with_aws_client(self, client) -> "LayerRunner":
+        """The same runner calling `client` (a boto3 Glue / EMR Serverless client of your own: region, endpoint)."""
+        runner = self.model_copy()
+        runner._aws_client = client
+        return runner
+
+    def run(self, context: AssetExecutionContext, layer: str, options: dict | None = None):
+        """Build `layer` for the run's days remotely; yields what the job reported (materialization, checks)."""
+        request = LayerRequest(
+            layer, [d.isoformat() for d in days_of(context)], branch_name(context.run.run_id), options or {}
+        )
+        extras = request.to_extras() | {"settings": self.settings_env, "platform": self.compute}
+        context.log.info(f"running {layer} on {self.compute} for {', '.join(request.days)}")
+        if self.compute == "subprocess":
+            from dagster import PipesSubprocessClient
+
+            invocation = PipesSubprocessClient().run(
+                context=context, extras=extras, command=[sys.executable, "-m", "etr_assets.remote.run_layer"]
+            )
+        else:
+            invocation = self._aws_pipes_client().run(
+                context=context, start_job_run_params=dict(self.start_job_run_params), extras=extras
+            )
+        yield from invocation.get_results()
+
+    def _aws_pipes_client(self):
+        import boto3
+        from dagster_aws.pipes import (
+            PipesEMRServerlessClient,
+            PipesGlueClient,
+            PipesS3ContextInjector,
+            PipesS3MessageReader,
+        )
+
+        s3 = boto3.client("s3", region_name=self.region, endpoint_url=self.s3_endpoint or None)
+        injector = PipesS3ContextInjector(bucket=self.bucket, client=s3, key_prefix=PIPES_PREFIX)
+        reader = PipesS3MessageReader(bucket=self.bucket, client=s3, interval=2)
+        if self.compute == "glue":
+            client = self._aws_client or boto3.client("glue", region_name=self.region)
+            return PipesGlueClient(context_injector=injector, message_reader=reader, client=client)
+        if self.compute == "emr-serverless":
+            client = self._aws_client or boto3.client("emr-serverless", region_name=self.region)
+            return PipesEMRServerlessClient(client=client, context_injector=injector, message_reader=reader)
+        raise ValueError(f"LayerRunner.compute={self.compute!r} is not one of local, glue, emr-serverless, subprocess")
+
+
+def build_layer_runner(settings: Settings) -> LayerRunner:
+    params = {}
+    if settings.compute == "glue":
+        params = jobs.glue_job_run_params(settings)
+    elif settings.compute == "emr-serverless":
+        params = jobs.emr_serverless_job_run_params(settings)
+    return LayerRunner(
+        compute=settings.compute,
+        settings_env=jobs.settings_env(settings),
+        start_job_run_params=params,
+        bucket=settings.bucket,
+        region=settings.region,
+        s3_endpoint=settings.s3_endpoint,
+    )

@@ -1,0 +1,118 @@
+"""Start-job parameters for Glue 5.0 and EMR Serverless, derived from the profile (plain dicts, testable here).
+
+The job runs `code/run_layer.py` from the lake's bucket with the package zipped beside it (`code/etr_assets.zip`,
+`--extra-py-files`) and `dagster-pipes` installed by the platform. Iceberg comes with the platform
+(`--datalake-formats iceberg` on Glue; EMR's runtime jars), the Glue catalog and S3FileIO from `catalog_conf`.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+from etr_assets.lake.session import ICEBERG_EXTENSIONS, catalog_conf
+from etr_assets.settings import Settings
+
+PIPES_VERSION = "1.13.27"  # dagster-pipes matching dagster==1.13.27
+CODE_PREFIX = "code"
+SCRIPT_KEY = f"{CODE_PREFIX}/run_layer.py"
+PACKAGE_KEY = f"{CODE_PREFIX}/etr_assets.zip"
+GLUE_VERSION = "5.0"
+EMR_RELEASE = "emr-7.5.0"  # Spark 3.5, Iceberg included
+
+
+def code_uri(settings: Settings, key: str) -> str:
+    return f"s3://{settings.bucket}/{key}"
+
+
+def job_spark_conf(settings: Settings) -> dict[str, str]:
+    """The Spark settings a remote job needs beyond the platform's: Iceberg's SQL extensions and our catalog."""
+    return {"spark.sql.extensions": ICEBERG_EXTENSIONS, "spark.sql.session.timeZone": "UTC"} | catalog_conf(settings)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The (non-secret) settings the job rebuilds `Settings` from; it never gets a token or a password."""
+    env = {
+        "ETR_PROFILE": settings.profile,
+        "ETR_CATALOG": settings.catalog,
+        "ETR_S3_BUCKET": settings.bucket,
+        "ETR_AWS_REGION": settings.region,
+        "ETR_START_DATE": settings.start_date.isoformat(),
+        "ETR_MAX_REJECT_RATE": str(settings.max_reject_rate),
+    }
+    if settings.profile == "aws" or settings.provided_iceberg:  # Glue 5.0 / EMR ship Iceberg
+        env["ETR_ICEBERG_PROVIDED"] = "true"
+    if settings.profile == "local":
+        env["ETR_HOME"] = str(settings.home)
+    for name, value in (("ETR_S3_ENDPOINT", settings.s3_endpoint), ("ETR_GLUE_ENDPOINT", settings.glue_endpoint)):
+        if value:
+            env[name] = value
+    return env
+
+
+def glue_conf_argument(conf: dict[str, str]) -> str:
+    """Glue takes one `--conf` argument: further pairs are chained inside its value (`a=1 --conf b=2`)."""
+    return " --conf ".join(f"{key}={value}" for key, value in conf.items())
+
+
+def glue_job_run_params(settings: Settings) -> dict:
+    """`start_job_run` parameters for PipesGlueClient (it adds the Pipes bootstrap arguments)."""
+    return {
+        "JobName": settings.glue_job_name,
+        "WorkerType": settings.glue_worker_type,
+        "NumberOfWorkers": settings.glue_workers,
+        "Arguments": {
+            "--datalake-formats": "iceberg",
+            "--conf": glue_conf_argument(job_spark_conf(settings)),
+            "--extra-py-files": code_uri(settings, PACKAGE_KEY),
+            "--additional-python-modules": f"dagster-pipes=={PIPES_VERSION}",
+            "--enable-glue-datacatalog": "true",
+        },
+    }
+
+
+def glue_job_definition(settings: Settings, role_arn: str) -> dict:
+    """`create_job` parameters for the one Glue job (README: Production on AWS)."""
+    return {
+        "Name": settings.glue_job_name,
+        "Role": role_arn,
+        "GlueVersion": GLUE_VERSION,
+        "Command": {"Name": "glueetl", "ScriptLocation": code_uri(settings, SCRIPT_KEY), "PythonVersion": "3"},
+        "WorkerType": settings.glue_worker_type,
+        "NumberOfWorkers": settings.glue_workers,
+        "DefaultArguments": glue_job_run_params(settings)["Arguments"],
+    }
+
+
+def emr_serverless_job_run_params(settings: Settings) -> dict:
+    """`start_job_run` parameters for PipesEMRServerlessClient."""
+    submit = " ".join(f"--conf {key}={value}" for key, value in job_spark_conf(settings).items())
+    return {
+        "applicationId": settings.emr_application_id,
+        "executionRoleArn": settings.remote_role_arn,
+        "jobDriver": {
+            "sparkSubmit": {
+                "entryPoint": code_uri(settings, SCRIPT_KEY),
+                "sparkSubmitParameters": f"--py-files {code_uri(settings, PACKAGE_KEY)} {submit}",
+            }
+        },
+    }
+
+
+def package_zip() -> bytes:
+    """The `etr_assets` package as the zip `--extra-py-files` / `--py-files` ship (sources only, no caches)."""
+    root = Path(__file__).resolve().parents[1]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".properties"):
+                archive.write(path, Path("etr_assets") / path.relative_to(root))
+    return buffer.getvalue()
+
+
+def upload_code(s3_client, settings: Settings) -> list[str]:
+    """Put the entry script and the package where the job definitions point (run on each deploy)."""
+    s3_client.put_object(Bucket=settings.bucket, Key=SCRIPT_KEY, Body=Path(__file__).with_name("run_layer.py").read_bytes())
+    s3_client.put_object(Bucket=settings.bucket, Key=PACKAGE_KEY, Body=package_zip())
+    return [code_uri(settings, SCRIPT_KEY), code_uri(settings, PACKAGE_KEY)]
