@@ -48,8 +48,9 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
     spec = dataclasses.replace(SILVER_TRANSACTIONS, name="bnpl_transactions_health")
     ensure_table(spark, lake.catalog, spec)
     table = spec.qualified(lake.catalog)
-    row_steps = [max(1_000, int(n * scale)) for n in ROW_STEPS]
-    snapshot_steps = [max(3, int(n * scale)) for n in SNAPSHOT_STEPS]
+    # Tiny scales (the smoke test) still grow at every step.
+    row_steps = [max(least, int(n * scale)) for least, n in zip((1_000, 5_000, 20_000), ROW_STEPS)]
+    snapshot_steps = [max(least, int(n * scale)) for least, n in zip((3, 6, 12), SNAPSHOT_STEPS)]
     rows_now, snapshots_now, points = 0, 0, []
 
     def checkpoint(growing: str):

@@ -174,7 +174,7 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
 
 
 def run(lake: Lake, scale: float, repeats: int = 1) -> dict:
-    key_counts = [max(1_000, int(k * scale)) for k in KEYS_PER_SCALE]
+    key_counts = [max(least, int(k * scale)) for least, k in zip((100, 1_000), KEYS_PER_SCALE)]
     rows = [row for keys in key_counts for row in one_size(lake, keys)]
 
     def seconds(keys, share, method):

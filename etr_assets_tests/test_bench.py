@@ -1,0 +1,76 @@
+"""Smoke test of the benchmarks: each runs at a tiny scale in the test process's Spark session and writes a
+result with its ratios and counters. Timings are never asserted: only that the figures exist and add up."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.__main__ import BENCHMARKS, run_benchmark
+
+TINY = 0.001
+
+
+@pytest.fixture
+def run(spark, tmp_path):
+    def run_one(name: str) -> dict:
+        run_benchmark(name, TINY, 1, tmp_path, f"python -m bench {name} --scale {TINY}")
+        result = json.loads((tmp_path / f"{name}.json").read_text())
+        assert (tmp_path / f"{name}.md").read_text().startswith(f"# {result['title']}")
+        assert result["machine"]["cores"] >= 1 and len(result["machine"]["load_average_end"]) == 3
+        assert result["ratios"] and all(v is not None for v in result["ratios"].values()), result["ratios"]
+        return result
+
+    return run_one
+
+
+def test_every_benchmark_is_listed():
+    assert set(BENCHMARKS) == {"formats", "scd2", "small_files", "health", "orchestration"}
+
+
+def test_formats_reads_scan_counters_and_compares_updates(run):
+    result = run("formats")
+    reads = {(r["operation"], r["dataset"]): r for r in result["tables"][0]["rows"]}
+    days = result["data"]["days"]
+    assert reads[("full scan (13 columns)", "Parquet")]["files_read"] == days
+    assert reads[("full scan (13 columns)", "Iceberg silver")]["files_read"] == days
+    one_day = reads[("one day", "Iceberg silver")]
+    assert one_day["files_read"] == 1 and one_day["files_skipped"] == days - 1  # pruned by Iceberg's metadata
+    assert reads[("one day", "Parquet")]["files_read"] == 1  # pruned by the folder names
+    customer_rows = result["data"]["customer_rows"]
+    assert {r["rows"] for (op, _), r in reads.items() if op == "one customer"} == {customer_rows}
+    assert reads[("one customer", "Iceberg days+bucket16")]["files_skipped"] > 0  # bucket pruning
+    dml = {(r["operation"], r["method"]): r for r in result["tables"][1]["rows"]}
+    mor = dml[("delete one customer", "Iceberg merge-on-read")]
+    assert mor["delete_files_written"] >= 1 and mor["files_rewritten"] == 0
+    cow = dml[("delete one customer", "Iceberg copy-on-write")]
+    assert cow["delete_files_written"] == 0 and cow["files_rewritten"] >= 1
+
+
+def test_scd2_counts_changes_and_replays_commit_nothing(run):
+    result = run("scd2")
+    rows = result["tables"][0]["rows"]
+    ours = [r for r in rows if r["method"] == "ours: one MERGE"]
+    assert len(ours) == 2 * 3 and all(r["replay_commits"] == 0 for r in ours)
+    seed = [r for r in rows if r["method"].startswith("seed")]
+    assert all(r["commits"] >= 1 for r in seed)
+    assert all(r["changed_keys"] > 0 for r in ours)
+
+
+def test_small_files_maintenance_leaves_fewer_manifests_and_snapshots(run):
+    before, after = run("small_files")["tables"][0]["rows"]
+    assert after["snapshots"] < before["snapshots"] and after["manifests"] <= before["manifests"]
+    assert after["rows"] == before["rows"]
+
+
+def test_health_agrees_with_spark_as_the_table_grows(run):
+    points = run("health")["tables"][0]["rows"]
+    assert [p["growing"] for p in points] == ["rows"] * 3 + ["snapshots"] * 2
+    assert points[-1]["snapshots"] > points[0]["snapshots"] and points[2]["rows"] > points[0]["rows"]
+
+
+def test_orchestration_runs_both_paths(run):
+    result = run("orchestration")
+    paths = {r["path"] for r in result["tables"][0]["rows"] if r["counted"]}
+    assert paths == {"Dagster materialize", "library calls"}
