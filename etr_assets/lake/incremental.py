@@ -125,7 +125,7 @@ def plan_reads(
             downstream_head is None
             or lineage_since(downstream_snapshots, downstream_head, cursor.downstream_snapshot_id) is None
         ):
-            return DayRead(day, FULL, f"{downstream} no longer descends from snapshot {cursor.downstream_snapshot_id} (rolled back?)")
+            return DayRead(day, FULL, f"{downstream} no longer descends from snapshot {cursor.downstream_snapshot_id} (rolled back, or history expired)")
         chain = lineage_since(snapshots, head, cursor.upstream_snapshot_id)
         if chain is None:
             return DayRead(day, FULL, f"cursor snapshot {cursor.upstream_snapshot_id} is not in the upstream history (expired or rolled back)")

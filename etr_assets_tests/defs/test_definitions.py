@@ -69,8 +69,12 @@ def test_local_profile_serializes_writers_per_table_with_pools(tmp_path):
     assert pools["raw/bnpl_transactions"] is None
     shared = build_definitions(Settings(profile="aws", bucket="b", api_url="https://api.example.test"))
     shared_pools = {k.to_user_string(): a.op.pool for a in shared.assets for k in a.keys}
-    # Glue and PostgreSQL arbitrate commits; only SCD2 MERGEs, which conflict with any commit, still queue.
-    assert {k for k, pool in shared_pools.items() if pool} == {"landing/customers", "landing/merchants"}
+    # Glue and PostgreSQL arbitrate commits; only SCD2 MERGEs, which conflict with any commit, and bronze, whose
+    # first load of a day is an unchecked append, still queue.
+    assert {k for k, pool in shared_pools.items() if pool} == {
+        "landing/customers", "landing/merchants",
+        "bronze/bnpl_transactions_raw", "bronze/bnpl_customers_raw", "bronze/bnpl_merchants_raw",
+    }
 
 
 def test_pipeline_job_is_partitioned_daily_with_a_stopped_schedule():

@@ -55,6 +55,20 @@ def test_three_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings,
     assert silver["table"].value == SILVER_TRANSACTIONS.qualified(settings.catalog)
     assert metadata["raw/bnpl_transactions"]["dagster/row_count"].value == bronze[DAYS[-1]]
 
+    # Every check of every layer recorded its figure per partition, with the run that measured it.
+    metrics = lake.sql(
+        f"SELECT table_name, metric, partition_key, value, passed, run_id FROM {settings.catalog}.monitoring.data_quality_metrics"
+    ).collect()
+    recorded = {(m[0], m[1], m[2]): (m[3], m[4]) for m in metrics}
+    for day in DAYS:
+        assert recorded[("silver.bnpl_transactions_clean", "keys_are_present", day)] == (0.0, True)
+        assert recorded[("silver.bnpl_transactions_clean", "transaction_id_is_unique", day)] == (0.0, True)
+        assert recorded[("silver.bnpl_transactions_clean", "row_count_anomaly", day)] == (per_day, True)
+        assert recorded[("gold.bnpl_daily_summary", "outcome_counts_add_up", day)] == (0.0, True)
+        assert recorded[("bronze.bnpl_transactions_raw", "quarantine_rate", day)][1] is not None
+    assert ("landing.customers", "exactly_the_open_versions_are_current", None) in recorded
+    assert all(m[5] for m in metrics)
+
     before = {spec.name: counts_by_day(lake, settings, spec) for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)}
     rerun = materialize_day(pipeline_defs, DAYS[1], instance)
     after = {spec.name: counts_by_day(lake, settings, spec) for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)}
@@ -129,6 +143,9 @@ def test_a_failing_blocking_check_fails_the_run_reports_the_check_and_leaves_mai
     assert checks["amount_is_between_0_01_and_100000"] is False and checks["keys_are_present"] is True
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert materialized == {"bronze/bnpl_transactions_raw"}  # silver was not published
+    failed = lake.sql(f"SELECT partition_key, value, passed FROM {settings.catalog}.monitoring.data_quality_metrics "
+                      "WHERE metric = 'amount_is_between_0_01_and_100000'").collect()
+    assert [tuple(r) for r in failed] == [(day, 1.0, False)]  # the failed figure is recorded too
     table = SILVER_TRANSACTIONS.qualified(settings.catalog)
     assert lake.table(table).count() == 0
     branches = [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()]
