@@ -3,7 +3,7 @@
 Which tables: every spec that marks personal data (`personal_data_specs()`), erased by its `subject_column`;
 tables with a `raw_text` column (quarantine) also match ids written inside the stored line, since a refused
 record may hold the id only there. Which raw files: every batch file of a feed whose bronze spec has a subject
-column. Ids are validated positive integers and never formatted into SQL: they travel as a temp view that the
+column (the rewriting itself is `sources/raw_erasure.py`). Ids are validated positive integers and never formatted into SQL: they travel as a temp view that the
 DELETE condition reads through a subquery.
 
 History: Iceberg keeps deleted rows in older snapshots until they expire, so each affected table then expires
@@ -22,7 +22,6 @@ import datetime as dt
 import hashlib
 import hmac
 import os
-import re
 import uuid
 
 from etr_assets.lake.evolve import ensure_table
@@ -32,13 +31,14 @@ from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec, _sql_string
 from etr_assets.lake.timetravel import NoSuchSnapshot, read_as_of
 from etr_assets.lake.writes import append
-from etr_assets.sources.raw_zone import (
-    COMPLETE,
-    MANIFEST,
-    PENDING,
-    BatchManifest,
-    RawZone,
+from etr_assets.sources.raw_erasure import (
+    RawErasure,
+    RawFeedSubject,
+    erase_raw_records,
+    find_raw_records,
+    id_field_pattern,
 )
+from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables import personal_data_specs
 from etr_assets.tables.operations import GDPR_ACTIONS
 
@@ -48,7 +48,6 @@ LOCAL_AUDIT_KEY = "etr-local-audit-key-not-secret"
 RAW_TEXT_COLUMN = "raw_text"  # quarantine tables keep the refused line here
 AUDIT_BRANCH_PREFIX = "audit_"  # write-audit-publish branches (lake/wap.py)
 MAX_ID = 2**63 - 1
-_MARKERS = {PENDING, MANIFEST, COMPLETE}
 
 DELETE, EXPIRE, VERIFY = "GDPR_DELETE", "GDPR_EXPIRE", "GDPR_VERIFY"
 DONE, NOT_FOUND, VERIFIED, FAILED = "DONE", "NOT_FOUND", "VERIFIED", "FAILED"
@@ -117,16 +116,11 @@ class ErasureRequest:
 
 
 # --- matching rows -------------------------------------------------------------------------------------------
-def _id_pattern(field: str) -> str:
-    """A JSON field holding an id, as number or digit string ("customer_id": 123 / "customer_id":"123")."""
-    return rf'"{re.escape(field)}"\s*:\s*"?(\d+)'
-
-
 def subject_keys_sql(spec: TableSpec) -> str:
     """SQL array of the ids a row names: its subject column, plus ids inside the stored raw line (quarantine)."""
     keys = f"array(CAST({spec.subject_column} AS BIGINT))"
     if RAW_TEXT_COLUMN in spec.column_names:
-        pattern = _sql_string(_id_pattern(spec.subject_column))
+        pattern = _sql_string(id_field_pattern(spec.subject_column))
         keys = f"concat({keys}, transform(regexp_extract_all({RAW_TEXT_COLUMN}, {pattern}, 1), x -> CAST(x AS BIGINT)))"
     return keys
 
@@ -253,14 +247,7 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
     )
 
 
-# --- the raw zone --------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class RawFeedSubject:
-    source: str
-    endpoint: str
-    field: str  # the record field naming the customer
-
-
+# --- the raw zone (sources/raw_erasure.py does the work; the feeds come from the pipeline) -------------------
 def raw_feeds_with_subjects() -> tuple[RawFeedSubject, ...]:
     """Raw endpoints holding personal data: the pipeline's feeds whose bronze spec names a subject column."""
     from etr_assets.lake.entities import CUSTOMERS, MERCHANTS
@@ -270,92 +257,12 @@ def raw_feeds_with_subjects() -> tuple[RawFeedSubject, ...]:
     return tuple(RawFeedSubject(f.source, f.endpoint, f.bronze.subject_column) for f in feeds if f.bronze.subject_column)
 
 
-@dataclasses.dataclass(frozen=True)
-class RawErasure:
-    files_rewritten: tuple[str, ...]  # uris
-    removed: dict[int, int]  # customer id -> records removed
-    manifests_updated: int
-
-    @property
-    def records_removed(self) -> int:
-        return sum(self.removed.values())
-
-
-def _raw_files(raw: RawZone, feed: RawFeedSubject):
-    """(batch, file name) of every data file in every batch folder of the feed, markers excluded."""
-    for batch in raw.batches(feed.source, feed.endpoint):
-        for name in raw.storage.list_children(batch.key):
-            if name not in _MARKERS:
-                yield batch, name
-
-
-def _lines_naming(lines: list[bytes], pattern: re.Pattern, ids: set[int]) -> dict[int, list[int]]:
-    """Line indexes naming each id (a JSON field match anywhere in the line, parsed or not)."""
-    found: dict[int, list[int]] = {}
-    for index, line in enumerate(lines):
-        for customer_id in {int(m) for m in pattern.findall(line)} & ids:
-            found.setdefault(customer_id, []).append(index)
-    return found
-
-
-def _raw_pattern(feed: RawFeedSubject) -> re.Pattern:
-    return re.compile(_id_pattern(feed.field).encode())
-
-
 def erase_raw_zone(raw: RawZone, request: ErasureRequest) -> RawErasure:
-    """Rewrite each raw file naming a customer without those lines (atomically), then fix its batch manifest.
-
-    Markers are left as they are: a pending batch stays pending (and loadable), a complete one complete. The
-    file list of a manifest never changes (an emptied file stays, empty); its record count drops by the lines
-    removed, and is written after the files so a crash between the two leaves the data erased.
-    """
-    ids = set(request.customer_ids)
-    rewritten: list[str] = []
-    removed: dict[int, int] = {}
-    manifests = 0
-    for feed in raw_feeds_with_subjects():
-        pattern = _raw_pattern(feed)
-        dropped_by_batch: dict = {}  # batch -> records removed from the files its manifest lists
-        for batch, name in _raw_files(raw, feed):
-            key = f"{batch.key}/{name}"
-            lines = raw.storage.read_bytes(key).splitlines(keepends=True)
-            found = _lines_naming(lines, pattern, ids)
-            if not found:
-                continue
-            drop = {i for indexes in found.values() for i in indexes}
-            raw.storage.write_bytes(key, b"".join(line for i, line in enumerate(lines) if i not in drop))
-            rewritten.append(raw.storage.uri(key))
-            for customer_id, indexes in found.items():
-                removed[customer_id] = removed.get(customer_id, 0) + len(indexes)
-            manifest = raw.manifest(batch)
-            if manifest is not None and name in manifest.files:
-                dropped_by_batch[batch] = dropped_by_batch.get(batch, 0) + sum(1 for i in drop if lines[i].strip())
-        for batch, count in dropped_by_batch.items():
-            manifest = raw.manifest(batch)
-            fixed = BatchManifest(manifest.files, max(0, manifest.records - count), manifest.fetched_at)
-            raw.storage.write_bytes(f"{batch.key}/{MANIFEST}", _manifest_bytes(fixed))
-            manifests += 1
-    return RawErasure(tuple(rewritten), removed, manifests)
-
-
-def _manifest_bytes(manifest: BatchManifest) -> bytes:
-    import json
-
-    return json.dumps(dataclasses.asdict(manifest)).encode()
+    return erase_raw_records(raw, request.customer_ids, raw_feeds_with_subjects())
 
 
 def scan_raw_zone(raw: RawZone, ids: tuple[int, ...]) -> tuple[int, dict[str, dict[int, int]]]:
-    """(files scanned, {uri: {id: lines}}) over every raw file of every feed holding personal data."""
-    wanted, scanned, found = set(ids), 0, {}
-    for feed in raw_feeds_with_subjects():
-        pattern = _raw_pattern(feed)
-        for batch, name in _raw_files(raw, feed):
-            key = f"{batch.key}/{name}"
-            scanned += 1
-            hits = _lines_naming(raw.storage.read_bytes(key).splitlines(), pattern, wanted)
-            if hits:
-                found[raw.storage.uri(key)] = {i: len(lines) for i, lines in hits.items()}
-    return scanned, found
+    return find_raw_records(raw, ids, raw_feeds_with_subjects())
 
 
 # --- the proof -----------------------------------------------------------------------------------------------

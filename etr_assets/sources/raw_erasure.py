@@ -1,0 +1,121 @@
+"""Erasing data subjects from the raw zone, and finding them there (plain Python on `RawZone`: local or S3).
+
+A record names a subject when its line holds the feed's subject field with that id, as a number or as digit text
+(`"customer_id": 123`, `"customer_id":"123"`), whether or not the line is valid JSON: refused lines count too.
+Files are rewritten whole and atomically (`RawStorage.write_bytes`); markers are never touched, so a pending
+batch stays pending and loadable; a manifest keeps its file list and its record count drops by what was removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+from etr_assets.sources.raw_zone import (
+    COMPLETE,
+    MANIFEST,
+    PENDING,
+    BatchManifest,
+    RawZone,
+)
+
+_MARKERS = {PENDING, MANIFEST, COMPLETE}
+
+
+def id_field_pattern(field: str) -> str:
+    """A JSON field holding an id, as number or digit string (also the SQL regex for quarantined raw text)."""
+    return rf'"{re.escape(field)}"\s*:\s*"?(\d+)'
+
+
+@dataclasses.dataclass(frozen=True)
+class RawFeedSubject:
+    source: str
+    endpoint: str
+    field: str  # the record field naming the subject
+
+
+@dataclasses.dataclass(frozen=True)
+class RawErasure:
+    files_rewritten: tuple[str, ...]  # uris
+    removed: dict[int, int]  # customer id -> records removed
+    manifests_updated: int
+
+    @property
+    def records_removed(self) -> int:
+        return sum(self.removed.values())
+
+
+def _raw_files(raw: RawZone, feed: RawFeedSubject):
+    """(batch, file name) of every data file in every batch folder of the feed, markers excluded."""
+    for batch in raw.batches(feed.source, feed.endpoint):
+        for name in raw.storage.list_children(batch.key):
+            if name not in _MARKERS:
+                yield batch, name
+
+
+def _lines_naming(lines: list[bytes], pattern: re.Pattern, ids: set[int]) -> dict[int, list[int]]:
+    """Line indexes naming each id (a JSON field match anywhere in the line, parsed or not)."""
+    found: dict[int, list[int]] = {}
+    for index, line in enumerate(lines):
+        for customer_id in {int(m) for m in pattern.findall(line)} & ids:
+            found.setdefault(customer_id, []).append(index)
+    return found
+
+
+def _raw_pattern(feed: RawFeedSubject) -> re.Pattern:
+    return re.compile(id_field_pattern(feed.field).encode())
+
+
+def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, ...]) -> RawErasure:
+    """Rewrite each raw file naming a customer without those lines (atomically), then fix its batch manifest.
+
+    Markers are left as they are: a pending batch stays pending (and loadable), a complete one complete. The
+    file list of a manifest never changes (an emptied file stays, empty); its record count drops by the lines
+    removed, and is written after the files so a crash between the two leaves the data erased.
+    """
+    ids = set(customer_ids)
+    rewritten: list[str] = []
+    removed: dict[int, int] = {}
+    manifests = 0
+    for feed in feeds:
+        pattern = _raw_pattern(feed)
+        dropped_by_batch: dict = {}  # batch -> records removed from the files its manifest lists
+        for batch, name in _raw_files(raw, feed):
+            key = f"{batch.key}/{name}"
+            lines = raw.storage.read_bytes(key).splitlines(keepends=True)
+            found = _lines_naming(lines, pattern, ids)
+            if not found:
+                continue
+            drop = {i for indexes in found.values() for i in indexes}
+            raw.storage.write_bytes(key, b"".join(line for i, line in enumerate(lines) if i not in drop))
+            rewritten.append(raw.storage.uri(key))
+            for customer_id, indexes in found.items():
+                removed[customer_id] = removed.get(customer_id, 0) + len(indexes)
+            manifest = raw.manifest(batch)
+            if manifest is not None and name in manifest.files:
+                dropped_by_batch[batch] = dropped_by_batch.get(batch, 0) + sum(1 for i in drop if lines[i].strip())
+        for batch, count in dropped_by_batch.items():
+            manifest = raw.manifest(batch)
+            fixed = BatchManifest(manifest.files, max(0, manifest.records - count), manifest.fetched_at)
+            raw.storage.write_bytes(f"{batch.key}/{MANIFEST}", _manifest_bytes(fixed))
+            manifests += 1
+    return RawErasure(tuple(rewritten), removed, manifests)
+
+
+def _manifest_bytes(manifest: BatchManifest) -> bytes:
+    return json.dumps(dataclasses.asdict(manifest)).encode()
+
+
+def find_raw_records(raw: RawZone, ids, feeds: tuple[RawFeedSubject, ...]) -> tuple[int, dict[str, dict[int, int]]]:
+    """(files scanned, {uri: {id: lines}}) over every file of every batch of the feeds."""
+    wanted, scanned, found = set(ids), 0, {}
+    for feed in feeds:
+        pattern = _raw_pattern(feed)
+        for batch, name in _raw_files(raw, feed):
+            key = f"{batch.key}/{name}"
+            scanned += 1
+            hits = _lines_naming(raw.storage.read_bytes(key).splitlines(), pattern, wanted)
+            if hits:
+                found[raw.storage.uri(key)] = {i: len(lines) for i, lines in hits.items()}
+    return scanned, found
