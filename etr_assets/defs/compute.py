@@ -9,7 +9,7 @@ to exercise the whole protocol without AWS.
 import sys
 
 from dagster import AssetExecutionContext, ConfigurableResource
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 from etr_assets.defs.common import days_of
 from etr_assets.lake.wap import branch_name
@@ -27,17 +27,19 @@ class LayerRunner(ConfigurableResource):
     bucket: str = ""
     region: str = "ap-southeast-5"
     s3_endpoint: str = ""
-    _aws_client: object = PrivateAttr(default=None)  # a Glue / EMR Serverless client to use instead of boto3's
 
     @property
     def remote(self) -> bool:
         return self.compute != "local"
 
-    def with_aws_client(self, client) -> "LayerRunner":
-        """The same runner calling `client` (a boto3 Glue / EMR Serverless client of your own: region, endpoint)."""
-        runner = self.model_copy()
-        runner._aws_client = client
-        return runner
+    def aws_client(self):
+        """The boto3 client of the compute service (credentials from the environment or the role)."""
+        import boto3
+
+        service = {"glue": "glue", "emr-serverless": "emr-serverless"}.get(self.compute)
+        if service is None:
+            raise ValueError(f"LayerRunner.compute={self.compute!r} is not one of local, glue, emr-serverless, subprocess")
+        return boto3.client(service, region_name=self.region)
 
     def run(self, context: AssetExecutionContext, layer: str, options: dict | None = None):
         """Build `layer` for the run's days remotely; yields what the job reported (materialization, checks)."""
@@ -70,13 +72,10 @@ class LayerRunner(ConfigurableResource):
         s3 = boto3.client("s3", region_name=self.region, endpoint_url=self.s3_endpoint or None)
         injector = PipesS3ContextInjector(bucket=self.bucket, client=s3, key_prefix=PIPES_PREFIX)
         reader = PipesS3MessageReader(bucket=self.bucket, client=s3, interval=2)
+        client = self.aws_client()
         if self.compute == "glue":
-            client = self._aws_client or boto3.client("glue", region_name=self.region)
             return PipesGlueClient(context_injector=injector, message_reader=reader, client=client)
-        if self.compute == "emr-serverless":
-            client = self._aws_client or boto3.client("emr-serverless", region_name=self.region)
-            return PipesEMRServerlessClient(client=client, context_injector=injector, message_reader=reader)
-        raise ValueError(f"LayerRunner.compute={self.compute!r} is not one of local, glue, emr-serverless, subprocess")
+        return PipesEMRServerlessClient(client=client, context_injector=injector, message_reader=reader)
 
 
 def build_layer_runner(settings: Settings) -> LayerRunner:

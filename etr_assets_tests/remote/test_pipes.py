@@ -109,3 +109,19 @@ def test_a_request_without_a_known_layer_is_refused_by_name():
         LayerRequest.from_extras({"layer": "silver/nope", "days": [DAY]})
     with pytest.raises(ValueError, match="lack days"):
         LayerRequest.from_extras({"layer": "gold/bnpl_daily_summary"})
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"ETR_COMPUTE": "lambda"}, "ETR_COMPUTE='lambda' is not one of local, glue, emr-serverless"),
+        ({"ETR_COMPUTE": "glue", "ETR_PROFILE": "aws", "ETR_S3_BUCKET": "b"}, "needs ETR_GLUE_JOB_NAME"),
+        ({"ETR_COMPUTE": "glue"}, "needs a shared lake"),
+        ({"ETR_COMPUTE": "emr-serverless", "ETR_PROFILE": "aws", "ETR_S3_BUCKET": "b"}, "ETR_EMR_APPLICATION_ID"),
+    ],
+)
+def test_compute_settings_name_what_is_missing(env, message):
+    from etr_assets.settings import Settings, SettingsError
+
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)
