@@ -55,7 +55,7 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run):
     assert len(ours) == 2 * 3 and all(r["replay_commits"] == 0 for r in ours)
     seed = [r for r in rows if r["method"].startswith("seed")]
     assert all(r["commits"] >= 1 for r in seed)
-    assert all(r["changed_keys"] > 0 for r in ours)
+    assert all(r["changed_keys"] > 0 for r in ours if r["changed_percent"] >= 10)  # 1% of 100 keys may be none
 
 
 def test_small_files_maintenance_leaves_fewer_manifests_and_snapshots(run):
