@@ -197,6 +197,11 @@ def _delete_condition(spec: TableSpec, view: str) -> str:
     return f"arrays_overlap({subject_keys_sql(spec)}, (SELECT collect_set(_erase_id) FROM {view}))"
 
 
+def _quoted(name: str) -> str:
+    """A ref name as a Spark identifier (ref names come from the table, not from the request)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _current_snapshot(spark, qualified: str) -> int | None:
     row = spark.sql(f"SELECT snapshot_id FROM {qualified}.refs WHERE name = 'main'").first()
     return row[0] if row else None
@@ -224,18 +229,18 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         for ref in spark.sql(f"SELECT name, type FROM {qualified}.refs WHERE name <> 'main'").collect():
             name, kind = ref["name"], ref["type"]
             if kind == "BRANCH" and name.startswith(AUDIT_BRANCH_PREFIX):
-                spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS `{name}`")
+                spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS {_quoted(name)}")
                 dropped.append(f"branch {name}")
                 continue
             held = matches_by_id(spark.read.format("iceberg").option("branch" if kind == "BRANCH" else "tag", name).load(qualified), spec, ids_df)
             if not held:
                 continue
             if kind == "BRANCH":
-                target = f"{qualified}.`branch_{name}`"
+                target = f"{qualified}.{_quoted('branch_' + name)}"
                 run_with_retries(lambda t=target: spark.sql(f"DELETE FROM {t} WHERE {_delete_condition(spec, view)}"), f"erasing from {target}")
                 branches_erased[name] = sum(held.values())
             else:
-                spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS `{name}`")
+                spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS {_quoted(name)}")
                 dropped.append(f"tag {name}")
     finally:
         spark.catalog.dropTempView(view)
