@@ -33,6 +33,7 @@ from etr_assets.lake.erasure import (
     erase_table,
     erasure_order,
     held_ids,
+    pipeline_feeds,
     proof_audit_rows,
     prove_erased,
     raw_audit_rows,
@@ -57,10 +58,7 @@ class ErasureConfig(Config):
 
 def writer_spec(spec: TableSpec) -> TableSpec:
     """The table whose asset writes `spec`: a quarantine table is written by its feed's bronze asset."""
-    from etr_assets.lake.entities import CUSTOMERS, MERCHANTS
-    from etr_assets.lake.transactions import TRANSACTIONS
-
-    for feed in (TRANSACTIONS, CUSTOMERS.raw, MERCHANTS.raw):
+    for feed in pipeline_feeds():
         if feed.quarantine.identifier == spec.identifier:
             return feed.bronze
     return spec

@@ -253,13 +253,19 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
 
 
 # --- the raw zone (sources/raw_erasure.py does the work; the feeds come from the pipeline) -------------------
-def raw_feeds_with_subjects() -> tuple[RawFeedSubject, ...]:
-    """Raw endpoints holding personal data: the pipeline's feeds whose bronze spec names a subject column."""
+def pipeline_feeds() -> tuple:
+    """Every raw -> bronze feed of the pipeline (RawFeed: endpoint, bronze spec, quarantine spec)."""
     from etr_assets.lake.entities import CUSTOMERS, MERCHANTS
     from etr_assets.lake.transactions import TRANSACTIONS
 
-    feeds = (TRANSACTIONS, CUSTOMERS.raw, MERCHANTS.raw)
-    return tuple(RawFeedSubject(f.source, f.endpoint, f.bronze.subject_column) for f in feeds if f.bronze.subject_column)
+    return (TRANSACTIONS, CUSTOMERS.raw, MERCHANTS.raw)
+
+
+def raw_feeds_with_subjects() -> tuple[RawFeedSubject, ...]:
+    """Raw endpoints holding personal data: the feeds whose bronze spec names a subject column."""
+    return tuple(
+        RawFeedSubject(f.source, f.endpoint, f.bronze.subject_column) for f in pipeline_feeds() if f.bronze.subject_column
+    )
 
 
 def erase_raw_zone(raw: RawZone, request: ErasureRequest) -> RawErasure:
