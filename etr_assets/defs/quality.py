@@ -17,8 +17,7 @@ from dagster import (
 
 from etr_assets.defs.common import check_results, table_key
 from etr_assets.defs.resources import LakeResource
-from etr_assets.lake.metadata import table_stats
-from etr_assets.lake.quality import freshness_outcome, metrics_of, record_metrics
+from etr_assets.lake.quality import freshness_outcome, metrics_of, newest_commit_at, record_metrics
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Settings
 
@@ -35,8 +34,7 @@ def _freshness_check(settings: Settings, spec: TableSpec) -> AssetChecksDefiniti
         "hours (read from table metadata; run hourly by the freshness_checks job)",
     )
     def freshness(context: AssetCheckExecutionContext, lake: LakeResource) -> AssetCheckResult:
-        stats = table_stats(settings, spec)
-        outcome = freshness_outcome(spec, stats.last_updated if stats.exists else None)
+        outcome = freshness_outcome(spec, newest_commit_at(settings, spec))
         record_metrics(lake.session(), lake.catalog, metrics_of(spec, [outcome]), context.run.run_id)
         return check_results([outcome])[0]
 

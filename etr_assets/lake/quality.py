@@ -162,6 +162,15 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
     )
 
 
+def newest_commit_at(settings, spec: TableSpec) -> dt.datetime | None:
+    """When the table's current snapshot was committed (pyiceberg, metadata only); None if it has none."""
+    from etr_assets.lake.metadata import load_table
+
+    table = load_table(settings, spec)
+    snapshot = table.current_snapshot() if table is not None else None
+    return None if snapshot is None else dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.UTC)
+
+
 def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.datetime | None = None) -> CheckOutcome:
     """Hours since the table's newest commit against the spec's limit (WARN); a table never written fails."""
     limit = spec.quality.freshness_hours
