@@ -66,16 +66,32 @@ class LayerRunner(ConfigurableResource):
             PipesEMRServerlessClient,
             PipesGlueClient,
             PipesS3ContextInjector,
-            PipesS3MessageReader,
         )
 
         s3 = boto3.client("s3", region_name=self.region, endpoint_url=self.s3_endpoint or None)
         injector = PipesS3ContextInjector(bucket=self.bucket, client=s3, key_prefix=PIPES_PREFIX)
-        reader = PipesS3MessageReader(bucket=self.bucket, client=s3, interval=2)
+        reader = prefixed_message_reader(bucket=self.bucket, client=s3, interval=2)
         client = self.aws_client()
         if self.compute == "glue":
             return PipesGlueClient(context_injector=injector, message_reader=reader, client=client)
         return PipesEMRServerlessClient(client=client, context_injector=injector, message_reader=reader)
+
+
+def prefixed_message_reader(**kwargs):
+    """dagster-aws writes each run's messages under a random top-level key; here they go under `pipes/`, inside
+    what the IAM policy grants and what the bucket's lifecycle rule expires. (dagster-aws is imported only when a
+    run goes remote: it costs a second at import.)"""
+    from contextlib import contextmanager
+
+    from dagster_aws.pipes import PipesS3MessageReader
+
+    class PrefixedS3MessageReader(PipesS3MessageReader):
+        @contextmanager
+        def get_params(self):
+            with super().get_params() as params:
+                yield {**params, "key_prefix": f"{PIPES_PREFIX}/{params['key_prefix']}"}
+
+    return PrefixedS3MessageReader(**kwargs)
 
 
 def build_layer_runner(settings: Settings) -> LayerRunner:
