@@ -31,10 +31,11 @@ def build_definitions(settings: Settings) -> Definitions:
     job = pipeline_job(exclude_checks=freshness)
     checks_job = freshness_job(freshness)
     maintenance = build_maintenance(settings, table_specs)  # health checks, maintenance job, sensor, schedule
+    erasure = build_erasure_job(settings, frozenset(table_key(spec) for spec in table_specs))
     return Definitions(
         assets=assets,
         asset_checks=[silver_daily_growth, *freshness, *maintenance.checks],
-        jobs=[job, rollback_table, build_bootstrap_job(settings), checks_job, build_erasure_job(settings), maintenance.job],
+        jobs=[job, rollback_table, build_bootstrap_job(settings), checks_job, erasure, maintenance.job],
         schedules=[daily_schedule(job), freshness_schedule(checks_job), maintenance.schedule],
         sensors=[build_pending_batches_sensor(settings), maintenance.sensor],
         resources=build_resources(settings) | ERASURE_RESOURCES | {"layer_runner": build_layer_runner(settings)},

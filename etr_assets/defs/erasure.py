@@ -7,6 +7,8 @@ materialization of the table; each records what it did in audit.gdpr_actions as 
 """
 
 from dagster import (
+    AssetKey,
+    AssetObservation,
     Config,
     Failure,
     In,
@@ -22,7 +24,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from etr_assets.defs.common import table_pool
+from etr_assets.defs.common import table_key, table_pool
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake.erasure import (
     LAYER_ORDER,
@@ -106,7 +108,7 @@ def erase_raw_zone(context: OpExecutionContext, request: ErasureRequest, lake: L
     return result
 
 
-def _table_op(settings: Settings, spec: TableSpec):
+def _table_op(settings: Settings, spec: TableSpec, observe: bool):
     @op(
         name=op_name(spec),
         out=_IN_MEMORY,
@@ -127,6 +129,15 @@ def _table_op(settings: Settings, spec: TableSpec):
             context.log.info(
                 f"{spec.identifier}: {result.rows_removed} row(s) removed; dropped {list(result.refs_dropped) or 'no refs'}; "
                 f"expired {result.expired.expired_snapshots if result.expired else 0} snapshot(s)"
+            )
+        if observe and result.held:  # the table's asset page shows that an erasure changed it, and which request
+            context.log_event(
+                AssetObservation(
+                    asset_key=table_key(spec),
+                    description=f"GDPR erasure {request.request_id}: {result.rows_removed} row(s) removed, history expired",
+                    metadata={"gdpr_request": request.request_id, "rows_removed": result.rows_removed,
+                              "snapshot_id": str(result.snapshot_id)},
+                )
             )
         context.add_output_metadata(
             {
@@ -172,9 +183,13 @@ def prove_erasure(context: OpExecutionContext, request: ErasureRequest, raw: Raw
     context.add_output_metadata(metadata)
 
 
-def build_erasure_job(settings: Settings) -> JobDefinition:
+def build_erasure_job(settings: Settings, asset_keys: frozenset[AssetKey] = frozenset()) -> JobDefinition:
+    """`asset_keys`: table assets of the code location; an erasure leaves an observation on those it changed."""
     request_op = _request_op(settings)
-    table_ops = {spec.identifier: _table_op(settings, spec) for spec in erasure_order(personal_data_specs())}
+    table_ops = {
+        spec.identifier: _table_op(settings, spec, table_key(spec) in asset_keys)
+        for spec in erasure_order(personal_data_specs())
+    }
 
     @job(
         name="gdpr_erasure",

@@ -78,6 +78,13 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(lake
     assert job.graph.node_named("erase_bronze_quarantine_transactions").definition.pool == "iceberg_bronze_bnpl_transactions_raw"
     assert {n.name for n in job.graph.nodes} >= {f"erase_{s.namespace}_{s.name}" for s in personal_data_specs()}
 
+    observed = {
+        e.asset_key.to_user_string(): e.asset_observation_data.asset_observation for e in result.get_asset_observation_events()
+    }
+    assert set(observed) == {"bronze/bnpl_transactions_raw", "silver/bnpl_transactions_clean",
+                             "bronze/bnpl_customers_raw", "landing/customers"}  # the table assets it changed
+    assert observed["silver/bnpl_transactions_clean"].metadata["rows_removed"].value == counts[customer]
+
     audit = spark.table(GDPR_ACTIONS.qualified(catalog)).where("request_id = 'GDPR-TEST-1'").collect()
     key = LOCAL_AUDIT_KEY.encode()
     verified = {(r["subject_hash"], r["outcome"]) for r in audit if r["action"] == "GDPR_VERIFY"}
