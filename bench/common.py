@@ -130,6 +130,8 @@ def scan_counters(spark, query_execution) -> dict:
 
 def task_counters(spark, group: str) -> dict:
     """Task metrics summed over every stage of every job in a job group."""
+    from py4j.protocol import Py4JJavaError
+
     # The status store is fed by an asynchronous listener: let it catch up with the jobs that just ended.
     spark._jsc.sc().listenerBus().waitUntilEmpty()
     tracker = spark.sparkContext.statusTracker()
@@ -138,7 +140,14 @@ def task_counters(spark, group: str) -> dict:
     for job_id in tracker.getJobIdsForGroup(group):
         job = tracker.getJobInfo(job_id)
         for stage_id in job.stageIds if job else ():
-            stage = store.lastStageAttempt(stage_id)
+            # A stage a job skipped (its shuffle output was reused) never ran, and a long-lived session's store
+            # forgets old stages (spark.ui.retainedStages): neither has task metrics to add.
+            if tracker.getStageInfo(stage_id) is None:
+                continue
+            try:
+                stage = store.lastStageAttempt(stage_id)
+            except Py4JJavaError:
+                continue
             if stage is not None:
                 totals["input_bytes"] += stage.inputBytes()
                 totals["input_records"] += stage.inputRecords()
