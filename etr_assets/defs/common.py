@@ -148,8 +148,9 @@ def table_asset(
 def table_result(context: AssetExecutionContext, lake: LakeResource, spec: TableSpec, layer: LayerResult) -> MaterializeResult:
     location = table_location(lake.session(), spec.qualified(lake.catalog))
     context.log.info(
-        f"{spec.identifier}: replaced {len(layer.rows_by_day)} day(s) with {layer.rows} rows in snapshot "
-        f"{layer.commit.snapshot_id} (+{layer.commit.added_files}/-{layer.commit.removed_files} files)"
+        f"{spec.identifier}: {len(layer.rows_by_day)} day(s) hold {layer.rows} rows; "
+        + (f"{layer.commit.operation} snapshot {layer.commit.snapshot_id} "
+           f"(+{layer.commit.added_files}/-{layer.commit.removed_files} files)" if layer.commit.snapshot_id else "nothing committed")
     )
     for warning in layer.warnings:
         context.log.warning(warning)
