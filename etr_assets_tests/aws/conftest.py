@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import urllib.request
 
 import pytest
 
 from etr_assets.settings import Settings
-from etr_assets_tests.infra import aws_test_env, create_bucket, moto_server, s3_client
+from etr_assets_tests.infra import create_bucket, moto_server, s3_client
+from etr_assets_tests.s3.conftest import aws_env  # noqa: F401  (dummy credentials only; one definition)
 
 REGION = "ap-southeast-5"  # the Settings default, as the seed's team runs
 
@@ -22,16 +22,7 @@ def moto_endpoint():
 
 
 @pytest.fixture
-def aws_env(monkeypatch):
-    """No AWS_* variable of the host reaches boto3 or pyiceberg: the dummy ones only."""
-    for name in [n for n in os.environ if n.startswith("AWS_")]:
-        monkeypatch.delenv(name)
-    for name, value in aws_test_env(REGION).items():
-        monkeypatch.setenv(name, value)
-
-
-@pytest.fixture
-def aws_settings(aws_env, moto_endpoint, tmp_path, request) -> Settings:
+def aws_settings(aws_env, moto_endpoint, tmp_path, request) -> Settings:  # noqa: F811
     """The aws profile on moto: a bucket of the test's own; Glue and S3 both answered by moto's server."""
     bucket = "etr-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     create_bucket(s3_client(moto_endpoint, REGION), bucket)
