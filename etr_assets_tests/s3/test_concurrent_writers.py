@@ -169,10 +169,14 @@ def cluster(tmp_path_factory):
         writers: list[Writer] = []
         try:
             started = time.monotonic()
-            for number in range(WRITERS):
-                writers.append(Writer(number, args | {"home": str(root / f"writer-{number}")}, root))
             deadline = time.monotonic() + STARTUP_TIMEOUT
-            ready = [writer.receive("READY", deadline) for writer in writers]
+            # The first writer alone creates the JDBC catalog's tables: writers initializing a fresh catalog at
+            # once race on its schema migration ("column iceberg_type ... already exists").
+            writers.append(Writer(0, args | {"home": str(root / "writer-0")}, root))
+            ready = [writers[0].receive("READY", deadline)]
+            for number in range(1, WRITERS):
+                writers.append(Writer(number, args | {"home": str(root / f"writer-{number}")}, root))
+            ready += [writer.receive("READY", deadline) for writer in writers[1:]]
             print(f"\n{WRITERS} writers ready in {time.monotonic() - started:.1f}s "
                   f"({', '.join(str(r['seconds']) for r in ready)}s each)")
             yield Cluster(settings, writers, root)
