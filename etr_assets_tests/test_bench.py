@@ -50,14 +50,19 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     assert cow["delete_files_written"] == 0 and cow["files_rewritten"] >= 1
 
 
-def test_scd2_counts_changes_and_replays_commit_nothing(run):
-    result = run("scd2")
-    rows = result["tables"][0]["rows"]
+def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
+    from bench import scd2
+
+    # One size and two shares: every method and the replay still run (the smoke test checks figures, not speed).
+    monkeypatch.setattr(scd2, "KEYS_PER_SCALE", scd2.KEYS_PER_SCALE[:1])
+    monkeypatch.setattr(scd2, "SHARES", (10, 50))
+    rows = run("scd2")["tables"][0]["rows"]
     ours = [r for r in rows if r["method"] == "ours: one MERGE"]
-    assert len(ours) == 2 * 3 and all(r["replay_commits"] == 0 for r in ours)
+    assert len(ours) == 2 and all(r["replay_commits"] == 0 and r["changed_keys"] > 0 for r in ours)
+    extended = [r for r in rows if r["method"] == "ours: extend (new batch only)"]  # the bench checks it extended
+    assert len(extended) == 2 and all(r["seconds"] > 0 for r in extended)
     seed = [r for r in rows if r["method"].startswith("seed")]
     assert all(r["commits"] >= 1 for r in seed)
-    assert all(r["changed_keys"] > 0 for r in ours if r["changed_percent"] >= 10)  # 1% of 100 keys may be none
 
 
 def test_small_files_maintenance_leaves_fewer_manifests_and_snapshots(run):

@@ -3,9 +3,11 @@
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
+    Config,
     MaterializeResult,
     MetadataValue,
 )
+from pydantic import Field
 
 from etr_assets.defs.common import (
     days_of,
@@ -62,16 +64,19 @@ def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDe
         landing,
         [table_key(bronze)],
         f"{endpoint.capitalize()} history as SCD2 ({feed.mode} snapshots): NULL-safe change detection over "
-        f"{', '.join(landing.scd2.tracked)}, versions ordered by {landing.scd2.sequence}, one MERGE per run.",
+        f"{', '.join(landing.scd2.tracked)}, versions ordered by {landing.scd2.sequence}, one MERGE per run. "
+        f"Extended from the bronze rows appended since the last build when they all come after it, else "
+        f"recomputed from every observation (metadata `history_method` and `history_reason` say which and why).",
     )
-    def history(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
+    def history(context: AssetExecutionContext, config: HistoryConfig, lake: LakeResource) -> MaterializeResult:
         spark = lake.session()
-        result = pipeline.build_landing(spark, lake.catalog, feed, days_of(context))
+        result = pipeline.build_landing(spark, lake.catalog, feed, days_of(context), config.full_refresh)
         table = landing.qualified(lake.catalog)
         counts = spark.sql(f"SELECT count(*), count_if(_is_current) FROM {table}").first()
         context.log.info(
             f"{landing.identifier}: +{result.inserted} versions, {result.updated} updated, {result.deleted} removed "
             + (f"in snapshot {result.snapshot_id}" if result.changed else "(no change, nothing committed)")
+            + f"; {result.method}: {result.reason}"
         )
         return MaterializeResult(
             metadata={
@@ -80,6 +85,8 @@ def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDe
                 "versions_inserted": result.inserted,
                 "versions_updated": result.updated,
                 "versions_removed": result.deleted,
+                "history_method": result.method,
+                "history_reason": result.reason,
                 "snapshot_id": str(result.snapshot_id) if result.changed else "no change",
                 "table": table,
                 "table_uri": MetadataValue.path(table_location(spark, table)),
@@ -88,3 +95,10 @@ def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDe
         )
 
     return [load, history]
+
+
+class HistoryConfig(Config):
+    full_refresh: bool = Field(
+        default=False,
+        description="Recompute the whole history from every bronze observation instead of extending it.",
+    )

@@ -5,10 +5,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from etr_assets.lake.bronze import DEFAULT_MAX_REJECT_RATE, LayerResult, RawFeed, load_bronze_days
+from etr_assets.lake.bronze import (
+    DEFAULT_MAX_REJECT_RATE,
+    LayerResult,
+    RawFeed,
+    load_bronze_days,
+)
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import conform, spark_type
-from etr_assets.lake.scd2 import FULL, INCREMENTAL, Scd2Result, apply_observations
+from etr_assets.lake.scd2 import FULL, Scd2Result
+from etr_assets.lake.scd2_log import apply_log
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import replace_days
 from etr_assets.sources.fetch import SOURCE
@@ -62,22 +68,16 @@ def scd2_records(bronze_df, feed: EntityFeed):
     return bronze_df.select(*typed, "_batch_id", "_source_file", snapshot_at)
 
 
-def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date]) -> Scd2Result:
+def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], full_refresh: bool = False) -> Scd2Result:
     """Bring the SCD2 table in line with every observation in bronze, in one MERGE.
 
-    Full snapshots can close any key, so every key is recomputed; incremental feeds recompute only the keys
-    the given days touched (from all of their observations, so late or replayed days still fit in order).
+    History is extended from the bronze rows appended since the last build when they all come after it (the
+    daily, in-order case), else recomputed from every observation (`scd2_log.apply_log`). `days` are the
+    partitions being built; the rows read are whatever bronze gained, so days loaded by other runs count too.
     """
-    from pyspark.sql import functions as F
-
     ensure_table(spark, catalog, feed.landing)
-    bronze = spark.table(feed.raw.bronze.qualified(catalog))
-    key = feed.landing.scd2.key
-    keys = None
-    if feed.mode == INCREMENTAL:
-        keys = bronze.where(F.col("_as_of").isin(sorted(days))).select(key).distinct()
-        bronze = bronze.join(keys, key, "left_semi")
-    return apply_observations(spark, catalog, feed.landing, scd2_records(bronze, feed), feed.mode, keys)
+    bronze = feed.raw.bronze.qualified(catalog)
+    return apply_log(spark, catalog, feed.landing, bronze, lambda rows: scd2_records(rows, feed), feed.mode, full_refresh)
 
 
 def customer_profiles(spark, catalog: str, days: list[dt.date]):

@@ -38,6 +38,8 @@ class Scd2Result:
     updated: int
     deleted: int
     snapshot_id: int | None  # None when nothing changed (no commit)
+    method: str = "recompute"  # "recompute" (every observation), "extend" (only new ones: scd2_log.py) or "unchanged"
+    reason: str = ""  # why that method
 
     @property
     def changed(self) -> bool:
@@ -102,8 +104,9 @@ def history(events, spec: TableSpec):
     return conform(versions, spec)
 
 
-def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys) -> Scd2Result:
-    """Make the table's rows for `keys` equal `versions`, in one MERGE of only what differs."""
+def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, existing=None) -> Scd2Result:
+    """Make the table's rows for `keys` (or the `existing` rows given) equal `versions`, in one MERGE of only
+    what differs."""
     from pyspark.sql import functions as F
 
     scd2 = _scd2_of(spec)
@@ -111,7 +114,8 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys) -> Scd2Resu
     # Lineage is not compared: a re-download of the same data under a new batch id changes no history, so it
     # must not rewrite rows (it keeps pointing at the batch that first delivered the version).
     compared = [c for c in spec.column_names if c not in ("_ingested_at", "_source_file", "_batch_id")]
-    existing = spark.table(target).join(keys.select(scd2.key).distinct(), scd2.key, "left_semi")
+    if existing is None:
+        existing = spark.table(target).join(keys.select(scd2.key).distinct(), scd2.key, "left_semi")
     joined = versions.alias("n").join(existing.alias("e"), [scd2.key, "_valid_from"], "full_outer")
     new_present, old_present = F.col("n._is_current").isNotNull(), F.col("e._is_current").isNotNull()
     same = F.lit(True)
@@ -169,16 +173,21 @@ def apply_observations(spark, catalog: str, spec: TableSpec, records, mode: str,
 
     A MERGE that loses to a concurrent commit on the same files is recomputed from fresh data and re-run.
     """
+    return with_retries(spark, spec.qualified(catalog), lambda: recompute(spark, catalog, spec, records, mode, keys))
+
+
+def recompute(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None) -> Scd2Result:
+    """One attempt of `apply_observations` (no retry)."""
     scd2 = _scd2_of(spec)
-    target = spec.qualified(catalog)
+    events = observations(records, scd2, mode)
+    chosen = records.select(scd2.key).distinct() if keys is None else keys.select(scd2.key).distinct()
+    if keys is not None:
+        events = events.join(chosen, scd2.key, "left_semi")
+    return merge_scd2(spark, catalog, spec, history(events, spec), chosen)
 
-    def attempt() -> Scd2Result:
-        events = observations(records, scd2, mode)
-        chosen = records.select(scd2.key).distinct() if keys is None else keys.select(scd2.key).distinct()
-        if keys is not None:
-            events = events.join(chosen, scd2.key, "left_semi")
-        return merge_scd2(spark, catalog, spec, history(events, spec), chosen)
 
+def with_retries(spark, target: str, attempt):
+    """Re-run an SCD2 attempt that lost its commit to a concurrent writer, on fresh table state."""
     # Any other commit to the table conflicts with a keyed MERGE, so allow several rounds of waiting; the Dagster
     # layer also gives each SCD2 table a pool so its writers queue instead of racing.
     return run_with_retries(

@@ -1,0 +1,222 @@
+"""Keep an SCD2 table in line with its observation log (bronze), reading only what the log gained since last time.
+
+`apply_observations` (scd2.py) recomputes every key from every observation. That is right whatever order batches
+arrive in, but its cost grows with the whole log: every day's full snapshot is read again on every run.
+
+`apply_log` remembers, in a table property of the SCD2 table (the *cursor*), which log snapshot it applied, the
+SCD2 table's snapshot after that, and the *watermark*: the latest observation time applied (sequence values and
+snapshot times). On the next run it *extends* history from the log's new rows alone, when that gives exactly what
+the recompute would:
+
+- the SCD2 table is still at the cursor's snapshot (nobody erased, rolled back or wrote in between);
+- the log only gained rows since the cursor's snapshot (appends; compactions are fine; a reloaded day is not);
+- every new observation is newer than the watermark, or repeats the state its key already had at that time (a
+  full snapshot re-sends every unchanged record with its old timestamp); and every new snapshot is newer than
+  the watermark.
+
+Then history up to the watermark cannot change, and each key's new versions follow from its last version and its
+new observations: the classic staged MERGE, with the same NULL-safe change test (`history`), touching only keys
+that changed or disappeared. Otherwise the run recomputes, and says why (`Scd2Result.reason`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from etr_assets.lake.incremental import appended_since, current_snapshot_id
+from etr_assets.lake.scd2 import (
+    FULL,
+    INCREMENTAL,
+    Scd2Result,
+    history,
+    merge_scd2,
+    observations,
+    recompute,
+    with_retries,
+)
+from etr_assets.lake.specs import TableSpec
+
+CURSOR_PROPERTY = "etr.scd2.cursor"
+EXTEND, RECOMPUTE, UNCHANGED = "extend", "recompute", "unchanged"
+
+
+@dataclasses.dataclass(frozen=True)
+class Scd2Cursor:
+    table_snapshot_id: int | None  # the SCD2 table's current snapshot after the apply (None: still empty)
+    log_snapshot_id: int  # the log snapshot that apply read
+    watermark_micros: int | None  # latest observation time applied, microseconds since the epoch (UTC)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Scd2Cursor | None:
+        try:
+            return cls(**json.loads(text)) if text else None
+        except (TypeError, ValueError):
+            return None  # unreadable: recompute, and write a good one
+
+
+def read_cursor(spark, qualified: str) -> Scd2Cursor | None:
+    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {qualified}").collect()}
+    return Scd2Cursor.from_json(properties.get(CURSOR_PROPERTY))
+
+
+def write_cursor(spark, qualified: str, cursor: Scd2Cursor) -> None:
+    # A metadata-only commit: no snapshot, so the cursor's own table snapshot stays the current one.
+    spark.sql(f"ALTER TABLE {qualified} SET TBLPROPERTIES ('{CURSOR_PROPERTY}' = '{cursor.to_json()}')")
+
+
+def apply_log(
+    spark,
+    catalog: str,
+    spec: TableSpec,
+    log: str,
+    to_records,
+    mode: str,
+    full_refresh: bool = False,
+) -> Scd2Result:
+    """Bring `spec`'s SCD2 table in line with every observation in the `log` table (qualified name).
+
+    `to_records(log_rows)` turns log rows into SCD2 records (scd2.observations' input, with `_snapshot_at`).
+    A recompute covers every key of the log, whatever the mode.
+    """
+    from pyspark.sql import functions as F
+
+    target = spec.qualified(catalog)
+    sequence = spec.scd2.sequence
+
+    def attempt() -> Scd2Result:
+        cursor = read_cursor(spark, target)
+        head, why = _can_extend(spark, target, log, cursor, full_refresh)
+        if why is None and head == cursor.log_snapshot_id:
+            return Scd2Result(target, 0, 0, 0, None, UNCHANGED, f"log {log} unchanged since snapshot {head}")
+        if why is None:
+            appended = (
+                spark.read.format("iceberg")
+                .option("start-snapshot-id", cursor.log_snapshot_id)
+                .option("end-snapshot-id", head)
+                .load(log)
+            )
+            result, why, watermark = extend(spark, catalog, spec, to_records(appended), mode, cursor.watermark_micros)
+            if result is not None:
+                _advance(spark, target, result, head, watermark)
+                return result
+        records = to_records(spark.read.format("iceberg").option("snapshot-id", head).load(log) if head else spark.table(log))
+        times = [F.max(F.unix_micros(F.col(sequence)))] + ([F.max(F.unix_micros("_snapshot_at"))] if mode == FULL else [])
+        watermark = _max(records.agg(*times).first())
+        result = dataclasses.replace(recompute(spark, catalog, spec, records, mode), method=RECOMPUTE, reason=why)
+        if head is not None:
+            _advance(spark, target, result, head, watermark)
+        return result
+
+    return with_retries(spark, target, attempt)
+
+
+def _can_extend(spark, target: str, log: str, cursor: Scd2Cursor | None, full_refresh: bool) -> tuple[int | None, str | None]:
+    """(the log's current snapshot, None if history can be extended from the log's new rows, else why not)."""
+    head = current_snapshot_id(spark, log)
+    if full_refresh:
+        return head, "full refresh requested"
+    if cursor is None:
+        return head, f"no cursor on {target} (first build, or built before cursors)"
+    if cursor.watermark_micros is None:
+        return head, f"the cursor on {target} has no watermark"
+    table_head = current_snapshot_id(spark, target)
+    if table_head != cursor.table_snapshot_id:
+        return head, f"{target} is at snapshot {table_head}, not the cursor's {cursor.table_snapshot_id} (written since)"
+    if head == cursor.log_snapshot_id:
+        return head, None
+    head, why = appended_since(spark, log, cursor.log_snapshot_id)
+    return head, why
+
+
+def _advance(spark, target: str, result: Scd2Result, log_snapshot: int, watermark: int | None) -> None:
+    table_snapshot = result.snapshot_id if result.changed else current_snapshot_id(spark, target)
+    write_cursor(spark, target, Scd2Cursor(table_snapshot, log_snapshot, watermark))
+
+
+def _max(row) -> int | None:
+    values = [v for v in row if v is not None]
+    return max(values) if values else None
+
+
+def extend(spark, catalog: str, spec: TableSpec, records, mode: str, watermark: int) -> tuple[Scd2Result | None, str, int]:
+    """Apply only new observations onto each key's last version: (result, why, new watermark), or (None, why not,
+    None) when some new observation could change history before the watermark."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    scd2 = spec.scd2
+    key, target = scd2.key, spec.qualified(catalog)
+    present = observations(records, scd2, INCREMENTAL)  # per key and batch its latest record; no absence markers
+    newest_first = Window.partitionBy(key).orderBy(F.col("_valid_from").desc())
+    last = spark.table(target).withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
+    last = last.cache()
+
+    # Each new observation: a repeat of its key's last version (same state, inside its interval), newer than the
+    # watermark, or older (history before the watermark would change: recompute).
+    seq, valid_from, valid_to = F.col("n._seq"), F.col("l._valid_from"), F.col("l._valid_to")
+    same_state = F.struct(*[F.col(f"n.{c}") for c in scd2.tracked]).eqNullSafe(F.struct(*[F.col(f"l.{c}") for c in scd2.tracked]))
+    repeat = F.col(f"l.{key}").isNotNull() & same_state & (seq >= valid_from) & (valid_to.isNull() | (seq < valid_to))
+    kind = F.when(repeat, "repeat").when(F.unix_micros(seq) > F.lit(watermark), "new").otherwise("older")
+    classified = (
+        present.alias("n").join(last.alias("l"), F.col(f"n.{key}") == F.col(f"l.{key}"), "left")
+        .select(F.col(f"n.{key}").alias(key), seq.alias("_seq"), kind.alias("_kind"))
+        .cache()
+    )
+    stats = classified.agg(
+        F.count_if(F.col("_kind") == "new").alias("new"),
+        F.count_if(F.col("_kind") == "repeat").alias("repeats"),
+        F.count_if(F.col("_kind") == "older").alias("older"),
+        F.min_by(F.struct(key, "_seq"), F.when(F.col("_kind") == "older", F.col("_seq"))).alias("example"),
+        F.max(F.unix_micros("_seq")).alias("latest"),
+    ).first()
+    snapshots = records.select("_batch_id", F.col("_snapshot_at").alias("_seq")).distinct()
+    earliest_snapshot, latest_snapshot = None, None
+    if mode == FULL:
+        earliest_snapshot, latest_snapshot = snapshots.agg(F.min(F.unix_micros("_seq")), F.max(F.unix_micros("_seq"))).first()
+
+    def give_up(why: str):
+        classified.unpersist()
+        last.unpersist()
+        return None, why, None
+
+    if stats["older"]:
+        example = stats["example"]
+        return give_up(f"{stats['older']} new observation(s) older than the watermark, e.g. {key} {example[0]} at {example[1]}")
+    if earliest_snapshot is not None and earliest_snapshot <= watermark:
+        return give_up("a new snapshot is not newer than the watermark (a day arrived late, or again)")
+
+    changed = classified.where(F.col("_kind") == "new").select(key)
+    absent = None
+    if mode == FULL:  # current keys missing from a new snapshot are deleted at its time
+        current = last.where(F.col("_is_current")).select(key)
+        absent = current.crossJoin(snapshots).join(present.select(key, "_batch_id"), [key, "_batch_id"], "left_anti")
+        changed = changed.unionByName(absent.select(key))
+    affected = changed.distinct().cache()
+    watermark_after = _max((watermark, stats["latest"], latest_snapshot))
+    reason = f"{stats['new']} new observation(s) after the watermark, {stats['repeats']} repeat(s) of current state"
+    try:
+        if affected.isEmpty():
+            return Scd2Result(target, 0, 0, 0, None, EXTEND, reason), "", watermark_after
+        carried_rows = last.join(affected, key, "left_semi")
+        lineage = [c for c in present.columns if c not in ("_seq", "_deleted")]
+        events = [
+            carried_rows.select(*lineage, F.col("_valid_from").alias("_seq"), F.lit(False).alias("_deleted")),
+            carried_rows.where(F.col("_valid_to").isNotNull())  # the last version ended by a deletion
+            .select(key, "_batch_id", F.col("_valid_to").alias("_seq"), F.lit(True).alias("_deleted")),
+            observations(records, scd2, mode).join(affected, key, "left_semi"),
+        ]
+        if absent is not None:
+            events.append(absent.join(affected, key, "left_semi").select(key, "_batch_id", "_seq", F.lit(True).alias("_deleted")))
+        union = events[0]
+        for frame in events[1:]:
+            union = union.unionByName(frame, allowMissingColumns=True)
+        result = merge_scd2(spark, catalog, spec, history(union, spec), affected, existing=carried_rows)
+        return dataclasses.replace(result, method=EXTEND, reason=reason), "", watermark_after
+    finally:
+        affected.unpersist()
+        classified.unpersist()
+        last.unpersist()

@@ -1,0 +1,149 @@
+"""Extending SCD2 history from an observation log's new rows gives exactly the full recompute, and falls back to
+the recompute, naming why, whenever it could not.
+
+The log is a real Iceberg table that batches are appended to (as bronze is). The random source timelines, batches
+and the in-order model are test_scd2's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.scd2 import FULL, INCREMENTAL
+from etr_assets.lake.scd2_log import (
+    EXTEND,
+    RECOMPUTE,
+    UNCHANGED,
+    apply_log,
+    read_cursor,
+)
+from etr_assets_tests.lake.test_scd2 import (
+    RECORD_SCHEMA,
+    SPEC,
+    at,
+    check_invariants,
+    make_batches,
+    model,
+    table_rows,
+    timeline,
+)
+
+REFERENCE = dataclasses.replace(SPEC, name="things_recomputed")
+
+
+def make_log(spark, catalog: str) -> str:
+    log = f"{catalog}.bronze.things_log"
+    spark.sql(f"CREATE TABLE {log} ({RECORD_SCHEMA}) USING iceberg")
+    return log
+
+
+def append(spark, log: str, batch: dict) -> None:
+    spark.createDataFrame(batch["rows"], RECORD_SCHEMA).writeTo(log).append()
+
+
+def rows_without_ingest_time(spark, qualified: str) -> set[tuple]:
+    df = spark.table(qualified).drop("_ingested_at")
+    return {tuple(r) for r in df.collect()}
+
+
+def scenario(seed: int, mode: str, snapshot_hours=(12, 24, 36, 48, 59)):
+    rng = random.Random(seed)
+    truth = timeline(rng, keys=7, hours=60)
+    return make_batches(rng, truth, list(snapshot_hours), mode)
+
+
+@pytest.mark.parametrize(("mode", "seed"), [(FULL, 11), (INCREMENTAL, 23)])
+def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, settings, mode, seed):
+    catalog = settings.catalog
+    batches = scenario(seed, mode, (12, 30, 45, 59))
+    for spec in (SPEC, REFERENCE):
+        ensure_table(lake, catalog, spec)
+    log = make_log(lake, catalog)
+
+    for number, batch in enumerate(batches):
+        append(lake, log, batch)
+        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
+        assert result.method == (RECOMPUTE if number == 0 else EXTEND), result.reason
+        rows, versions = table_rows(lake, catalog)
+        check_invariants(rows)
+        assert versions == model(batches[: number + 1], mode)
+    # Every column, lineage included, is what recomputing from every observation gives.
+    apply_log(lake, catalog, REFERENCE, log, lambda rows: rows, mode, full_refresh=True)
+    assert rows_without_ingest_time(lake, SPEC.qualified(catalog)) == rows_without_ingest_time(
+        lake, REFERENCE.qualified(catalog)
+    )
+
+    snapshots = lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0]
+    again = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
+    assert (again.method, again.changed) == (UNCHANGED, False)
+    # The last batch downloaded again: in a full snapshot its time is not after the watermark (a record would beat
+    # an absence at the same time), so it is recomputed; either way nothing changes and nothing is committed.
+    append(lake, log, dict(batches[-1], rows=[r[:4] + ("replay",) + r[5:] for r in batches[-1]["rows"]]))
+    replay = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
+    assert (replay.method, replay.changed) == (RECOMPUTE if mode == FULL else EXTEND, False), replay.reason
+    assert lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0] == snapshots
+
+
+def test_a_late_batch_falls_back_to_recompute_and_still_gives_the_in_order_history(lake, settings):
+    catalog = settings.catalog
+    batches = scenario(11, FULL)
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    for batch in (batches[0], batches[2]):
+        append(lake, log, batch)
+        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
+    append(lake, log, batches[1])  # a backfill of a day older than the watermark
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
+    assert result.method == RECOMPUTE and "watermark" in result.reason, result.reason
+    assert table_rows(lake, catalog)[1] == model(batches[:3], FULL)
+
+
+def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, settings):
+    catalog = settings.catalog
+    batches = scenario(23, FULL)
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    for batch in batches[:2]:
+        append(lake, log, batch)
+        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
+
+    # A reloaded batch (bronze overwrites a day it loads again): the append scan would not see it.
+    lake.sql(f"DELETE FROM {log} WHERE _batch_id = '{batches[1]['id']}'")
+    append(lake, log, batches[1])
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
+    assert result.method == RECOMPUTE and "changed rows in place" in result.reason, result.reason
+
+    # Someone else changed the history table (here: deleted a version): the cursor no longer describes it.
+    lake.sql(f"DELETE FROM {SPEC.qualified(catalog)} WHERE id = 1 AND _is_current")
+    append(lake, log, batches[2])
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
+    assert result.method == RECOMPUTE and "written since" in result.reason, result.reason
+    assert table_rows(lake, catalog)[1] == model(batches[:3], FULL)
+
+    forced = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL, full_refresh=True)
+    assert (forced.method, forced.reason, forced.changed) == (RECOMPUTE, "full refresh requested", False)
+
+
+def test_an_older_record_inside_a_new_batch_is_recomputed_not_appended(lake, settings):
+    catalog = settings.catalog
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    first = [(1, "x", 1, at(1), "b1", "f", at(6)), (1, "y", 1, at(5), "b2", "f", at(10))]
+    append(lake, log, {"rows": first})
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, INCREMENTAL)
+    cursor = read_cursor(lake, SPEC.qualified(catalog))
+    assert cursor.log_snapshot_id and cursor.watermark_micros is not None
+
+    # A change list re-sending key 1 at hour 3 with a NULL in `a`: it falls inside history, before the watermark.
+    append(lake, log, {"rows": [(1, None, 1, at(3), "b3", "f", at(11)), (2, "z", 2, at(12), "b3", "f", at(11))]})
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, INCREMENTAL)
+    assert result.method == RECOMPUTE and "older than the watermark" in result.reason and "id 1" in result.reason
+    got = sorted(
+        ((r["id"], r["a"], r["_valid_from"], r["_valid_to"]) for r in lake.table(SPEC.qualified(catalog)).collect()),
+        key=lambda version: (version[0], version[2]),
+    )
+    assert got == [(1, "x", at(1), at(3)), (1, None, at(3), at(5)), (1, "y", at(5), None), (2, "z", at(12), None)]
