@@ -33,8 +33,8 @@ def _weighted(u, values: tuple, weights: tuple):
     return expr.otherwise(F.lit(values[-1]))
 
 
-def transactions(spark, rows: int, days: int, customers: int, seed: int = 7):
-    """`rows` silver transactions over `days` days from FIRST_DAY, with `customers` distinct customer ids."""
+def transactions(spark, rows: int, days: int, customers: int, seed: int = 7, first_day: dt.date = FIRST_DAY):
+    """`rows` silver transactions over `days` days from `first_day`, with `customers` distinct customer ids."""
     from pyspark.sql import functions as F
 
     def uniform(salt: int):
@@ -49,7 +49,7 @@ def transactions(spark, rows: int, days: int, customers: int, seed: int = 7):
     # log-normal amount: exp(N(4.4, 1)) via Box-Muller on two uniforms, clamped like the API's
     normal = F.sqrt(-2 * F.log(1 - uniform(4))) * F.cos(2 * 3.141592653589793 * uniform(5))
     cents = F.least(F.greatest(F.round(F.exp(4.4 + normal) * 100), F.lit(500)), F.lit(250_000))
-    created_epoch = F.unix_timestamp(F.lit(FIRST_DAY.isoformat()), "yyyy-MM-dd") + day * 86_400 + created_seconds
+    created_epoch = F.unix_timestamp(F.lit(first_day.isoformat()), "yyyy-MM-dd") + day * 86_400 + created_seconds
     return base.select(
         (F.lit(10_000_000_000) + F.col("id")).alias("transaction_id"),
         (100_001 + (F.pow(uniform(6), 1.3) * customers).cast("bigint")).alias("customer_id"),
@@ -59,9 +59,9 @@ def transactions(spark, rows: int, days: int, customers: int, seed: int = 7):
         _weighted(uniform(9), (3, 4, 6, 12), (50, 25, 15, 10)).cast("int").alias("instalments"),
         _weighted(uniform(10), ("CARD", "FPX", "EWALLET", "DIRECT_DEBIT"), (45, 20, 25, 10)).alias("payment_method"),
         status.alias("status"),
-        F.date_add(F.lit(FIRST_DAY), day).alias("transaction_date"),
+        F.date_add(F.lit(first_day), day).alias("transaction_date"),
         F.timestamp_seconds(created_epoch).alias("created_at"),
         F.timestamp_seconds(created_epoch + lag).alias("updated_at"),
-        F.concat(F.lit("bench_"), F.date_format(F.date_add(F.lit(FIRST_DAY), day), "yyyyMMdd")).alias("_batch_id"),
+        F.concat(F.lit("bench_"), F.date_format(F.date_add(F.lit(first_day), day), "yyyyMMdd")).alias("_batch_id"),
         F.lit(dt.datetime(2025, 1, 1)).cast("timestamp").alias("_processed_at"),
     )
