@@ -79,18 +79,18 @@ def lineage_since(snapshots: dict[int, tuple[int | None, str]], head: int, since
     return chain if current == since else None
 
 
-def appended_since(spark, qualified: str, since: int) -> tuple[int | None, str | None]:
-    """(current snapshot, None) if every snapshot after `since` only appended rows (or compacted them), so an
-    append scan from `since` sees every change; else (current snapshot, why it would not)."""
+def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ...]) -> tuple[int | None, str | None]:
+    """(current snapshot, None) if every snapshot after `since` is one of `operations` (e.g. append and replace:
+    an append scan from `since` sees every change); else (current snapshot, why not)."""
     head = current_snapshot_id(spark, qualified)
     if head is None:
         return None, f"{qualified} has no snapshot"
     chain = lineage_since(_snapshots(spark, qualified), head, since)
     if chain is None:
         return head, f"snapshot {since} of {qualified} is not an ancestor of its current one (rolled back, or expired)"
-    rewrites = [(sid, op) for sid, op in chain if op not in ("append", "replace")]
-    if rewrites:
-        return head, f"snapshot {rewrites[-1][0]} ({rewrites[-1][1]}) of {qualified} changed rows in place"
+    others = [(sid, op) for sid, op in chain if op not in operations]
+    if others:
+        return head, f"snapshot {others[-1][0]} ({others[-1][1]}) of {qualified} changed rows in place"
     return head, None
 
 

@@ -8,7 +8,7 @@ SCD2 table's snapshot after that, and the *watermark*: the latest observation ti
 snapshot times). On the next run it *extends* history from the log's new rows alone, when that gives exactly what
 the recompute would:
 
-- the SCD2 table is still at the cursor's snapshot (nobody erased, rolled back or wrote in between);
+- the SCD2 table is still at the cursor's snapshot, or only compacted since (nobody erased, rolled back or wrote);
 - the log only gained rows since the cursor's snapshot (appends; compactions are fine; a reloaded day is not);
 - every new observation is newer than the watermark, or repeats the state its key already had at that time (a
   full snapshot re-sends every unchanged record with its old timestamp); and every new snapshot is newer than
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from etr_assets.lake.incremental import appended_since, current_snapshot_id
+from etr_assets.lake.incremental import changed_only_by, current_snapshot_id
 from etr_assets.lake.scd2 import (
     FULL,
     INCREMENTAL,
@@ -123,13 +123,15 @@ def _can_extend(spark, target: str, log: str, cursor: Scd2Cursor | None, full_re
         return head, f"no cursor on {target} (first build, or built before cursors)"
     if cursor.watermark_micros is None:
         return head, f"the cursor on {target} has no watermark"
-    table_head = current_snapshot_id(spark, target)
-    if table_head != cursor.table_snapshot_id:
-        return head, f"{target} is at snapshot {table_head}, not the cursor's {cursor.table_snapshot_id} (written since)"
+    if cursor.table_snapshot_id is not None:  # compaction since is fine; any other commit is someone else's write
+        _, written = changed_only_by(spark, target, cursor.table_snapshot_id, ("replace",))
+        if written:
+            return head, f"{target} was written since the cursor's snapshot: {written}"
+    elif current_snapshot_id(spark, target) is not None:
+        return head, f"{target} was written since the cursor (it was empty then)"
     if head == cursor.log_snapshot_id:
         return head, None
-    head, why = appended_since(spark, log, cursor.log_snapshot_id)
-    return head, why
+    return changed_only_by(spark, log, cursor.log_snapshot_id, ("append", "replace"))
 
 
 def _advance(spark, target: str, result: Scd2Result, log_snapshot: int, watermark: int | None) -> None:
