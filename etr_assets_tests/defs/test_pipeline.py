@@ -54,6 +54,9 @@ def test_three_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings,
     assert silver["table_uri"].value.endswith("/silver/bnpl_transactions_clean")
     assert silver["table"].value == SILVER_TRANSACTIONS.qualified(settings.catalog)
     assert metadata["raw/bnpl_transactions"]["dagster/row_count"].value == bronze[DAYS[-1]]
+    # Days in order: customer history was extended from the day's new bronze rows, not recomputed.
+    landing = metadata["landing/customers"]
+    assert landing["history_method"].value == "extend", landing["history_reason"].value
 
     # Every check of every layer recorded its figure per partition, with the run that measured it.
     metrics = lake.sql(
@@ -74,6 +77,10 @@ def test_three_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings,
     after = {spec.name: counts_by_day(lake, settings, spec) for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)}
     assert before == after
     assert rerun["silver/bnpl_transactions_clean"]["records_removed"].value == per_day  # replaced, not appended
+    # The reload overwrote a bronze day: history is recomputed (and unchanged), saying why.
+    landing = rerun["landing/customers"]
+    assert landing["history_method"].value == "recompute" and "changed rows in place" in landing["history_reason"].value
+    assert landing["versions_inserted"].value == 0
 
 
 def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lake):
