@@ -11,6 +11,13 @@ from etr_assets.settings import Settings
 TRANSACTIONS_PER_DAY = 40
 
 
+def pytest_collection_modifyitems(items):
+    """Slow suites first (a stable sort: files and their tests keep their order otherwise). With two test
+    processes the long subprocess suites then overlap each other and the short tests fill in at the end,
+    instead of one long suite running alone at the end of the run."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """The process's only JVM: tests point it at their own catalog with `attach_catalog`."""
