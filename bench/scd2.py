@@ -1,11 +1,11 @@
 """Benchmark 2: our single-MERGE SCD2 against seed 002's four statements, and against plain Parquet (the floor).
 
 Both methods keep `landing.customers` (the real spec) from the same two full snapshots of the customer list:
-batch 0 (every key) is loaded first, untimed; batch 1 (every key again, 1%, 10% or 50% of them changed in a
+batch 0 (every key) is loaded first, untimed, as HISTORY_DAYS daily snapshots of an unchanged list; batch 1 (every key again, 1%, 10% or 50% of them changed in a
 tracked column) is timed. Each table is rolled back to its batch-0 snapshot before the next share, so every
 case starts from the same state.
 
-- ours, recomputing: `apply_observations(FULL)` over every observation (batch 0 and 1), as `build_landing` does
+- ours, recomputing: `apply_observations(FULL)` over every observation (batch 0's days and batch 1), as `build_landing` does
   when it cannot extend: history is recomputed from the observations and only the difference merged, in one MERGE;
 - ours, extending: `apply_log` (what `build_landing` runs) after batch 1 was appended to the observation log: it
   reads only batch 1 and each key's last version, and merges only the keys that changed or disappeared;
@@ -33,7 +33,9 @@ from etr_assets.tables.entities import LANDING_CUSTOMERS
 TITLE = "Benchmark 2 — SCD2: one MERGE against seed 002's four statements and plain Parquet"
 KEYS_PER_SCALE = (100_000, 1_000_000)
 SHARES = (1, 10, 50)  # percent of keys changed in batch 1
-T0, T1 = dt.datetime(2025, 1, 1, 12), dt.datetime(2025, 1, 2, 12)
+HISTORY_DAYS = 3  # bronze already holds batch 0 as this many daily snapshots when batch 1 arrives
+T0 = dt.datetime(2025, 1, 1, 12)
+T1 = T0 + dt.timedelta(days=HISTORY_DAYS)  # when batch 1's changes happened: after the last day's snapshot
 BUSINESS = [c.name for c in LANDING_CUSTOMERS.columns if not c.name.startswith("_")]
 TRACKED = LANDING_CUSTOMERS.scd2.tracked
 
@@ -75,12 +77,15 @@ def observations_of(spark, paths: list[str], first_number: int = 0):
 
     frames = []
     for number, path in enumerate(paths, start=first_number):
-        snapshot_at = T0 if number == 0 else T1
+        snapshot_at = T0 + dt.timedelta(days=number)  # day `number`'s list (taken at the end of that day, below)
         frames.append(spark.read.parquet(path).select(
             *BUSINESS, F.lit(f"batch{number}").alias("_batch_id"), F.col("_metadata.file_path").alias("_source_file"),
             F.lit(snapshot_at + dt.timedelta(hours=12)).alias("_snapshot_at"),
         ))
-    return frames[0].unionByName(frames[1]) if len(frames) > 1 else frames[0]
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
 
 
 def as_records(log_rows):
@@ -140,11 +145,12 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
     for spec in (ours_spec, extend_spec, seed_spec):
         ensure_table(spark, lake.catalog, spec)
     first = _write_batch(lake, batch(spark, keys, 0, 0), 0)
-    apply_observations(spark, lake.catalog, ours_spec, observations_of(spark, [first]), FULL)
+    history_days = [first] * HISTORY_DAYS  # the same list on each day: nothing changed yet
+    apply_observations(spark, lake.catalog, ours_spec, observations_of(spark, history_days), FULL)
     seed_statements(spark, seed, first)
-    # The observation log (bronze's role) for `apply_log`: batch 0 now, batch 1 appended before each timed apply.
+    # The observation log (bronze's role) for `apply_log`: batch 0's days now, batch 1 appended before each timed apply.
     log = f"{lake.catalog}.landing.customers_log_{keys}"
-    observations_of(spark, [first]).writeTo(log).using("iceberg").create()
+    observations_of(spark, history_days).writeTo(log).using("iceberg").create()
     apply_log(spark, lake.catalog, extend_spec, log, as_records, FULL)
     ours_start, seed_start = _current(spark, ours), _current(spark, seed)
     extend_start, log_start, cursor_start = _current(spark, extended), _current(spark, log), read_cursor(spark, extended)
@@ -152,7 +158,7 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
     rows = []
     for share in SHARES:
         second = _write_batch(lake, batch(spark, keys, share, 1), 1)
-        records = observations_of(spark, [first, second])
+        records = observations_of(spark, history_days + [second])
         floor = str(lake.path("floor", str(keys)))
 
         def append_floor(path=second, folder=floor):
@@ -175,7 +181,7 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
         ours_replay_s, _, replay = measure(spark, apply_ours)
         seed_s, seed_c, seed_commits = measure(spark, apply_seed)
         seed_replay_s, _, seed_replay_commits = measure(spark, apply_seed)
-        observations_of(spark, [second], first_number=1).writeTo(log).append()  # bronze loads the day (untimed)
+        observations_of(spark, [second], first_number=HISTORY_DAYS).writeTo(log).append()  # bronze loads the day (untimed)
         extend_s, extend_c, extended_result = measure(spark, extend_ours)
         if (extended_result.inserted, extended_result.updated) != (result.inserted, result.updated):
             raise AssertionError(f"extending and recomputing disagree: {extended_result} vs {result}")
@@ -237,11 +243,12 @@ def run(lake: Lake, scale: float, repeats: int = 1) -> dict:
     labels = [f"{k:,} keys, {s}%" for k in key_counts for s in SHARES]
     return {
         "title": TITLE,
-        "data": {"keys": key_counts, "changed_percent": list(SHARES), "tracked_columns": list(TRACKED)},
+        "data": {"keys": key_counts, "changed_percent": list(SHARES), "history_days": HISTORY_DAYS,
+                 "tracked_columns": list(TRACKED)},
         "data_description": (
             f"Full customer snapshots of {' and '.join(f'{k:,}' for k in key_counts)} keys (the landing.customers "
-            f"spec: 12 business columns, 9 tracked); batch 1 changes the city of 1%, 10% or 50% of keys. Batches "
-            f"are Parquet files read by every method."
+            f"spec: 12 business columns, 9 tracked); batch 0, unchanged, was observed on {HISTORY_DAYS} days; "
+            f"batch 1 changes the city of 1%, 10% or 50% of keys. Batches are Parquet files read by every method."
         ),
         "counters_description": (
             "rows_per_s = keys in the batch / seconds; `input_bytes`, `shuffle_read_bytes`: task metrics of the "
@@ -261,9 +268,10 @@ def run(lake: Lake, scale: float, repeats: int = 1) -> dict:
         }],
         "notes": [
             (
-                "'ours: one MERGE' recomputes from every observation (batch 0 and 1), as build_landing does when it "
+                f"'ours: one MERGE' recomputes from every observation ({HISTORY_DAYS} days of batch 0, and batch 1), "
+                "as build_landing does when it "
                 "cannot extend: its cost grows with the observation log. 'ours: extend' is `apply_log` on a log "
-                "table holding batch 0 and, appended before the timed apply, batch 1: it reads batch 1 and each "
+                "table holding batch 0's days and, appended before the timed apply, batch 1: it reads batch 1 and each "
                 "key's last version (build_landing's daily, in-order case); its cost grows with the table."
             ),
             (

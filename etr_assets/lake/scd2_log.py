@@ -152,73 +152,78 @@ def extend(spark, catalog: str, spec: TableSpec, records, mode: str, watermark: 
 
     scd2 = spec.scd2
     key, target = scd2.key, spec.qualified(catalog)
-    present = observations(records, scd2, INCREMENTAL)  # per key and batch its latest record; no absence markers
+    # Each is read once and kept: the new rows' latest record per key and batch, and each key's last version.
+    present = observations(records, scd2, INCREMENTAL).cache()
     newest_first = Window.partitionBy(key).orderBy(F.col("_valid_from").desc())
     last = spark.table(target).withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
     last = last.cache()
-
     # Each new observation: a repeat of its key's last version (same state, inside its interval), newer than the
-    # watermark, or older (history before the watermark would change: recompute).
+    # watermark, or older (history before the watermark would change: recompute). A key the table has never
+    # seen counts as older too when it is not newer: a full recompute would close it at earlier snapshots.
     seq, valid_from, valid_to = F.col("n._seq"), F.col("l._valid_from"), F.col("l._valid_to")
     same_state = F.struct(*[F.col(f"n.{c}") for c in scd2.tracked]).eqNullSafe(F.struct(*[F.col(f"l.{c}") for c in scd2.tracked]))
-    repeat = F.col(f"l.{key}").isNotNull() & same_state & (seq >= valid_from) & (valid_to.isNull() | (seq < valid_to))
+    known = F.col(f"l.{key}").isNotNull()
+    repeat = known & same_state & (seq >= valid_from) & (valid_to.isNull() | (seq < valid_to))
     kind = F.when(repeat, "repeat").when(F.unix_micros(seq) > F.lit(watermark), "new").otherwise("older")
     classified = (
         present.alias("n").join(last.alias("l"), F.col(f"n.{key}") == F.col(f"l.{key}"), "left")
-        .select(F.col(f"n.{key}").alias(key), seq.alias("_seq"), kind.alias("_kind"))
+        .select(F.col(f"n.{key}").alias(key), seq.alias("_seq"), kind.alias("_kind"), known.alias("_known"))
         .cache()
     )
-    stats = classified.agg(
-        F.count_if(F.col("_kind") == "new").alias("new"),
-        F.count_if(F.col("_kind") == "repeat").alias("repeats"),
-        F.count_if(F.col("_kind") == "older").alias("older"),
-        F.min_by(F.struct(key, "_seq"), F.when(F.col("_kind") == "older", F.col("_seq"))).alias("example"),
-        F.max(F.unix_micros("_seq")).alias("latest"),
-    ).first()
-    snapshots = records.select("_batch_id", F.col("_snapshot_at").alias("_seq")).distinct()
-    earliest_snapshot, latest_snapshot = None, None
-    if mode == FULL:
-        earliest_snapshot, latest_snapshot = snapshots.agg(F.min(F.unix_micros("_seq")), F.max(F.unix_micros("_seq"))).first()
-
-    def give_up(why: str):
-        classified.unpersist()
-        last.unpersist()
-        return None, why, None
-
-    if stats["older"]:
-        example = stats["example"]
-        return give_up(f"{stats['older']} new observation(s) older than the watermark, e.g. {key} {example[0]} at {example[1]}")
-    if earliest_snapshot is not None and earliest_snapshot <= watermark:
-        return give_up("a new snapshot is not newer than the watermark (a day arrived late, or again)")
-
-    changed = classified.where(F.col("_kind") == "new").select(key)
-    absent = None
-    if mode == FULL:  # current keys missing from a new snapshot are deleted at its time
-        current = last.where(F.col("_is_current")).select(key)
-        absent = current.crossJoin(snapshots).join(present.select(key, "_batch_id"), [key, "_batch_id"], "left_anti")
-        changed = changed.unionByName(absent.select(key))
-    affected = changed.distinct().cache()
-    watermark_after = _max((watermark, stats["latest"], latest_snapshot))
-    reason = f"{stats['new']} new observation(s) after the watermark, {stats['repeats']} repeat(s) of current state"
+    affected = None
     try:
+        stats = classified.agg(
+            F.count_if(F.col("_kind") == "new").alias("new"),
+            F.count_if(F.col("_kind") == "repeat").alias("repeats"),
+            F.count_if(F.col("_kind") == "older").alias("older"),
+            F.min_by(F.struct(key, "_seq"), F.when(F.col("_kind") == "older", F.col("_seq"))).alias("example"),
+            F.max(F.unix_micros("_seq")).alias("latest"),
+        ).first()
+        if stats["older"]:
+            example = stats["example"]
+            return None, f"{stats['older']} new observation(s) older than the watermark, e.g. {key} {example[0]} at {example[1]}", None
+        batches = records.select("_batch_id", F.unix_micros("_snapshot_at").alias("_micros")).distinct().collect()
+        snapshot_times = [b["_micros"] for b in batches]
+        if mode == FULL and min(snapshot_times) <= watermark:
+            return None, "a new snapshot is not newer than the watermark (a day arrived late, or again)", None
+
+        changed = classified.where(F.col("_kind") == "new").select(key)
+        absent = None
+        if mode == FULL:
+            # Deleted at a new snapshot's time: a key current in the table or seen in the new rows that the snapshot
+            # lacks (a key new to the table only from its first new observation on, as `observations` does).
+            snapshots = spark.createDataFrame([(b["_batch_id"], b["_micros"]) for b in batches], "_batch_id string, _micros bigint")
+            snapshots = snapshots.select("_batch_id", F.timestamp_micros("_micros").alias("_seq"))
+            seen = classified.groupBy(key).agg(F.min(F.when(~F.col("_known"), F.col("_seq"))).alias("_first"))
+            current = last.where(F.col("_is_current")).select(key, F.lit(None).cast("timestamp").alias("_first"))
+            candidates = seen.unionByName(current).groupBy(key).agg(F.min("_first").alias("_first"))
+            absent = (
+                candidates.crossJoin(F.broadcast(snapshots))
+                .where(F.col("_first").isNull() | (F.col("_seq") > F.col("_first")))
+                .join(present.select(key, "_batch_id"), [key, "_batch_id"], "left_anti")
+                .select(key, "_batch_id", "_seq", F.lit(True).alias("_deleted"))
+            )
+            changed = changed.unionByName(absent.select(key))
+        affected = changed.distinct().cache()
+        watermark_after = _max([watermark, stats["latest"], *(snapshot_times if mode == FULL else [])])
+        reason = f"{stats['new']} new observation(s) after the watermark, {stats['repeats']} repeat(s) of current state"
         if affected.isEmpty():
             return Scd2Result(target, 0, 0, 0, None, EXTEND, reason), "", watermark_after
+
         carried_rows = last.join(affected, key, "left_semi")
         lineage = [c for c in present.columns if c not in ("_seq", "_deleted")]
         events = [
             carried_rows.select(*lineage, F.col("_valid_from").alias("_seq"), F.lit(False).alias("_deleted")),
             carried_rows.where(F.col("_valid_to").isNotNull())  # the last version ended by a deletion
             .select(key, "_batch_id", F.col("_valid_to").alias("_seq"), F.lit(True).alias("_deleted")),
-            observations(records, scd2, mode).join(affected, key, "left_semi"),
-        ]
-        if absent is not None:
-            events.append(absent.join(affected, key, "left_semi").select(key, "_batch_id", "_seq", F.lit(True).alias("_deleted")))
+            present.join(affected, key, "left_semi"),
+        ] + ([absent] if absent is not None else [])
         union = events[0]
         for frame in events[1:]:
             union = union.unionByName(frame, allowMissingColumns=True)
         result = merge_scd2(spark, catalog, spec, history(union, spec), affected, existing=carried_rows)
         return dataclasses.replace(result, method=EXTEND, reason=reason), "", watermark_after
     finally:
-        affected.unpersist()
-        classified.unpersist()
-        last.unpersist()
+        for frame in (affected, classified, last, present):
+            if frame is not None:
+                frame.unpersist()
