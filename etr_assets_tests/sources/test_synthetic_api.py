@@ -257,18 +257,6 @@ def test_merchants_are_stable_and_change_rarely():
     assert flips < 0.01 * CONFIG.merchants * 365
 
 
-def test_generators_are_fast():
-    import time
-
-    late = EPOCH + dt.timedelta(days=730)
-    started = time.perf_counter()
-    customers_as_of(ApiConfig(seed=99), late)  # cold: fresh config, nothing cached
-    assert time.perf_counter() - started < 0.5
-    started = time.perf_counter()
-    transactions_for(CONFIG, late)
-    assert time.perf_counter() - started < 0.05
-
-
 def test_generators_reject_days_before_epoch():
     with pytest.raises(ValueError):
         transactions_for(CONFIG, EPOCH - dt.timedelta(days=1))
