@@ -7,9 +7,11 @@ what arrived, byte for byte per record.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import email.utils
 import http.client
 import json
+import math
 import random
 import time
 import urllib.error
@@ -18,6 +20,8 @@ import urllib.request
 from collections.abc import Iterator
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# A day of the busiest endpoint is a few hundred pages; an API that never stops paging is a fault, not a big day.
+MAX_PAGES = 10_000
 
 
 class ApiError(RuntimeError):
@@ -49,10 +53,11 @@ class ApiClient:
     page_size: int = 100
     timeout: float = 30.0
     retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
+    max_pages: int = MAX_PAGES
     _rng: random.Random = dataclasses.field(default_factory=random.Random, repr=False)
 
     def get_json(self, path: str, params: dict[str, object]) -> dict:
-        """GET one JSON document, retrying 429/5xx and connection errors."""
+        """GET one JSON object, retrying 429/5xx and connection errors; any other body is an ApiError."""
         url = f"{self.base_url.rstrip('/')}/{path.lstrip('/')}?{urllib.parse.urlencode(params)}"
         endpoint = f"GET {self.base_url.rstrip('/')}/{path.lstrip('/')}"
         request = urllib.request.Request(
@@ -66,9 +71,16 @@ class ApiClient:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     body = response.read()
                 try:
-                    return json.loads(body)
-                except json.JSONDecodeError as exc:
+                    document = json.loads(body)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                     raise ApiError(f"{endpoint} returned a body that is not JSON ({exc})", endpoint=endpoint) from None
+                if not isinstance(document, dict):
+                    raise ApiError(
+                        f"{endpoint} ({_describe(params)}) returned a JSON {type(document).__name__}, "
+                        "not an object with a 'data' list",
+                        endpoint=endpoint,
+                    )
+                return document
             except urllib.error.HTTPError as exc:
                 status = exc.code
                 detail = _error_detail(exc)
@@ -87,9 +99,14 @@ class ApiClient:
         )
 
     def iter_pages(self, path: str, params: dict[str, object]) -> Iterator[list[dict]]:
-        """Yield each page's records until the API says there is no next page."""
-        page = 1
+        """Yield each page's records until the API says there is no next page.
+
+        `next_page` must move forward to a page not read yet, within `max_pages`: an API that points back, or
+        pages for ever, fails with an ApiError naming the endpoint and the page instead of looping.
+        """
+        page, seen = 1, set()
         while True:
+            seen.add(page)
             doc = self.get_json(path, {**params, "page": page, "page_size": self.page_size})
             data = doc.get("data")
             if not isinstance(data, list):
@@ -98,7 +115,23 @@ class ApiClient:
             next_page = doc.get("next_page")
             if not next_page:
                 return
-            page = int(next_page)
+            try:
+                following = int(next_page)
+            except (TypeError, ValueError):
+                raise ApiError(f"GET {path} page {page}: next_page {next_page!r} is not a page number", endpoint=path) from None
+            if following in seen or following < 1:
+                raise ApiError(
+                    f"GET {path} page {page}: next_page {following} was already read (or is not a page): "
+                    "the API's pagination loops",
+                    endpoint=path,
+                )
+            if len(seen) >= self.max_pages:
+                raise ApiError(
+                    f"GET {path} page {page}: still a next_page ({following}) after {self.max_pages} pages "
+                    f"(the client's max_pages); the batch is left unsealed and the day is fetched again next run",
+                    endpoint=path,
+                )
+            page = following
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:
@@ -109,11 +142,22 @@ def _error_detail(exc: urllib.error.HTTPError) -> str:
         return exc.reason if isinstance(exc.reason, str) else "no detail"
 
 
+def _describe(params: dict[str, object]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in params.items())
+
+
 def _retry_after_seconds(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (seconds or an HTTP date); None (the client's own backoff) for junk."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        return max(0.0, parsed.timestamp() - time.time())
+    return max(0.0, seconds) if math.isfinite(seconds) else None

@@ -113,3 +113,40 @@ def test_a_page_without_data_is_an_error():
     with ScriptedServer([(200, {}, {"items": []})]) as server:
         with pytest.raises(ApiError, match="response has no 'data' list"):
             list(ApiClient(server.url, "t", retry=FAST).iter_pages("/v1/x", {}))
+
+
+@pytest.mark.parametrize("junk", ["soon", "1e999", "nan", "Mon, 99 Foo 2025 99:99:99 GMT"])
+def test_a_retry_after_that_is_no_number_or_date_falls_back_to_the_backoff(junk):
+    with ScriptedServer([(429, {"Retry-After": junk}, {"error": "slow down"}), PAGE]) as server:
+        document = ApiClient(server.url, "t", retry=FAST).get_json("/v1/x", {})
+    assert document["data"] == [{"id": 1}] and len(server.requests) == 2
+    (_, _, first), (_, _, second) = server.requests
+    assert second - first < 1  # the policy's 0.05 s cap, not a wait the header never gave
+
+
+def test_a_body_that_is_not_a_json_object_is_an_error_naming_the_endpoint_and_page():
+    with ScriptedServer([(200, {}, [{"transaction_id": 1}])]) as server:
+        with pytest.raises(ApiError) as failure:
+            list(ApiClient(server.url, "t", retry=FAST).iter_pages("/v1/transactions", {"date": "2025-01-01"}))
+    message = str(failure.value)
+    assert f"GET {server.url}/v1/transactions" in message and "page=1" in message and "JSON list" in message
+    assert failure.value.endpoint == f"GET {server.url}/v1/transactions"
+
+
+def test_a_next_page_pointing_back_fails_instead_of_looping():
+    looping = (200, {}, {"data": [{"id": 1}], "next_page": 2})
+    back = (200, {}, {"data": [{"id": 2}], "next_page": 1})
+    with ScriptedServer([looping, back]) as server:
+        with pytest.raises(ApiError, match=r"page 2: next_page 1 was already read"):
+            list(ApiClient(server.url, "t", retry=FAST).iter_pages("/v1/x", {}))
+    assert len(server.requests) == 2
+
+
+def test_pagination_that_never_ends_stops_at_the_page_limit():
+    script = [(200, {}, {"data": [{"id": n}], "next_page": n + 1}) for n in range(1, 10)]
+    with ScriptedServer(script) as server:
+        pages = []
+        with pytest.raises(ApiError, match=r"page 5: still a next_page \(6\) after 5 pages"):
+            for page in ApiClient(server.url, "t", retry=FAST, max_pages=5).iter_pages("/v1/x", {}):
+                pages.append(page)
+    assert len(pages) == 5 and len(server.requests) == 5
