@@ -5,6 +5,7 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     Config,
+    Failure,
     OpExecutionContext,
     asset_check,
     job,
@@ -15,7 +16,7 @@ from pydantic import Field
 from etr_assets.defs.common import table_key
 from etr_assets.defs.resources import LakeResource
 from etr_assets.lake.quality import Metric, record_metrics
-from etr_assets.lake.timetravel import daily_growth, rollback
+from etr_assets.lake.timetravel import NoSuchSnapshot, NotAnAncestor, daily_growth, rollback
 from etr_assets.tables import spec_for
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
@@ -31,7 +32,12 @@ def rollback_table_op(context: OpExecutionContext, config: RollbackConfig, lake:
     spec = spec_for(config.table)
     if not config.snapshot_id.strip().isdigit():
         raise ValueError(f"snapshot_id {config.snapshot_id!r} is not a snapshot id (digits only)")
-    record = rollback(lake.session(), lake.catalog, spec.qualified(lake.catalog), int(config.snapshot_id), config.reason, context.run_id)
+    try:
+        record = rollback(
+            lake.session(), lake.catalog, spec.qualified(lake.catalog), int(config.snapshot_id), config.reason, context.run_id
+        )
+    except (NoSuchSnapshot, NotAnAncestor) as error:
+        raise Failure(description=str(error)) from None  # one line in the run, nothing changed
     context.log.info(f"{spec.identifier}: snapshot {record['from_snapshot_id']} -> {record['to_snapshot_id']} ({config.reason})")
 
 

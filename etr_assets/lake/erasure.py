@@ -30,7 +30,7 @@ from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec, _sql_string
 from etr_assets.lake.timetravel import NoSuchSnapshot, read_as_of
-from etr_assets.lake.writes import append
+from etr_assets.lake.writes import append, current_snapshot_id
 from etr_assets.sources.raw_erasure import (
     RawErasure,
     RawFeedSubject,
@@ -202,11 +202,6 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _current_snapshot(spark, qualified: str) -> int | None:
-    row = spark.sql(f"SELECT snapshot_id FROM {qualified}.refs WHERE name = 'main'").first()
-    return row[0] if row else None
-
-
 def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -> TableErasure:
     """Delete the customers from main and other branches, drop refs that pin their rows, expire older snapshots."""
     if not spec.subject_column:
@@ -217,7 +212,7 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
     ids_df = _ids_frame(spark, request.customer_ids)
     held_ids = frozenset(i for hits in files_holding(spark, spec, data_files(spark, qualified), ids_df).values() for i in hits)
     if not held_ids:  # never held them (in any snapshot still kept): leave the table and its history alone
-        return TableErasure(spec.identifier, held_ids, {}, snapshot_id=_current_snapshot(spark, qualified))
+        return TableErasure(spec.identifier, held_ids, {}, snapshot_id=current_snapshot_id(spark, qualified))
 
     view = f"gdpr_ids_{uuid.uuid4().hex[:12]}"
     ids_df.createOrReplaceTempView(view)
@@ -248,7 +243,7 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         compact(spark, catalog, spec)  # a delete file only hides rows: rewrite the data files without them
     expired = expire_snapshots(spark, catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
     return TableErasure(
-        spec.identifier, held_ids, removed, branches_erased, tuple(dropped), expired, _current_snapshot(spark, qualified)
+        spec.identifier, held_ids, removed, branches_erased, tuple(dropped), expired, current_snapshot_id(spark, qualified)
     )
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from etr_assets.lake.writes import current_snapshot_id
+
 UNCHANGED, INCREMENTAL, FULL = "unchanged", "incremental", "full"
 
 
@@ -56,11 +58,6 @@ class ReadPlan:
         lines = ["| day | read | why |", "|---|---|---|"]
         lines += [f"| {d.day} | {d.mode} | {d.reason} |" for d in self.days]
         return "\n".join(lines)
-
-
-def current_snapshot_id(spark, qualified: str) -> int | None:
-    row = spark.sql(f"SELECT snapshot_id FROM {qualified}.history WHERE is_current_ancestor ORDER BY made_current_at DESC LIMIT 1").first()
-    return row[0] if row else None
 
 
 def _snapshots(spark, qualified: str) -> dict[int, tuple[int | None, str]]:

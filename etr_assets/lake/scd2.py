@@ -26,6 +26,7 @@ import uuid
 from etr_assets.lake.frames import conform
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import Scd2, TableSpec
+from etr_assets.lake.writes import current_snapshot_id
 
 FULL, INCREMENTAL = "full", "incremental"
 _SYSTEM = ("_ingested_at", "_is_current", "_valid_from", "_valid_to")
@@ -158,13 +159,12 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, existing=No
     finally:
         spark.catalog.dropTempView(view)
         delta.unpersist()
-    snapshot = spark.sql(f"SELECT snapshot_id FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
     return Scd2Result(
         target,
         counts.get("insert", 0),
         counts.get("update", 0),
         counts.get("delete", 0),
-        snapshot[0] if snapshot else None,
+        current_snapshot_id(spark, target),
     )
 
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from etr_assets.lake.incremental import changed_only_by, current_snapshot_id
+from etr_assets.lake.incremental import changed_only_by
+from etr_assets.lake.writes import current_snapshot_id
 from etr_assets.lake.scd2 import (
     FULL,
     INCREMENTAL,

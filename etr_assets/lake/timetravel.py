@@ -6,11 +6,25 @@ import dataclasses
 import datetime as dt
 
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.writes import append
+from etr_assets.lake.writes import append, current_snapshot_id
 
 
 class NoSuchSnapshot(LookupError):
     """The table has no snapshot matching the request; the message names the table and what was asked."""
+
+
+class NotAnAncestor(ValueError):
+    """A rollback target that is not in the current snapshot's history; the message names both snapshots."""
+
+
+def ancestors_of_current(spark, qualified: str) -> list[int]:
+    """The current snapshot and its ancestors, newest first (what `rollback_to_snapshot` accepts)."""
+    parents = {r[0]: r[1] for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {qualified}.snapshots").collect()}
+    chain, snapshot = [], current_snapshot_id(spark, qualified)
+    while snapshot is not None and snapshot not in chain:
+        chain.append(snapshot)
+        snapshot = parents.get(snapshot)
+    return chain
 
 
 def _naive_utc(when: dt.datetime) -> dt.datetime:
@@ -88,14 +102,20 @@ def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str,
 
     if not reason.strip():
         raise ValueError(f"rolling back {qualified} needs a reason")
-    before = spark.sql(f"SELECT snapshot_id FROM {qualified}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
     read_as_of(spark, qualified, snapshot_id=snapshot_id)  # validates the id
+    before = current_snapshot_id(spark, qualified)
+    if snapshot_id not in ancestors_of_current(spark, qualified):
+        raise NotAnAncestor(
+            f"cannot roll {qualified} back to snapshot {snapshot_id}: it is not an ancestor of the current snapshot "
+            f"{before} (it belongs to another branch or to history a rollback left behind); pick one of "
+            f"`SELECT snapshot_id, made_current_at FROM {qualified}.history WHERE is_current_ancestor`"
+        )
     identifier = qualified.split(".", 1)[1]
     spark.sql(f"CALL {catalog}.system.rollback_to_snapshot(table => '{identifier}', snapshot_id => {int(snapshot_id)})")
     record = {
         "table_name": qualified,
         "action": "ROLLBACK",
-        "from_snapshot_id": str(before[0]) if before else None,
+        "from_snapshot_id": str(before) if before is not None else None,
         "to_snapshot_id": str(snapshot_id),
         "reason": reason,
         "run_id": run_id,

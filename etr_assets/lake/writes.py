@@ -43,6 +43,13 @@ class CommitInfo:
         )
 
 
+def current_snapshot_id(spark, qualified: str) -> int | None:
+    """The snapshot `main` points at now (from the table's refs, not the newest commit: a rollback makes an older
+    snapshot current, and a concurrent writer's commit may be newer than ours); None for a table never written."""
+    row = spark.sql(f"SELECT snapshot_id FROM {qualified}.refs WHERE name = 'main'").first()
+    return row[0] if row else None
+
+
 def new_write_id() -> str:
     return uuid.uuid4().hex
 

@@ -9,7 +9,7 @@ import pytest
 
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.specs import Column, TableSpec
-from etr_assets.lake.timetravel import NoSuchSnapshot, daily_growth, read_as_of, rollback, snapshot_as_of
+from etr_assets.lake.timetravel import NoSuchSnapshot, NotAnAncestor, daily_growth, read_as_of, rollback, snapshot_as_of
 
 SPEC = TableSpec(namespace="silver", name="ledger", description="t", columns=(Column("id", "bigint"), Column("day", "date")),
                  partition_by=("days(day)",))
@@ -63,3 +63,21 @@ def test_rollback_restores_a_snapshot_and_records_why(lake, settings, ledger):
     assert [(r["action"], r["to_snapshot_id"], r["reason"]) for r in audit] == [("ROLLBACK", str(first), "bad load of batch 2 and 3")]
     with pytest.raises(ValueError, match="needs a reason"):
         rollback(lake, settings.catalog, table, first, reason=" ")
+
+
+def test_a_second_rollback_records_the_current_snapshot_and_a_non_ancestor_is_refused_in_one_line(lake, settings, ledger):
+    table, _ = ledger
+    first, second, third = snapshots(lake, table)
+    rollback(lake, settings.catalog, table, second, reason="drop batch 3")
+    # The newest commit is still `third`; the current snapshot is `second`.
+    record = rollback(lake, settings.catalog, table, first, reason="drop batch 2 too")
+    assert record["from_snapshot_id"] == str(second)
+    assert lake.table(table).count() == 10
+
+    with pytest.raises(NotAnAncestor) as refused:  # `third` was left behind by the rollbacks
+        rollback(lake, settings.catalog, table, third, reason="undo")
+    message = str(refused.value)
+    assert "\n" not in message and str(third) in message and f"current snapshot {first}" in message
+    assert lake.table(table).count() == 10
+    audit = lake.sql(f"SELECT from_snapshot_id, to_snapshot_id FROM {settings.catalog}.audit.table_changes ORDER BY executed_at").collect()
+    assert [tuple(r) for r in audit] == [(str(third), str(second)), (str(second), str(first))]
