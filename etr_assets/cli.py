@@ -1,7 +1,7 @@
 """`etr`: the lake from a terminal.
 
     etr sql "SELECT ..." [--json] [--limit N]   Spark SQL on the profile's catalog (time travel included)
-    etr tables [--json]                          every table of the specs: rows, snapshots, files, size
+    etr tables [--json]                          every table of the catalog: rows, snapshots, files, size
     etr api [--port 8765] ...                    the synthetic BNPL API on its own
 
 Errors are one line on stderr and a non-zero exit, never a Java stack trace.
@@ -80,22 +80,29 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
-    from etr_assets.lake.metadata import table_stats
+    from etr_assets.lake.metadata import all_table_stats
     from etr_assets.tables import ALL_SPECS
 
-    stats = [table_stats(settings, spec) for spec in ALL_SPECS]
+    stats = all_table_stats(settings, ALL_SPECS)
     if args.json:
         for s in stats:
             print(json.dumps(_jsonable({**s.__dict__, "current_snapshot_id": str(s.current_snapshot_id or "")})))
-        return 0
-    rows = [
-        [s.table, s.rows, s.snapshots, s.data_files, _human_bytes(s.bytes), f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"]
-        if s.exists
-        else [s.table, "-", "-", "-", "-", "not created yet"]
-        for s in stats
-    ]
-    print(render_table(["table", "rows", "snapshots", "files", "size", "last updated"], rows))
-    return 0
+    else:
+        rows = [_table_row(s) for s in stats]
+        print(render_table(["table", "rows", "snapshots", "files", "size", "last updated"], rows))
+    for s in stats:  # damaged tables are named on stderr too, so a script piping stdout still sees them
+        if s.problem:
+            print(f"etr tables: {s.table}: {s.problem}", file=sys.stderr)
+    return 1 if any(s.problem for s in stats) else 0
+
+
+def _table_row(s) -> list:
+    name = s.table if s.has_spec else f"{s.table} (no spec)"
+    if s.problem:
+        return [name, "-", "-", "-", "-", s.problem[:120]]
+    if not s.exists:
+        return [name, "-", "-", "-", "-", "not created yet"]
+    return [name, s.rows, s.snapshots, s.data_files, _human_bytes(s.bytes), f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"]
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:

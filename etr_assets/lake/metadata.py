@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 from etr_assets.lake.specs import TableSpec
@@ -26,26 +28,78 @@ class TableStats:
     current_snapshot_id: int | None = None
     last_updated: dt.datetime | None = None
     location: str = ""
+    has_spec: bool = True  # False: a table someone made in the catalog that no spec of the project declares
+    problem: str = ""  # why the table could not be read (it exists, but its metadata is damaged or missing)
 
 
-def _local_metadata_file(settings: Settings, spec: TableSpec) -> Path | None:
-    """The Hadoop catalog's current metadata.json: its number is in metadata/version-hint.text."""
-    table_dir = Path(urlparse(settings.warehouse).path) / spec.namespace / spec.name
-    hint = table_dir / "metadata" / "version-hint.text"
+class TableName(NamedTuple):
+    """A table of the catalog by name, for tables that have no spec (anything with namespace and name works)."""
+
+    namespace: str
+    name: str
+
+    @property
+    def identifier(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+class MetadataUnreadable(RuntimeError):
+    """The table exists but its current metadata cannot be read; the message says which file and why."""
+
+
+_VERSION_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
+
+
+def _local_table_dir(settings: Settings, spec: TableSpec | TableName) -> Path:
+    return Path(urlparse(settings.warehouse).path) / spec.namespace / spec.name
+
+
+def _local_metadata_file(settings: Settings, spec: TableSpec | TableName) -> Path | None:
+    """The Hadoop catalog's current metadata.json (its number is in metadata/version-hint.text, or, as Iceberg
+    does without a hint, the highest version present); None if the table was never created."""
+    folder = _local_table_dir(settings, spec) / "metadata"
+    hint = folder / "version-hint.text"
+    versions = sorted(
+        (int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ()) if (m := _VERSION_FILE.match(p.name))
+    )
     if not hint.exists():
-        return None
+        return versions[-1][1] if versions else None
     version = hint.read_text().strip()
-    path = table_dir / "metadata" / f"v{version}.metadata.json"
-    return path if path.exists() else None
+    path = folder / f"v{version}.metadata.json"
+    if not path.exists():
+        raise MetadataUnreadable(f"metadata file missing: {path} (named by {hint.name}; the table's history is damaged)")
+    return path
 
 
-def load_table(settings: Settings, spec: TableSpec):
-    """The pyiceberg table for a spec, or None if the table was never created."""
+def local_tables(settings: Settings) -> list[TableName]:
+    """Every table of the local Hadoop catalog, with or without a spec: folders of the warehouse with metadata."""
+    root = Path(urlparse(settings.warehouse).path)
+    return sorted(TableName(p.parent.parent.name, p.parent.name) for p in root.glob("*/*/metadata") if p.is_dir())
+
+
+def catalog_tables(settings: Settings) -> list[TableName]:
+    """Every table the profile's catalog holds, whatever made it."""
+    if settings.profile == "local":
+        return local_tables(settings)
+    found = catalog(settings)
+    return sorted(TableName(ns[-1], name) for ns in found.list_namespaces() for _, name in found.list_tables(ns))
+
+
+def load_table(settings: Settings, spec: TableSpec | TableName):
+    """The pyiceberg table for a spec (or a TableName), or None if the table was never created.
+
+    Raises MetadataUnreadable when the table exists but its current metadata cannot be read.
+    """
     if settings.profile == "local":
         from pyiceberg.table import StaticTable
 
         metadata = _local_metadata_file(settings, spec)
-        return StaticTable.from_metadata(str(metadata)) if metadata else None
+        if metadata is None:
+            return None
+        try:
+            return StaticTable.from_metadata(str(metadata))
+        except Exception as error:  # truncated or garbled JSON, a metadata file that is not Iceberg's
+            raise MetadataUnreadable(f"metadata unreadable: {metadata}: {_first_line(error)}") from error
 
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -90,10 +144,21 @@ def pyiceberg_glue_properties(settings: Settings) -> dict[str, str]:
     return props
 
 
-def table_stats(settings: Settings, spec: TableSpec) -> TableStats:
-    table = load_table(settings, spec)
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:300]
+
+
+def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
+    has_spec = not isinstance(spec, TableName)
+    try:
+        table = load_table(settings, spec)
+    except MetadataUnreadable as error:
+        return TableStats(spec.identifier, exists=True, has_spec=has_spec, problem=str(error))
+    except Exception as error:  # a catalog that answers with garbage: one line, the other tables still listed
+        return TableStats(spec.identifier, exists=True, has_spec=has_spec, problem=f"metadata unreadable: {_first_line(error)}")
     if table is None:
-        return TableStats(spec.identifier, exists=False)
+        return TableStats(spec.identifier, exists=False, has_spec=has_spec)
     metadata = table.metadata
     snapshot = table.current_snapshot()
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
@@ -112,4 +177,17 @@ def table_stats(settings: Settings, spec: TableSpec) -> TableStats:
         current_snapshot_id=snapshot.snapshot_id if snapshot else None,
         last_updated=dt.datetime.fromtimestamp(metadata.last_updated_ms / 1000, dt.timezone.utc),
         location=metadata.location,
+        has_spec=has_spec,
     )
+
+
+def all_table_stats(settings: Settings, specs) -> list[TableStats]:
+    """Every spec's table (created or not), then every other table of the catalog."""
+    declared = {(s.namespace, s.name) for s in specs}
+    try:
+        others = [t for t in catalog_tables(settings) if (t.namespace, t.name) not in declared]
+    except Exception as error:  # the catalog cannot be listed: still report the declared tables
+        return [table_stats(settings, s) for s in specs] + [
+            TableStats("(catalog)", exists=False, has_spec=False, problem=f"cannot list the catalog: {_first_line(error)}")
+        ]
+    return [table_stats(settings, s) for s in specs] + [table_stats(settings, t) for t in others]

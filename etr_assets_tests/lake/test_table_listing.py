@@ -1,0 +1,65 @@
+"""`etr tables` reads every table of the catalog without a JVM: spec tables, tables someone else made, and damaged
+ones, each on its own line (one damaged table never hides the others)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import urlparse
+
+from etr_assets.cli import main
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.tables.entities import LANDING_CUSTOMERS
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
+
+
+def metadata_folder(settings, namespace: str, name: str) -> Path:
+    return Path(urlparse(settings.warehouse).path) / namespace / name / "metadata"
+
+
+def listing(monkeypatch, capsys, settings) -> tuple[int, dict[str, dict], str]:
+    monkeypatch.setenv("ETR_HOME", str(settings.home))
+    monkeypatch.setenv("ETR_CATALOG", settings.catalog)
+    code = main(["tables", "--json"])
+    out, err = capsys.readouterr()
+    return code, {row["table"]: row for row in map(json.loads, out.splitlines())}, err
+
+
+def test_every_table_is_listed_and_a_damaged_one_is_named_in_one_line(lake, settings, monkeypatch, capsys):
+    catalog = settings.catalog
+    for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, LANDING_CUSTOMERS):
+        ensure_table(lake, catalog, spec)
+    lake.sql(f"CREATE TABLE {catalog}.silver.analyst_copy USING iceberg AS SELECT 1 AS customer_id, 'a@b.c' AS email")
+
+    code, tables, err = listing(monkeypatch, capsys, settings)
+    assert code == 0 and err == ""
+    copy = tables["silver.analyst_copy"]
+    assert copy["exists"] and not copy["has_spec"] and copy["rows"] == 1, copy
+    assert tables[SILVER_TRANSACTIONS.identifier]["exists"] and tables[SILVER_TRANSACTIONS.identifier]["has_spec"]
+    assert tables["audit.gdpr_actions"]["exists"] is False  # declared, never created
+
+    # Truncate silver's current metadata.json; delete the file landing's version hint names.
+    silver = metadata_folder(settings, "silver", SILVER_TRANSACTIONS.name)
+    current = silver / f"v{(silver / 'version-hint.text').read_text().strip()}.metadata.json"
+    current.write_bytes(current.read_bytes()[:40])
+    landing = metadata_folder(settings, "landing", LANDING_CUSTOMERS.name)
+    (landing / f"v{(landing / 'version-hint.text').read_text().strip()}.metadata.json").unlink()
+
+    code, tables, err = listing(monkeypatch, capsys, settings)
+    assert code == 1
+    broken = tables[SILVER_TRANSACTIONS.identifier]
+    assert broken["problem"].startswith("metadata unreadable: ") and str(current) in broken["problem"], broken
+    missing = tables[LANDING_CUSTOMERS.identifier]
+    assert missing["exists"] is True and missing["problem"].startswith("metadata file missing: "), missing
+    # The other tables are still read, and each damaged one is one line on stderr.
+    assert tables[BRONZE_TRANSACTIONS.identifier]["exists"] and not tables[BRONZE_TRANSACTIONS.identifier]["problem"]
+    assert tables["silver.analyst_copy"]["rows"] == 1
+    lines = err.splitlines()
+    assert len(lines) == 2 and all(line.startswith("etr tables: ") for line in lines), err
+    assert "Traceback" not in err
+
+    # The text listing says the same without a traceback.
+    monkeypatch.setenv("ETR_HOME", str(settings.home))
+    assert main(["tables"]) == 1
+    out, _ = capsys.readouterr()
+    assert "silver.analyst_copy (no spec)" in out and "metadata unreadable" in out and "not created yet" in out
