@@ -10,9 +10,15 @@ History: Iceberg keeps deleted rows in older snapshots until they expire, so eac
 every snapshot older than now (keeping the current one). Refs would keep old snapshots alive: failed
 write-audit-publish branches (`audit_*`) are dropped (they are unpublished attempts, rebuilt by the next run),
 other branches are erased like main, and tags whose snapshot holds a customer are dropped (a tag cannot change).
+A branch with a snapshot retention of its own has it lowered for the expiry and restored after (audited).
+Manifests are then rewritten and expired again, so no kept manifest holds a DELETED entry whose bounds carry an
+erased id (personal-data columns are written with metrics `counts`: new files carry no bounds at all). Files in
+the table's data folder that no snapshot references (orphans) and that hold a customer are deleted, unless they
+are younger than ORPHAN_GRACE (a running write's, not committed yet): those are named and the proof fails.
 
-The proof reads the Parquet files themselves (every data file any remaining snapshot references, from the
-table's `all_data_files`) and every raw file, and reads each table as of the moment the erasure began.
+The proof reads the Parquet files themselves (every data file any remaining snapshot references, and every orphan
+in each table's data folder), the manifests' bounds, every raw file, each table as of the moment the erasure
+began, and every other table of the catalog with a column named like a subject column (a copy someone made).
 """
 
 from __future__ import annotations
@@ -24,9 +30,18 @@ import hmac
 import os
 import uuid
 
+from etr_assets.lake.copies import (
+    ORPHAN_GRACE,
+    bounds_naming,
+    catalog_tables,
+    delete_file,
+    normalized,
+    orphan_files,
+    subject_like_columns,
+)
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import spark_schema
-from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots
+from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots, rewrite_manifests
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec, _sql_string
 from etr_assets.lake.timetravel import NoSuchSnapshot, read_as_of
@@ -121,7 +136,12 @@ def subject_keys_sql(spec: TableSpec) -> str:
     keys = f"array(CAST({spec.subject_column} AS BIGINT))"
     if RAW_TEXT_COLUMN in spec.column_names:
         pattern = _sql_string(id_field_pattern(spec.subject_column))
-        keys = f"concat({keys}, transform(regexp_extract_all({RAW_TEXT_COLUMN}, {pattern}, 1), x -> CAST(x AS BIGINT)))"
+        # The parsed field too: a key written with JSON escapes ("customer\u005fid") escapes the text pattern.
+        parsed = f"CAST(get_json_object({RAW_TEXT_COLUMN}, {_sql_string('$.' + spec.subject_column)}) AS BIGINT)"
+        keys = (
+            f"concat({keys}, array({parsed}), "
+            f"transform(regexp_extract_all({RAW_TEXT_COLUMN}, {pattern}, 1), x -> CAST(x AS BIGINT)))"
+        )
     return keys
 
 
@@ -147,17 +167,19 @@ def matches_by_id(df, spec: TableSpec, ids_df) -> dict[int, int]:
 
 def files_holding(spark, spec: TableSpec, paths: list[str], ids_df) -> dict[str, dict[int, int]]:
     """Read these Parquet files directly (not through the table) and find rows naming the ids, per file."""
+    return _files_naming(spark, spec.identifier, paths, subject_keys_sql(spec), _match_columns(spec), ids_df)
+
+
+def _files_naming(spark, label: str, paths: list[str], keys_sql: str, columns: list[str], ids_df) -> dict[str, dict[int, int]]:
     from pyspark.sql import functions as F
 
     if not paths:
         return {}
     df = spark.read.option("mergeSchema", "true").parquet(*paths)
-    missing = [c for c in _match_columns(spec) if c not in df.columns]
+    missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ErasureError(f"data files of {spec.identifier} lack {missing}: cannot scan them for subjects")
-    named = df.select(
-        F.input_file_name().alias("_file"), F.explode(F.array_distinct(F.expr(subject_keys_sql(spec)))).alias("_erase_id")
-    )
+        raise ErasureError(f"data files of {label} lack {missing}: cannot scan them for subjects")
+    named = df.select(F.input_file_name().alias("_file"), F.explode(F.array_distinct(F.expr(keys_sql))).alias("_erase_id"))
     found: dict[str, dict[int, int]] = {}
     for r in named.join(F.broadcast(ids_df), "_erase_id").groupBy("_file", "_erase_id").count().collect():
         found.setdefault(r["_file"], {})[r["_erase_id"]] = r["count"]
@@ -183,6 +205,9 @@ class TableErasure:
     refs_dropped: tuple[str, ...] = ()  # audit branches and tags removed so their snapshots could expire
     expired: ExpireResult | None = None  # what expiring older snapshots removed
     snapshot_id: int | None = None  # main after the erasure
+    retention_overridden: tuple[str, ...] = ()  # branches whose own snapshot retention was lowered for the expiry
+    orphans_deleted: tuple[str, ...] = ()  # unreferenced files of the data folder that held a customer
+    orphans_left: tuple[str, ...] = ()  # such files younger than ORPHAN_GRACE (a running write's): named, not deleted
 
     @property
     def held(self) -> bool:
@@ -210,7 +235,9 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
     if not table_exists(spark, qualified):
         return TableErasure(spec.identifier, frozenset(), {})
     ids_df = _ids_frame(spark, request.customer_ids)
+    in_orphans = _orphans_holding(spark, spec, qualified, ids_df)
     held_ids = frozenset(i for hits in files_holding(spark, spec, data_files(spark, qualified), ids_df).values() for i in hits)
+    held_ids |= {i for _, hits in in_orphans for i in hits}
     if not held_ids:  # never held them (in any snapshot still kept): leave the table and its history alone
         return TableErasure(spec.identifier, held_ids, {}, snapshot_id=current_snapshot_id(spark, qualified))
 
@@ -241,10 +268,100 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         spark.catalog.dropTempView(view)
     if spec.table_properties.get("write.delete.mode") == "merge-on-read":
         compact(spark, catalog, spec)  # a delete file only hides rows: rewrite the data files without them
-    expired = expire_snapshots(spark, catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
+    overridden = _lower_branch_retention(spark, qualified)
+    try:
+        expired = expire_snapshots(spark, catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
+        # The kept manifests still list the rewritten files as DELETED entries, bounds included: rewrite, expire.
+        rewrite_manifests(spark, catalog, spec)
+        again = expire_snapshots(spark, catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
+        expired = dataclasses.replace(
+            expired,
+            expired_snapshot_ids=expired.expired_snapshot_ids + again.expired_snapshot_ids,
+            deleted_data_files=expired.deleted_data_files + again.deleted_data_files,
+            deleted_manifest_files=expired.deleted_manifest_files + again.deleted_manifest_files,
+        )
+    finally:
+        _restore_branch_retention(spark, qualified, overridden)
+    deleted, left = _erase_orphans(spark, in_orphans)
     return TableErasure(
-        spec.identifier, held_ids, removed, branches_erased, tuple(dropped), expired, current_snapshot_id(spark, qualified)
+        spec.identifier, held_ids, removed, branches_erased, tuple(dropped), expired, current_snapshot_id(spark, qualified),
+        tuple(f"branch {name} ({_retention_text(r)})" for name, r in overridden.items()), deleted, left,
     )
+
+
+def _orphans_holding(spark, spec: TableSpec, qualified: str, ids_df) -> list[tuple[object, dict[int, int]]]:
+    """(orphan file, {id: rows}) for every unreferenced file of the table's data folder naming a customer."""
+    orphans = {normalized(o.path): o for o in orphan_files(spark, qualified)}
+    found = files_holding(spark, spec, [o.path for o in orphans.values()], ids_df)
+    return [(orphans[normalized(path)], hits) for path, hits in found.items()]
+
+
+def _erase_orphans(spark, holding) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Delete orphans holding a customer; leave (and return) those a running write may still commit."""
+    cutoff = dt.datetime.now(dt.UTC) - ORPHAN_GRACE
+    deleted, left = [], []
+    for orphan, _hits in holding:
+        if orphan.modified <= cutoff:
+            delete_file(spark, orphan.path)
+            deleted.append(orphan.path)
+        else:
+            left.append(orphan.path)
+    return tuple(deleted), tuple(left)
+
+
+# --- branches with a snapshot retention of their own ------------------------------------------------------
+def _branch_retention(spark, qualified: str) -> dict[str, dict]:
+    rows = spark.sql(
+        f"SELECT name, snapshot_id, min_snapshots_to_keep, max_snapshot_age_in_ms, max_reference_age_in_ms "
+        f"FROM {qualified}.refs WHERE type = 'BRANCH' AND name <> 'main'"
+    ).collect()
+    return {
+        r["name"]: r.asDict()
+        for r in rows
+        if r["min_snapshots_to_keep"] is not None or r["max_snapshot_age_in_ms"] is not None
+    }
+
+
+def _retention_text(retention: dict) -> str:
+    parts = []
+    if retention["min_snapshots_to_keep"] is not None:
+        parts.append(f"kept {retention['min_snapshots_to_keep']} snapshot(s)")
+    if retention["max_snapshot_age_in_ms"] is not None:
+        parts.append(f"kept snapshots for {retention['max_snapshot_age_in_ms'] / 86_400_000:g} day(s)")
+    return "retention lowered for the erasure, then restored; it " + " and ".join(parts)
+
+
+def _manage_snapshots(spark, qualified: str):
+    table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, qualified)
+    return table.manageSnapshots()
+
+
+def _lower_branch_retention(spark, qualified: str) -> dict[str, dict]:
+    """Give every branch with its own snapshot retention the erasure's (keep only its head) until restored."""
+    retention = _branch_retention(spark, qualified)
+    if retention:
+        manage = _manage_snapshots(spark, qualified)
+        for name in retention:
+            manage = manage.setMinSnapshotsToKeep(name, 1).setMaxSnapshotAgeMs(name, 1)
+        manage.commit()
+    return retention
+
+
+def _restore_branch_retention(spark, qualified: str, retention: dict[str, dict]) -> None:
+    """Put each branch's own retention back exactly (unset values stay unset): re-create the ref at its head."""
+    if not retention:
+        return
+    heads = {r[0]: r[1] for r in spark.sql(f"SELECT name, snapshot_id FROM {qualified}.refs").collect()}
+    manage = _manage_snapshots(spark, qualified)
+    for name, original in retention.items():
+        manage = manage.removeBranch(name).createBranch(name, heads[name])
+        if original["min_snapshots_to_keep"] is not None:
+            manage = manage.setMinSnapshotsToKeep(name, int(original["min_snapshots_to_keep"]))
+        if original["max_snapshot_age_in_ms"] is not None:
+            manage = manage.setMaxSnapshotAgeMs(name, int(original["max_snapshot_age_in_ms"]))
+        if original["max_reference_age_in_ms"] is not None:
+            manage = manage.setMaxRefAgeMs(name, int(original["max_reference_age_in_ms"]))
+    manage.commit()
 
 
 # --- the raw zone (sources/raw_erasure.py does the work; the feeds come from the pipeline) -------------------
@@ -307,8 +424,48 @@ def _as_of_read(spark, spec: TableSpec, qualified: str, when: dt.datetime, ids_d
     return "returns none of the customers", {}
 
 
+def _orphan_finding(table: str, orphan, hits: dict[int, int]) -> str:
+    age = dt.datetime.now(dt.UTC) - orphan.modified
+    recent = (
+        f"; written {age.total_seconds():.0f} s ago, maybe by a write still running: run the erasure again once "
+        "it has committed or failed"
+        if age < ORPHAN_GRACE
+        else ""
+    )
+    return (
+        f"{table} orphan file {orphan.path} (no snapshot references it): "
+        f"{sum(hits.values())} row(s) of {len(hits)} subject(s){recent}"
+    )
+
+
+def _unlisted_copies(spark, catalog: str, specs, ids_df) -> tuple[int, int, list[str], set[int]]:
+    """Every other table of the catalog with a column named like a subject column: (tables, files, findings, ids)."""
+    declared = {s.qualified(catalog) for s in specs}
+    subjects = {s.subject_column for s in specs if s.subject_column} or {"customer_id"}
+    tables = files = 0
+    findings, found = [], set()
+    for table in catalog_tables(spark, catalog):
+        columns = subject_like_columns(table.columns, subjects)
+        if table.qualified in declared or not columns:
+            continue
+        tables += 1
+        keys = "array(" + ", ".join(f"CAST(`{c}` AS BIGINT)" for c in columns) + ")"
+        paths = data_files(spark, table.qualified)
+        orphans = {normalized(o.path) for o in orphan_files(spark, table.qualified)}
+        files += len(paths) + len(orphans)
+        for path, hits in _files_naming(spark, table.identifier, paths + sorted(orphans), keys, columns, ids_df).items():
+            where = "orphan file" if normalized(path) in orphans else "data file"
+            findings.append(
+                f"{table.identifier} (a table without a spec: drop it or erase the customers from it) {where} {path}: "
+                f"{sum(hits.values())} row(s) of {len(hits)} subject(s)"
+            )
+            found.update(hits)
+    return tables, files, findings, found
+
+
 def prove_erased(spark, catalog: str, raw: RawZone | None, request: ErasureRequest, specs: tuple[TableSpec, ...] | None = None) -> Proof:
-    """Scan every data file of every personal-data table, every raw file, and each table as of before the erasure."""
+    """Scan every data file and orphan of every personal-data table, its manifests' bounds, every raw file, each
+    table as of before the erasure, and every other table of the catalog with a subject-like column."""
     specs = personal_data_specs() if specs is None else specs
     ids_df = _ids_frame(spark, request.customer_ids)
     findings: list[str] = []
@@ -325,11 +482,23 @@ def prove_erased(spark, catalog: str, raw: RawZone | None, request: ErasureReque
         for path, hits in files_holding(spark, spec, paths, ids_df).items():
             findings.append(f"{spec.identifier} data file {path}: {sum(hits.values())} row(s) of {len(hits)} subject(s)")
             found_ids.update(hits)
+        orphans = _orphans_holding(spark, spec, qualified, ids_df)
+        files += len(orphans)
+        for orphan, hits in orphans:
+            findings.append(_orphan_finding(spec.identifier, orphan, hits))
+            found_ids.update(hits)
+        for bound, named in bounds_naming(spark, qualified, spec.subject_column, request.customer_ids).items():
+            findings.append(f"{spec.identifier} {bound}")
+            found_ids.update(named)
         outcome, hits = _as_of_read(spark, spec, qualified, request.requested_at, ids_df)
         time_travel[spec.identifier] = outcome
         if hits:
             findings.append(f"{spec.identifier} as of {request.requested_at.isoformat()}: {outcome}")
             found_ids.update(hits)
+    other_tables, other_files, other_findings, other_ids = _unlisted_copies(spark, catalog, specs, ids_df)
+    tables, files = tables + other_tables, files + other_files
+    findings += other_findings
+    found_ids |= other_ids
     raw_files = 0
     if raw is not None:
         raw_files, raw_found = scan_raw_zone(raw, request.customer_ids)
@@ -366,6 +535,12 @@ def table_audit_rows(request: ErasureRequest, result: TableErasure) -> list[dict
     branches = f"; erased on branches {result.branches_erased}" if result.branches_erased else ""
     expiry = result.expired or ExpireResult()
     expired = f"expired {expiry.expired_snapshots} older snapshot(s), deleting {expiry.deleted_data_files} data file(s){refs}"
+    if result.retention_overridden:
+        expired += "; " + "; ".join(result.retention_overridden)
+    if result.orphans_deleted:
+        expired += f"; deleted {len(result.orphans_deleted)} unreferenced file(s) holding the customer"
+    if result.orphans_left:
+        expired += f"; LEFT {len(result.orphans_left)} recent unreferenced file(s) (a running write's?): run again"
     rows = []
     for customer_id in request.customer_ids:
         if customer_id not in result.held_ids:

@@ -16,6 +16,10 @@ SIMPLE_TYPES = ("string", "bigint", "int", "float", "double", "boolean", "date",
 _TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
 
 MIB = 1024 * 1024
+# Per-column metrics mode: `counts` keeps value and null counts but no lower/upper bound, so a manifest never
+# carries a personal value (truncate(n) never shortens an integer and keeps a string's first n characters).
+METRICS_COLUMN_PROPERTY = "write.metadata.metrics.column.{}"
+PERSONAL_DATA_METRICS = "counts"
 
 # Properties every table gets unless its spec overrides them (seed 001, STACK.md, apache/iceberg #732).
 DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
@@ -228,6 +232,13 @@ class TableSpec:
     def holds_personal_data(self) -> bool:
         return bool(self.pii_columns)
 
+    @property
+    def personal_data_columns(self) -> list[str]:
+        """The subject column and every pii column: none of them may leave a value in a manifest's bounds."""
+        if not self.holds_personal_data:
+            return []
+        return list(dict.fromkeys([c for c in (self.subject_column, *self.pii_columns) if c]))
+
     def column(self, name: str) -> Column:
         for column in self.columns:
             if column.name == name:
@@ -245,7 +256,8 @@ class TableSpec:
 
     @property
     def table_properties(self) -> dict[str, str]:
-        return {**DEFAULT_PROPERTIES, **self.properties}
+        personal = {METRICS_COLUMN_PROPERTY.format(c): PERSONAL_DATA_METRICS for c in self.personal_data_columns}
+        return {**DEFAULT_PROPERTIES, **personal, **self.properties}
 
     @property
     def target_file_size_bytes(self) -> int:

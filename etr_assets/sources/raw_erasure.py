@@ -1,7 +1,9 @@
 """Erasing data subjects from the raw zone, and finding them there (plain Python on `RawZone`: local or S3).
 
 A record names a subject when its line holds the feed's subject field with that id, as a number or as digit text
-(`"customer_id": 123`, `"customer_id":"123"`), whether or not the line is valid JSON: refused lines count too.
+(`"customer_id": 123`, `"customer_id":"123"`). Each line is parsed as JSON first, so a key or value written with
+escapes (`"customer\u005fid"`, which every JSON reader takes for `customer_id`) is found, at any depth; the text
+pattern also runs on every line, so a line that is not JSON (refused lines count too) is still matched.
 Files are rewritten whole and atomically (`RawStorage.write_bytes`); markers are never touched, so a pending
 batch stays pending and loadable; a manifest keeps its file list and its record count drops by what was removed.
 """
@@ -54,11 +56,44 @@ def _raw_files(raw: RawZone, feed: RawFeedSubject):
                 yield batch, name
 
 
-def _lines_naming(lines: list[bytes], pattern: re.Pattern, ids: set[int]) -> dict[int, list[int]]:
-    """Line indexes naming each id (a JSON field match anywhere in the line, parsed or not)."""
+def _as_id(value) -> int | None:
+    """An id as a JSON reader would take it: an integer, an integral number, or digit text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _parsed_ids(line: bytes, field: str) -> set[int]:
+    """Ids held by `field` anywhere in the line's JSON (escapes decoded, nested objects and lists included)."""
+    try:
+        document = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return set()
+    found, stack = set(), [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == field and (named := _as_id(value)) is not None:
+                    found.add(named)
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def _lines_naming(lines: list[bytes], pattern: re.Pattern, ids: set[int], field: str) -> dict[int, list[int]]:
+    """Line indexes naming each id: the parsed JSON's field, or the text pattern (for lines that are not JSON)."""
     found: dict[int, list[int]] = {}
     for index, line in enumerate(lines):
-        for customer_id in {int(m) for m in pattern.findall(line)} & ids:
+        named = {int(m) for m in pattern.findall(line)} | (_parsed_ids(line, field) if line.strip() else set())
+        for customer_id in named & ids:
             found.setdefault(customer_id, []).append(index)
     return found
 
@@ -84,7 +119,7 @@ def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, .
         for batch, name in _raw_files(raw, feed):
             key = f"{batch.key}/{name}"
             lines = raw.storage.read_bytes(key).splitlines(keepends=True)
-            found = _lines_naming(lines, pattern, ids)
+            found = _lines_naming(lines, pattern, ids, feed.field)
             if not found:
                 continue
             drop = {i for indexes in found.values() for i in indexes}
@@ -115,7 +150,7 @@ def find_raw_records(raw: RawZone, ids, feeds: tuple[RawFeedSubject, ...]) -> tu
         for batch, name in _raw_files(raw, feed):
             key = f"{batch.key}/{name}"
             scanned += 1
-            hits = _lines_naming(raw.storage.read_bytes(key).splitlines(), pattern, wanted)
+            hits = _lines_naming(raw.storage.read_bytes(key).splitlines(), pattern, wanted, feed.field)
             if hits:
                 found[raw.storage.uri(key)] = {i: len(lines) for i, lines in hits.items()}
     return scanned, found

@@ -193,7 +193,8 @@ def test_an_id_inside_a_refused_line_is_matched_even_when_its_column_is_empty(sp
         spark.createDataFrame(
             [("b", None, "f", 1, '{"customer_id":"123", "amount": broken', "not a JSON object", None, None),
              ("b", None, "f", 2, '{"customer_id": 4567}', "wrong type", None, None),
-             ("b", None, "f", 3, "#corrupted#", "not a JSON object", None, None)],
+             ("b", None, "f", 3, "#corrupted#", "not a JSON object", None, None),
+             ("b", None, "f", 4, '{"customer\\u005fid": 891}', "wrong type", None, None)],  # an escaped key
             "_batch_id string, _batch_day date, source_file string, line_number long, raw_text string, reason string, "
             "customer_id long, quarantined_at timestamp",
         ),
@@ -201,7 +202,7 @@ def test_an_id_inside_a_refused_line_is_matched_even_when_its_column_is_empty(sp
     )
     from etr_assets.lake.erasure import _ids_frame
 
-    assert matches_by_id(df, QUARANTINE_TRANSACTIONS, _ids_frame(spark, (123, 4567, 8))) == {123: 1, 4567: 1}
+    assert matches_by_id(df, QUARANTINE_TRANSACTIONS, _ids_frame(spark, (123, 4567, 8, 891))) == {123: 1, 4567: 1, 891: 1}
 
 
 @pytest.mark.parametrize(

@@ -81,3 +81,23 @@ def test_raw_files_are_rewritten_without_the_customer_and_batches_stay_consisten
     raw.storage.write_bytes(f"{pending.key}/copy.jsonl", json.dumps(transaction(9, ERASED)).encode())
     scanned, found = scan_raw_zone(raw, (ERASED,))
     assert found == {raw.storage.uri(f"{pending.key}/copy.jsonl"): {ERASED: 1}} and scanned == 6  # 2 + 2 transaction files, 2 customer files
+
+
+def test_a_key_written_with_json_escapes_or_nested_still_names_the_customer(raw):
+    batch = raw.start_batch("bnpl", "transactions", DAY)
+    lines = [
+        '{"transaction_id": 1, "customer\\u005fid": %d}' % ERASED,  # every JSON reader reads customer_id
+        '{"transaction_id": 2, "customer_id": "\\u0031%s"}' % str(ERASED)[1:],  # escaped digit text
+        '{"transaction_id": 3, "payload": {"customer_id": %d.0}}' % ERASED,  # nested, an integral number
+        '{"transaction_id": 4, "customer\\u005fid": %d}' % KEPT,
+    ]
+    raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", ("\n".join(lines) + "\n").encode())
+    raw.seal(batch, ["part-00001.jsonl"], 4)
+    assert scan_raw_zone(raw, (ERASED,))[1] == {raw.storage.uri(f"{batch.key}/part-00001.jsonl"): {ERASED: 3}}
+
+    result = erase_raw_zone(raw, ErasureRequest.create("REQ-ESC", [ERASED], b"k"))
+
+    assert result.removed == {ERASED: 3}
+    assert scan_raw_zone(raw, (ERASED,))[1] == {}
+    kept = raw.storage.read_bytes(f"{batch.key}/part-00001.jsonl").splitlines()
+    assert [json.loads(line)["transaction_id"] for line in kept] == [4] and raw.manifest(batch).records == 1
