@@ -49,6 +49,7 @@ class Settings:
     start_date: dt.date = dt.date(2025, 1, 1)
     # Ingestion policy
     max_reject_rate: float = 0.05  # a batch refusing more than this share of its records fails and stays pending
+    max_day_shrink: float = 0.5  # a reload shrinking a loaded day by more than this share fails and stays pending
     pending_alert_hours: float = 6.0  # the sensor reports batches pending longer than this
     # Where the heavy assets run: in the run's own Spark, or as a Glue / EMR Serverless job through Dagster Pipes
     compute: str = "local"
@@ -67,6 +68,8 @@ class Settings:
             raise SettingsError("ETR_PROFILE=s3 needs ETR_JDBC_URL (the PostgreSQL Iceberg catalog)")
         if not 0 <= self.max_reject_rate <= 1:
             raise SettingsError(f"ETR_MAX_REJECT_RATE={self.max_reject_rate} must be between 0 and 1")
+        if not 0 <= self.max_day_shrink <= 1:
+            raise SettingsError(f"ETR_MAX_DAY_SHRINK={self.max_day_shrink} must be between 0 and 1")
         if self.compute not in COMPUTES:
             raise SettingsError(f"ETR_COMPUTE={self.compute!r} is not one of {', '.join(COMPUTES)}")
         if self.compute != "local" and self.profile == "local":
@@ -166,6 +169,7 @@ class Settings:
             api_page_size=integer("ETR_API_PAGE_SIZE", 100),
             start_date=start_date,
             max_reject_rate=number("ETR_MAX_REJECT_RATE", 0.05),
+            max_day_shrink=number("ETR_MAX_DAY_SHRINK", 0.5),
             pending_alert_hours=number("ETR_PENDING_ALERT_HOURS", 6.0),
             compute=get("ETR_COMPUTE", "local") or "local",
             glue_job_name=get("ETR_GLUE_JOB_NAME"),

@@ -38,6 +38,8 @@ class RawZoneResource(ConfigurableResource):
 
     root: str  # a folder, or s3://bucket/prefix
     max_reject_rate: float = 0.05  # a batch refusing more than this share fails and stays pending
+    # A reload may shrink a loaded day by at most this share (1.0 in a run's config: the shrink is intended).
+    max_day_shrink: float = 0.5
     s3_endpoint: str = ""  # MinIO / moto; empty: AWS
     region: str = "ap-southeast-5"
     spark_scheme: str = "s3a"  # how Spark names S3 objects: s3a (Hadoop S3A) or s3 (Glue/EMR S3FileIO)
@@ -108,6 +110,7 @@ def build_resources(settings: Settings) -> dict[str, object]:
         "raw_zone": RawZoneResource(
             root=settings.raw_root,
             max_reject_rate=settings.max_reject_rate,
+            max_day_shrink=settings.max_day_shrink,
             s3_endpoint=settings.s3_endpoint,
             region=settings.region,
             spark_scheme="s3a" if settings.profile == "s3" else "s3",

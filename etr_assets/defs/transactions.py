@@ -56,7 +56,8 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
             yield from layer_runner.run(context, "bronze/bnpl_transactions_raw")
             return
         layer = pipeline.load_bronze(
-            lake.session(), lake.catalog, raw_zone.zone(), days_of(context), raw_zone.max_reject_rate
+            lake.session(), lake.catalog, raw_zone.zone(), days_of(context), raw_zone.max_reject_rate,
+            raw_zone.max_day_shrink
         )
         yield table_result(context, lake, BRONZE_TRANSACTIONS, layer)
 

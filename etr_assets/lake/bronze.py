@@ -22,6 +22,9 @@ from etr_assets.lake.writes import CommitInfo, append, replace_days
 from etr_assets.sources.raw_zone import Batch, RawZone
 
 DEFAULT_MAX_REJECT_RATE = 0.05
+# A reload may shrink a loaded day by at most this share; more (an empty reply, a truncated one) is a glitch until
+# a run says otherwise (max_day_shrink=1.0: the source really dropped those records).
+DEFAULT_MAX_DAY_SHRINK = 0.5
 
 
 class BadInputError(ValueError):
@@ -84,6 +87,30 @@ def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date])
     return replace_days(spark, qualified, df, day_column, days)
 
 
+def _refuse_shrinking_days(spark, catalog: str, feed: RawFeed, chosen, checked, max_day_shrink: float) -> None:
+    from pyspark.sql import functions as F
+
+    if max_day_shrink >= 1:
+        return
+    qualified = feed.bronze.qualified(catalog)
+    if not spark.catalog.tableExists(qualified):
+        return
+    before = {
+        r[0]: r[1]
+        for r in spark.table(qualified).where(F.col(feed.day_column).isin(sorted(chosen)))
+        .groupBy(feed.day_column).count().collect()
+    }
+    for day, result in checked.items():
+        loaded, arriving = before.get(day, 0), result.accepted_count
+        if loaded and arriving < loaded * (1 - max_day_shrink):
+            raise BadInputError(
+                f"raw batch {chosen[day].key}: reloading {day} would shrink {feed.bronze.identifier} from {loaded} to "
+                f"{arriving} rows ({1 - arriving / loaded:.0%} fewer; at most {max_day_shrink:.0%} allowed); nothing was "
+                f"written and the batch stays pending. If the source really dropped those records, re-run with "
+                f"max_day_shrink 1.0 (run config resources.raw_zone.config.max_day_shrink)"
+            )
+
+
 def load_bronze_days(
     spark,
     catalog: str,
@@ -92,8 +119,13 @@ def load_bronze_days(
     days: list[dt.date],
     max_reject_rate: float = DEFAULT_MAX_REJECT_RATE,
     finish_pending: bool = False,
+    max_day_shrink: float = DEFAULT_MAX_DAY_SHRINK,
 ) -> LayerResult:
-    """Load `days` (and, with `finish_pending`, every other day with a downloaded batch still pending)."""
+    """Load `days` (and, with `finish_pending`, every other day with a downloaded batch still pending).
+
+    A reload that would leave a loaded day with fewer than (1 - max_day_shrink) of its rows fails before writing,
+    naming the batch; the batch stays pending and the table is unchanged.
+    """
     from pyspark.sql import functions as F
 
     requested = set(days)
@@ -119,6 +151,7 @@ def load_bronze_days(
                     f"({result.reject_rate:.1%} > the {max_reject_rate:.1%} allowed); nothing was written and the batch "
                     f"stays pending. First: " + "; ".join(result.first_reasons)
                 )
+        _refuse_shrinking_days(spark, catalog, feed, chosen, checked, max_day_shrink)
         accepted = quarantined = None
         for day, result in checked.items():
             batch_columns = {"_batch_id": F.lit(chosen[day].batch_id), "_ingested_at": F.current_timestamp()}

@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 
 from etr_assets.lake.bronze import (
+    DEFAULT_MAX_DAY_SHRINK,
     DEFAULT_MAX_REJECT_RATE,
     LayerResult,
     RawFeed,
@@ -46,11 +47,19 @@ MERCHANTS = EntityFeed(
 
 
 def load_bronze(
-    spark, catalog: str, raw: RawZone, feed: EntityFeed, days: list[dt.date], max_reject_rate: float = DEFAULT_MAX_REJECT_RATE
+    spark,
+    catalog: str,
+    raw: RawZone,
+    feed: EntityFeed,
+    days: list[dt.date],
+    max_reject_rate: float = DEFAULT_MAX_REJECT_RATE,
+    max_day_shrink: float = DEFAULT_MAX_DAY_SHRINK,
 ) -> LayerResult:
     # History depends on every observation, so batches left pending by an earlier failed run are finished
     # first, whatever their day: the landing step that follows recomputes with them.
-    return load_bronze_days(spark, catalog, raw, feed.raw, days, max_reject_rate, finish_pending=True)
+    return load_bronze_days(
+        spark, catalog, raw, feed.raw, days, max_reject_rate, finish_pending=True, max_day_shrink=max_day_shrink
+    )
 
 
 def scd2_records(bronze_df, feed: EntityFeed):

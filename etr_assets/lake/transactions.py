@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from etr_assets.lake.bronze import (
+    DEFAULT_MAX_DAY_SHRINK,
     DEFAULT_MAX_REJECT_RATE,
     BadInputError,
     LayerResult,
@@ -51,10 +52,15 @@ API_COLUMNS = TRANSACTIONS.api_columns
 
 
 def load_bronze(
-    spark, catalog: str, raw: RawZone, days: list[dt.date], max_reject_rate: float = DEFAULT_MAX_REJECT_RATE
+    spark,
+    catalog: str,
+    raw: RawZone,
+    days: list[dt.date],
+    max_reject_rate: float = DEFAULT_MAX_REJECT_RATE,
+    max_day_shrink: float = DEFAULT_MAX_DAY_SHRINK,
 ) -> LayerResult:
     """Replace each day of bronze with the newest downloaded raw batch of that day, then mark it complete."""
-    return load_bronze_days(spark, catalog, raw, TRANSACTIONS, days, max_reject_rate)
+    return load_bronze_days(spark, catalog, raw, TRANSACTIONS, days, max_reject_rate, max_day_shrink=max_day_shrink)
 
 
 # --- silver -------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ETR_AWS_REGION": settings.region,
         "ETR_START_DATE": settings.start_date.isoformat(),
         "ETR_MAX_REJECT_RATE": str(settings.max_reject_rate),
+        "ETR_MAX_DAY_SHRINK": str(settings.max_day_shrink),
     }
     if settings.profile == "aws" or settings.provided_iceberg:  # Glue 5.0 / EMR ship Iceberg
         env["ETR_ICEBERG_PROVIDED"] = "true"

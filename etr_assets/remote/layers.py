@@ -55,7 +55,9 @@ def _raw_zone(settings: Settings):
 def _bronze(spark, settings: Settings, request: LayerRequest) -> LayerResult:
     from etr_assets.lake import transactions
 
-    return transactions.load_bronze(spark, settings.catalog, _raw_zone(settings), request.dates, settings.max_reject_rate)
+    return transactions.load_bronze(
+        spark, settings.catalog, _raw_zone(settings), request.dates, settings.max_reject_rate, settings.max_day_shrink
+    )
 
 
 def _silver(spark, settings: Settings, request: LayerRequest) -> LayerResult:

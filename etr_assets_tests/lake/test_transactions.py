@@ -187,3 +187,28 @@ def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconc
 def test_missing_download_is_a_clear_error(lake, settings, raw):
     with pytest.raises(pipeline.BadInputError, match="no downloaded raw batch for 2025-04-01"):
         pipeline.load_bronze(lake, settings.catalog, raw, [dt.date(2025, 4, 1)])
+
+
+def test_an_empty_reply_for_a_loaded_day_fails_and_leaves_the_day_until_a_run_says_the_shrink_is_intended(lake, settings, raw):
+    from etr_assets.lake.bronze import BadInputError
+    from etr_assets.sources.fetch import SOURCE
+
+    day = DAYS[0]
+    pipeline.load_bronze(lake, settings.catalog, raw, [day])
+    table = BRONZE_TRANSACTIONS.qualified(settings.catalog)
+    loaded = lake.table(table).where(f"transaction_date = DATE'{day}'").count()
+    snapshots = lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
+    empty = raw.start_batch(SOURCE, "transactions", day)  # the API answered 200 with no transaction
+    raw.seal(empty, [], 0)
+
+    with pytest.raises(BadInputError) as refused:
+        pipeline.load_bronze(lake, settings.catalog, raw, [day])
+    message = str(refused.value)
+    assert empty.key in message and f"from {loaded} to 0 rows" in message and "max_day_shrink" in message
+    assert lake.table(table).where(f"transaction_date = DATE'{day}'").count() == loaded
+    assert lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots  # nothing committed
+    assert empty in raw.pending(SOURCE, "transactions")
+
+    pipeline.load_bronze(lake, settings.catalog, raw, [day], max_day_shrink=1.0)  # the source really emptied it
+    assert lake.table(table).where(f"transaction_date = DATE'{day}'").count() == 0
+    assert empty not in raw.pending(SOURCE, "transactions")
