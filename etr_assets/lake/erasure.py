@@ -45,6 +45,7 @@ from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots,
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec, _sql_string
 from etr_assets.lake.timetravel import NoSuchSnapshot, read_as_of
+from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
 from etr_assets.lake.writes import append, current_snapshot_id
 from etr_assets.sources.raw_erasure import (
     RawErasure,
@@ -61,7 +62,6 @@ AUDIT_KEY_ENV = "ETR_AUDIT_KEY"
 # Development only: the local profile may run without a key; every other profile must set ETR_AUDIT_KEY.
 LOCAL_AUDIT_KEY = "etr-local-audit-key-not-secret"
 RAW_TEXT_COLUMN = "raw_text"  # quarantine tables keep the refused line here
-AUDIT_BRANCH_PREFIX = "audit_"  # write-audit-publish branches (lake/wap.py)
 MAX_ID = 2**63 - 1
 
 DELETE, EXPIRE, VERIFY = "GDPR_DELETE", "GDPR_EXPIRE", "GDPR_VERIFY"

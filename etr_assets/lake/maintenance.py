@@ -25,6 +25,7 @@ from etr_assets.lake.frames import spark_schema
 from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
 from etr_assets.lake.writes import append
 from etr_assets.settings import Settings
 from etr_assets.tables.operations import TABLE_MAINTENANCE_LOG
@@ -88,6 +89,7 @@ class MaintenanceResult:
     orphans: OrphanResult
     started_at: dt.datetime
     finished_at: dt.datetime
+    audit_branches_dropped: tuple[str, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -121,6 +123,7 @@ class MaintenanceResult:
             "expired_files": self.expiry.deleted_files,
             "orphan_files_removed": len(self.orphans.removed),
             "seconds": self.seconds,
+            "audit_branches_dropped": ", ".join(self.audit_branches_dropped) or None,
         }
 
 
@@ -288,6 +291,7 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "",
     before = table_health(settings, spec)
     if not before.exists:
         raise ValueError(f"cannot maintain {spec.identifier}: the table has not been created yet")
+    dropped = drop_stale_audit_branches(spark, spec.qualified(catalog))  # before expiry: their snapshots can go
     compaction = compact(spark, catalog, spec, has_delete_files=before.delete_files > 0)
     manifests = rewrite_manifests(spark, catalog, spec)
     expiry = expire_snapshots(spark, catalog, spec)
@@ -295,10 +299,30 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "",
     after = table_health(settings, spec)
     finished_at = started_at + dt.timedelta(seconds=time.perf_counter() - clock)
     result = MaintenanceResult(spec.identifier, before, after, compaction, manifests, expiry, orphans, started_at,
-                               finished_at)
+                               finished_at, dropped)
     if log:
         record_maintenance(spark, catalog, [result], run_id)
     return result
+
+
+# A write-audit-publish branch (`audit_<run>`) is dropped when its run publishes; one left behind is a failed audit
+# (kept for inspection) or a killed run's. Older than this, no running write can still be using it.
+AUDIT_BRANCH_GRACE = dt.timedelta(days=1)
+
+
+def drop_stale_audit_branches(
+    spark, qualified: str, grace: dt.timedelta | None = None, now: dt.datetime | None = None
+) -> tuple[str, ...]:
+    """Drop `audit_*` branches whose newest snapshot was committed more than `grace` (AUDIT_BRANCH_GRACE) ago."""
+    cutoff = _naive_utc((now or dt.datetime.now(dt.UTC)) - (AUDIT_BRANCH_GRACE if grace is None else grace))
+    rows = spark.sql(
+        f"SELECT r.name, s.committed_at FROM {qualified}.refs r JOIN {qualified}.snapshots s "
+        f"ON r.snapshot_id = s.snapshot_id WHERE r.type = 'BRANCH'"
+    ).collect()
+    stale = [r[0] for r in rows if r[0].startswith(AUDIT_BRANCH_PREFIX) and r[1] < cutoff]
+    for name in stale:
+        spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS `{name.replace('`', '``')}`")
+    return tuple(sorted(stale))
 
 
 def record_maintenance(spark, catalog: str, results: list[MaintenanceResult], run_id: str = "") -> None:

@@ -27,8 +27,11 @@ class AuditFailed(RuntimeError):
         self.results = results
 
 
+AUDIT_BRANCH_PREFIX = "audit_"
+
+
 def branch_name(run_id: str) -> str:
-    return "audit_" + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[:36]
+    return AUDIT_BRANCH_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[:36]
 
 
 def create_branch(spark, qualified: str, branch: str) -> None:

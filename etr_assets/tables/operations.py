@@ -93,6 +93,7 @@ TABLE_MAINTENANCE_LOG = TableSpec(
         Column("expired_files", "bigint", "Files expiry deleted (data, delete, manifest and manifest-list files)"),
         Column("orphan_files_removed", "bigint", "Files no snapshot referenced, older than the orphan age, deleted"),
         Column("seconds", "double", "How long maintenance of this table took"),
+        Column("audit_branches_dropped", "string", "Write-audit-publish branches older than the grace period, dropped"),
     ),
     partition_by=("days(started_at)",),
     properties={"write.target-file-size-bytes": str(8 * MIB)},

@@ -138,3 +138,22 @@ def test_maintenance_during_a_concurrent_writer_loses_no_row(lake, settings, led
     assert errors == []
     assert ids(lake, ledger) == sorted(rows_before + appended)  # nothing lost, nothing doubled
     assert result.compaction.rewritten_data_files >= 6
+
+
+def test_audit_branches_left_by_failed_or_killed_runs_are_dropped_once_stale_and_logged(lake, settings, ledger, monkeypatch):
+    from etr_assets.lake import maintenance
+    from etr_assets.lake.maintenance import drop_stale_audit_branches
+
+    lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH audit_killed_run")
+    lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH analysis")  # someone's own branch: never touched
+    assert drop_stale_audit_branches(lake, ledger) == ()  # younger than a day: a running write may still use it
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=2)
+    assert drop_stale_audit_branches(lake, ledger, now=later) == ("audit_killed_run",)
+    assert {r[0] for r in lake.sql(f"SELECT name FROM {ledger}.refs").collect()} == {"main", "analysis"}
+
+    lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH audit_other_run")
+    monkeypatch.setattr(maintenance, "AUDIT_BRANCH_GRACE", dt.timedelta(0))  # as if a day had passed
+    result = maintain_table(lake, settings, SPEC, run_id="r1", log=True)
+    assert result.audit_branches_dropped == ("audit_other_run",)
+    logged = lake.sql(f"SELECT audit_branches_dropped FROM {TABLE_MAINTENANCE_LOG.qualified(settings.catalog)}").collect()
+    assert [r[0] for r in logged] == ["audit_other_run"]
