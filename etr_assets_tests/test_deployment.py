@@ -62,6 +62,9 @@ def test_the_containers_command_serves_the_production_workspace(tmp_path):
     local_workspace = tmp_path / "workspace.yaml"
     local_workspace.write_text(yaml.safe_dump(workspace))
     env = isolated_env(tmp_path)
+    # Create the instance's storage once: the server and a validate call creating the SQLite schemas at the same
+    # moment both stamp alembic ("more than one head present"), as a loaded CI host showed.
+    subprocess.run([str(BIN / "dagster"), "instance", "migrate"], env=env, capture_output=True, check=True, timeout=120)
     server = start(cmd, env | {"PYTHONWARNINGS": "ignore"})
     try:
         deadline = time.monotonic() + 120
