@@ -24,11 +24,23 @@ def pytest_configure(config):
         os.environ["SPARK_SUBMIT_OPTS"] = f"{current} {QUICK_JVM_OPTIONS}".strip()
 
 
+# The longest files (minutes each on two cores), longest first: xdist hands out files in collection order.
+LONGEST_FIRST = (
+    "test_crash_recovery.py", "defs/test_pipeline.py", "test_cli_subprocess.py", "s3/test_concurrent_writers.py",
+    "test_pools.py", "test_bench.py", "lake/test_scd2_log.py", "remote/test_pipes.py", "s3/test_s3_profile.py",
+)
+
+
+def _rank(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((i for i, name in enumerate(LONGEST_FIRST) if path.endswith(name)), len(LONGEST_FIRST))
+
+
 def pytest_collection_modifyitems(items):
-    """Slow suites first (a stable sort: files and their tests keep their order otherwise). With two test
-    processes the long subprocess suites then overlap each other and the short tests fill in at the end,
-    instead of one long suite running alone at the end of the run."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Slow suites first, the longest of them first (a stable sort: files and their tests keep their order
+    otherwise). With two test processes the long suites then overlap each other and the short tests fill in at
+    the end, instead of one long suite running alone at the end of the run."""
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, _rank(item)))
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import pytest
 
 from bench.__main__ import BENCHMARKS, run_benchmark
 
+pytestmark = pytest.mark.slow  # whole-pipeline runs: CI and ./dev test, not the fast tier
 TINY = 0.001
 
 

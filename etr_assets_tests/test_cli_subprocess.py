@@ -20,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-DAYS = ("2025-01-01", "2025-01-02", "2025-01-03")
+DAYS = ("2025-01-01", "2025-01-02")  # a range of two days is a backfill as much as three
 PER_DAY = 50  # ETR_API_TRANSACTIONS_PER_DAY: the synthetic API serves exactly this many distinct transactions
 # The transaction lineage: gold's daily summary and everything upstream of it (raw -> bronze -> silver -> gold).
 # Not `group:raw,...,group:gold`: those groups also hold the customer/merchant assets, and gold.customer_profiles

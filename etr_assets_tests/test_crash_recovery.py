@@ -57,7 +57,7 @@ CONFIG = ApiConfig(transactions_per_day=50, base_customers=150, signups_per_day=
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 SEED = int(os.environ.get("ETR_CRASH_SEED", "20250101"))
 PAGE_SIZE = 20  # ~45 pages of customers per day: a download long enough to be cut in the middle
-SPARK_KILLS = 3  # after the mid-download kill: one per equal slice of a whole run
+SPARK_KILLS = 2  # after the mid-download kill: one per equal slice of a whole run (new seed, new moments)
 RUN_TIMEOUT_S = 420
 ENDPOINTS = ("transactions", "customers")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from dagster import DagsterInstance
 
 from etr_assets.definitions import build_definitions
@@ -33,6 +35,7 @@ def output_metadata(result) -> dict[str, dict]:
     }
 
 
+@pytest.mark.slow
 def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(lake, settings, api, monkeypatch):
     monkeypatch.delenv("ETR_AUDIT_KEY", raising=False)  # the local profile's documented development key
     spark, catalog, raw = lake, settings.catalog, local_raw_zone(settings.raw_root)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from etr_assets.lake import entities
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
@@ -22,6 +24,7 @@ def landing_history(spark, catalog):
     return rows, {(r["customer_id"], *(r[c] for c in TRACKED), r["_valid_from"], r["_valid_to"]) for r in rows}
 
 
+@pytest.mark.slow
 def test_customer_history_is_the_same_whatever_order_days_arrive_in(lake, settings, api):
     raw = local_raw_zone(settings.raw_root)
     client = ApiClient(api.url, api.config.token, page_size=500)

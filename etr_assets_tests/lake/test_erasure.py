@@ -81,6 +81,7 @@ def audit_rows(spark, catalog, request_id):
     return [r.asDict() for r in spark.table(GDPR_ACTIONS.qualified(catalog)).where(f"request_id = '{request_id}'").collect()]
 
 
+@pytest.mark.slow
 def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, settings, api):
     spark, catalog = lake, settings.catalog
     raw = build_lake(spark, settings, api)

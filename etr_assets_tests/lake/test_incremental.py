@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from pyspark.sql import functions as F
 
 from etr_assets.lake import transactions as pipeline
@@ -124,6 +126,7 @@ def test_compaction_snapshots_do_not_force_full_reads(lake, settings, raw):  # n
     assert dt.date.fromisoformat(str(D0)) == D0
 
 
+@pytest.mark.slow
 def test_through_dagster_the_cursor_lives_in_each_partitions_materialization(lake, settings):
     from dagster import AssetKey, DagsterInstance, materialize
 

@@ -150,7 +150,7 @@ def apply(spark, catalog, applied, batch, mode):
 
 
 @pytest.mark.parametrize("mode", [FULL, INCREMENTAL])
-@pytest.mark.parametrize("seed", [11, 23])
+@pytest.mark.parametrize("seed", [11, pytest.param(23, marks=pytest.mark.slow)])  # the fast tier runs one seed
 def test_any_order_and_replays_give_the_in_order_history(lake, settings, mode, seed):
     rng = random.Random(seed)
     truth = timeline(rng, keys=7, hours=60)

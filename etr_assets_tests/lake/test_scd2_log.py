@@ -56,7 +56,7 @@ def scenario(seed: int, mode: str, snapshot_hours=(12, 24, 36, 48, 59)):
     return make_batches(rng, truth, list(snapshot_hours), mode)
 
 
-@pytest.mark.parametrize(("mode", "seed"), [(FULL, 11), (INCREMENTAL, 23)])
+@pytest.mark.parametrize(("mode", "seed"), [(FULL, 11), pytest.param(INCREMENTAL, 23, marks=pytest.mark.slow)])
 def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, settings, mode, seed):
     catalog = settings.catalog
     batches = scenario(seed, mode, (12, 30, 45, 59))
@@ -102,6 +102,7 @@ def test_a_late_batch_falls_back_to_recompute_and_still_gives_the_in_order_histo
     assert table_rows(lake, catalog)[1] == model(batches[:3], FULL)
 
 
+@pytest.mark.slow
 def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, settings):
     catalog = settings.catalog
     batches = scenario(23, FULL)
