@@ -1,4 +1,4 @@
-"""Benchmark 1: seed 001's performance table, Iceberg (our silver table) against Hive-style partitioned Parquet.
+"""Benchmark 1: requirement R1's performance table, Iceberg (our silver table) against Hive-style partitioned Parquet.
 
 The same rows are written as plain Parquet partitioned by day (one file per day, sorted by customer like our
 write order: the best layout plain Parquet can have) and as the silver table (`ensure_table` on the real spec),
@@ -20,7 +20,7 @@ from bench.common import Lake, best_of, folder_bytes, measure, ratio, run_scan
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
-TITLE = "Benchmark 1 — seed 001's table: Iceberg silver against plain Parquet"
+TITLE = "Benchmark 1 — requirement R1's table: Iceberg silver against plain Parquet"
 MOR = {"write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read", "write.merge.mode": "merge-on-read"}
 COW = {key: "copy-on-write" for key in MOR}
 UPDATE_1PCT = "xxhash64(transaction_id) % 100 = 0"  # 1% of rows, spread over every day

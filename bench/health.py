@@ -120,6 +120,6 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
         }],
         "notes": [
             ("The Spark figures assume a warm session; a sensor or check without one would first pay a JVM start "
-            "(2-4 s) and the first Iceberg statement (3-4.5 s, STACK.md)."),
+            "(2-4 s) and the first Iceberg statement (3-4.5 s, docs/stack.md)."),
         ],
     }

@@ -92,6 +92,6 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
         }],
         "notes": [
             ("Both paths reuse a warm JVM. A real Dagster run is a new process: add the JVM start and first Iceberg "
-            "statement (5-8 s, STACK.md) and `import dagster` with the definitions (about 2 s)."),
+            "statement (5-8 s, docs/stack.md) and `import dagster` with the definitions (about 2 s)."),
         ],
     }

@@ -1,4 +1,4 @@
-"""Benchmark 2: our single-MERGE SCD2 against seed 002's four statements, and against plain Parquet (the floor).
+"""Benchmark 2: our single-MERGE SCD2 against requirement R2's four statements, and against plain Parquet (the floor).
 
 Both methods keep `landing.customers` (the real spec) from the same two full snapshots of the customer list:
 batch 0 (every key) is loaded first, untimed, as HISTORY_DAYS daily snapshots of an unchanged list; batch 1 (every key again, 1%, 10% or 50% of them changed in a
@@ -9,7 +9,7 @@ case starts from the same state.
   when it cannot extend: history is recomputed from the observations and only the difference merged, in one MERGE;
 - ours, extending: `apply_log` (what `build_landing` runs) after batch 1 was appended to the observation log: it
   reads only batch 1 and each key's last version, and merges only the keys that changed or disappeared;
-- seed 002, faithfully in Spark: (1) a temporary view over the batch's files with ROW_NUMBER per id and the file
+- requirement R2, faithfully in Spark: (1) a temporary view over the batch's files with ROW_NUMBER per id and the file
   path (Spark requires an ORDER BY in ROW_NUMBER's window: the file path; Athena's `"$path"` is Spark's
   `_metadata.file_path`), (2) MERGE closing current rows whose columns differ by `COALESCE(t.x, NULL) <>
   COALESCE(s.x, NULL)`, (3) INSERT of new and changed keys via a LEFT JOIN with the same test, (4) DROP the view;
@@ -30,7 +30,7 @@ from etr_assets.lake.scd2 import FULL, apply_observations
 from etr_assets.lake.scd2_log import EXTEND, apply_log, read_cursor, write_cursor
 from etr_assets.tables.entities import LANDING_CUSTOMERS
 
-TITLE = "Benchmark 2 — SCD2: one MERGE against seed 002's four statements and plain Parquet"
+TITLE = "Benchmark 2 — SCD2: one MERGE against requirement R2's four statements and plain Parquet"
 KEYS_PER_SCALE = (100_000, 1_000_000)
 SHARES = (1, 10, 50)  # percent of keys changed in batch 1
 REPLAY_SHARE = 10  # replays are timed at this share only (a replay changes nothing whatever the share)
@@ -95,7 +95,7 @@ def as_records(log_rows):
 
 
 def seed_statements(spark, table: str, path: str) -> int:
-    """Seed 002's steps 1-4 on one batch, in Spark SQL. Returns how many statements committed a snapshot."""
+    """Requirement R2's steps 1-4 on one batch, in Spark SQL. Returns how many statements committed a snapshot."""
     view = f"temp_source_{uuid.uuid4().hex[:8]}"
     # Step 1: the external table over the batch's files; `_path` plays Athena's "$path" pseudo-column.
     spark.read.parquet(path).select("*", "_metadata.file_path").withColumnRenamed("file_path", "_path") \
@@ -196,7 +196,7 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
             {**common, "method": "ours: one MERGE", "seconds": round(ours_s, 3), "rows_per_s": round(keys / ours_s),
              "input_bytes": ours_c["input_bytes"], "shuffle_read_bytes": ours_c["shuffle_read_bytes"],
              "replay_s": _rounded(ours_replay_s), "replay_commits": None if replay is None else int(replay.snapshot_id is not None)},
-            {**common, "method": "seed 002: four statements", "seconds": round(seed_s, 3),
+            {**common, "method": "requirement R2: four statements", "seconds": round(seed_s, 3),
              "rows_per_s": round(keys / seed_s), "input_bytes": seed_c["input_bytes"],
              "shuffle_read_bytes": seed_c["shuffle_read_bytes"], "commits": seed_commits,
              "replay_s": _rounded(seed_replay_s), "replay_commits": seed_replay_commits},
@@ -270,7 +270,7 @@ def run(lake: Lake, scale: float, repeats: int = 1) -> dict:
                 method: [next(r["rows_per_s"] for r in rows if r["keys"] == k and r["changed_percent"] == s
                               and r["method"] == method) for k in key_counts for s in SHARES]
                 for method in ("plain Parquet append (floor)", "ours: one MERGE", "ours: extend (new batch only)",
-                               "seed 002: four statements")
+                               "requirement R2: four statements")
             },
         }],
         "notes": [
@@ -282,7 +282,7 @@ def run(lake: Lake, scale: float, repeats: int = 1) -> dict:
                 "key's last version (build_landing's daily, in-order case); its cost grows with the table."
             ),
             (
-                "The seed's COALESCE(x, NULL) test misses value->NULL and NULL->value changes (STACK.md); the "
+                "The seed's COALESCE(x, NULL) test misses value->NULL and NULL->value changes (docs/stack.md); the "
                 "batches here change only non-NULL values, so both methods produce the same versions."
             ),
         ],

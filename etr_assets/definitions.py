@@ -39,7 +39,7 @@ def build_definitions(settings: Settings) -> Definitions:
         schedules=[daily_schedule(job), freshness_schedule(checks_job), maintenance.schedule],
         sensors=[build_pending_batches_sensor(settings), maintenance.sensor],
         resources=build_resources(settings) | ERASURE_RESOURCES | {"layer_runner": build_layer_runner(settings)},
-        # One process per run, steps in order: one JVM per run instead of one per step (STACK.md: 38 s -> 7 s).
+        # One process per run, steps in order: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s).
         executor=in_process_executor,
     )
 

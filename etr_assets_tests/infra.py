@@ -113,7 +113,7 @@ def list_keys(client, bucket: str, prefix: str = "") -> list[str]:
 
 # --- PostgreSQL 15 ----------------------------------------------------------------------------------------
 def _as_pg_user(command: list[str]) -> list[str]:
-    # initdb and pg_ctl refuse to run as root: run them as the postgres user (STACK.md).
+    # initdb and pg_ctl refuse to run as root: run them as the postgres user (docs/stack.md).
     return ["runuser", "-u", PG_USER, "--", *command] if is_root() else command
 
 

@@ -23,7 +23,7 @@ def typed(record: dict) -> tuple:
 
 
 def in_order_history(config, days):
-    """Seed 002's algorithm over full customer snapshots in day order (NULL-safe compare), as plain Python.
+    """Requirement R2's algorithm over full customer snapshots in day order (NULL-safe compare), as plain Python.
 
     Returns {(customer_id, *tracked values, valid_from, valid_to)}.
     """

@@ -1,7 +1,7 @@
 """A real Spark standalone cluster on loopback: one master and one small worker, from the pyspark wheel.
 
 A plain context manager (like `infra.py`'s servers): it starts both JVMs with the wheel's `bin/spark-class`
-(STACK.md), waits until the master lists the worker as ALIVE, yields the master URL, and stops exactly the two
+(docs/stack.md), waits until the master lists the worker as ALIVE, yields the master URL, and stops exactly the two
 processes it started, by pid, even when the test fails.
 """
 

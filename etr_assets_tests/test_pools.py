@@ -1,6 +1,6 @@
 """Two concurrent Dagster runs on the local profile: the per-table pools serialize writers of each table.
 
-The Hadoop catalog has no atomic commit on a local disk (STACK.md), so each table's writers take turns through
+The Hadoop catalog has no atomic commit on a local disk (docs/stack.md), so each table's writers take turns through
 a Dagster concurrency pool (`conf/dagster.yaml`: one slot per pool, op granularity). Two real `dagster asset
 materialize` processes start together on one instance; their bronze and silver steps must not overlap, and both
 days must land exactly.

@@ -1,6 +1,6 @@
 """Create the lake's databases and every table from the specs, before any data arrives; safe to re-run.
 
-Seed 002 found that Terraform cannot create Iceberg tables in Glue (an Iceberg-aware engine must write the first
+Requirement R2 found that Terraform cannot create Iceberg tables in Glue (an Iceberg-aware engine must write the first
 metadata.json): the application does it. Two ways, one result:
 
 - `bootstrap_with_spark`: `ensure_table` for each spec (create, or evolve to the spec) on the profile's Spark
@@ -62,7 +62,7 @@ def iceberg_type(type_name: str, where: str):
         "double": T.DoubleType(),
         "boolean": T.BooleanType(),
         "date": T.DateType(),
-        "timestamp": T.TimestamptzType(),  # Spark's timestamp is Iceberg's timestamptz (STACK.md)
+        "timestamp": T.TimestamptzType(),  # Spark's timestamp is Iceberg's timestamptz (docs/stack.md)
     }
     if type_name in simple:
         return simple[type_name]

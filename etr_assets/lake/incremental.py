@@ -8,7 +8,7 @@ plans one of three reads from the snapshots committed since:
   scan, `start-snapshot-id` exclusive to `end-snapshot-id` inclusive) and merge them into what the day holds;
 - `full`: the day was never built, the cursor is gone from the table's history (expired, rolled back), the
   downstream table was rolled back past the build, or a non-append snapshot (overwrite, delete) changed the
-  day. Iceberg's incremental scan silently skips such snapshots (STACK.md), so the day is read whole.
+  day. Iceberg's incremental scan silently skips such snapshots (docs/stack.md), so the day is read whole.
 
 Compaction (`replace`) snapshots change no rows and are ignored. Which days a non-append snapshot changed is
 read from the manifest entries it added or deleted (`all_entries`), so rewriting one day never forces a

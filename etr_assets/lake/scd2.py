@@ -1,6 +1,6 @@
 """SCD2 history as a pure function of what the source sent, applied with one MERGE.
 
-Seed 002 applies each batch with four statements and a COALESCE change test that misses value->NULL changes.
+Requirement R2 applies each batch with four statements and a COALESCE change test that misses value->NULL changes.
 Here a key's history is computed from its *observations*:
 
 - each batch contributes, per key, its latest record by the sequence column (ties broken deterministically);

@@ -18,7 +18,7 @@ from etr_assets.settings import Settings
 SCALA = "2.12"  # pyspark 3.5 is built for Scala 2.12
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
-# Jars the `s3` profile needs beside Spark's hadoop-client 3.3.4 (STACK.md); setup fetches them here.
+# Jars the `s3` profile needs beside Spark's hadoop-client 3.3.4 (docs/stack.md); setup fetches them here.
 S3A_JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
 POSTGRES_JDBC_GLOB = "/usr/share/java/postgresql*.jar"
 

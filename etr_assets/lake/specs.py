@@ -21,7 +21,7 @@ MIB = 1024 * 1024
 METRICS_COLUMN_PROPERTY = "write.metadata.metrics.column.{}"
 PERSONAL_DATA_METRICS = "counts"
 
-# Properties every table gets unless its spec overrides them (seed 001, STACK.md, apache/iceberg #732).
+# Properties every table gets unless its spec overrides them (requirement R1, docs/stack.md, apache/iceberg #732).
 DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
     {
         "format-version": "2",
@@ -138,7 +138,7 @@ class HealthThresholds:
             raise SpecError(f"health threshold error_factor={self.error_factor} must be at least 1")
 
 
-# Columns every SCD2 table carries (seed 002), after its business columns.
+# Columns every SCD2 table carries (requirement R2), after its business columns.
 SCD2_COLUMNS = (
     Column("_ingested_at", "timestamp", "When this version row was last written", required=True),
     Column("_source_file", "string", "Raw-zone file of the record that started this version", required=True),
@@ -280,7 +280,7 @@ class TableSpec:
         return "\n".join(lines)
 
     def write_order_ddl(self, catalog: str) -> str | None:
-        """Cluster writes by partition and sort inside each file (STACK.md: avoids OOM, keeps files few)."""
+        """Cluster writes by partition and sort inside each file (docs/stack.md: avoids OOM, keeps files few)."""
         if not self.write_order:
             return None
         return f"ALTER TABLE {self.qualified(catalog)} WRITE DISTRIBUTED BY PARTITION LOCALLY ORDERED BY {', '.join(self.write_order)}"

@@ -85,7 +85,7 @@ class Growth:
 
 
 def daily_growth(spark, qualified: str, now: dt.datetime | None = None, window: dt.timedelta = dt.timedelta(days=1)) -> Growth:
-    """Rows now against rows a day earlier, through time travel (seed 001's validate_data_quality)."""
+    """Rows now against rows a day earlier, through time travel (requirement R1's validate_data_quality)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     since = now - window
     rows_now = spark.table(qualified).count()

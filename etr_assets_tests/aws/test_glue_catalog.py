@@ -1,6 +1,6 @@
 """The aws profile's catalog on moto's Glue and S3: bootstrap from the specs, metadata reads through pyiceberg.
 
-Spark's GlueCatalog cannot run here (no AWS SDK v2 jars; STACK.md), so the JVM-free path the code location uses in
+Spark's GlueCatalog cannot run here (no AWS SDK v2 jars; docs/stack.md), so the JVM-free path the code location uses in
 production (pyiceberg's GlueCatalog) is what runs against moto, and a test checks it creates the same tables as
 Spark's DDL from the same specs.
 """

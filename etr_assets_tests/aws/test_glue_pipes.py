@@ -2,7 +2,7 @@
 and a stand-in for the Glue service that runs each job run on this machine the way Glue 5.0 would: `spark-submit`
 of the job script fetched from the job's S3 location, with the run's `--conf`, the Iceberg runtime (what
 `--datalake-formats iceberg` adds), the package from `--extra-py-files`, and the run's arguments (Pipes' included).
-Spark's GlueCatalog cannot run here (STACK.md), so the job writes the local Hadoop catalog."""
+Spark's GlueCatalog cannot run here (docs/stack.md), so the job writes the local Hadoop catalog."""
 
 from __future__ import annotations
 

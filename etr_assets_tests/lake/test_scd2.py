@@ -98,7 +98,7 @@ def make_batches(rng, truth, snapshot_hours, mode):
 
 
 def model(batches, mode):
-    """Seed 002's per-batch algorithm, applied in snapshot order, with NULL-safe comparison (Python ==)."""
+    """Requirement R2's per-batch algorithm, applied in snapshot order, with NULL-safe comparison (Python ==)."""
     versions: dict[int, list[list]] = {}
     for batch in sorted(batches, key=lambda b: b["t"]):
         latest = {}
