@@ -59,10 +59,10 @@ def _local_metadata_file(settings: Settings, spec: TableSpec | TableName) -> Pat
     does without a hint, the highest version present); None if the table was never created."""
     folder = _local_table_dir(settings, spec) / "metadata"
     hint = folder / "version-hint.text"
-    versions = sorted(
-        (int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ()) if (m := _VERSION_FILE.match(p.name))
-    )
-    if not hint.exists():
+    if not hint.exists():  # listed only then: the hint is the normal case and `etr tables` reads every table
+        versions = sorted(
+            (int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ()) if (m := _VERSION_FILE.match(p.name))
+        )
         return versions[-1][1] if versions else None
     version = hint.read_text().strip()
     path = folder / f"v{version}.metadata.json"
