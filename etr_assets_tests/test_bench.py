@@ -62,7 +62,7 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     assert len(ours) == 1 and all(r["replay_commits"] == 0 and r["changed_keys"] > 0 for r in ours)
     extended = [r for r in rows if r["method"] == "ours: extend (new batch only)"]  # the bench checks it extended
     assert len(extended) == 1 and all(r["seconds"] > 0 for r in extended)
-    seed = [r for r in rows if r["method"].startswith("requirement R2")]
+    seed = [r for r in rows if r["method"].startswith("seed")]
     assert all(r["commits"] >= 1 for r in seed)
 
 
