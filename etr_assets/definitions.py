@@ -5,7 +5,7 @@ Importing it reads settings and builds definitions only: no JVM starts until an 
 
 from __future__ import annotations
 
-from dagster import Definitions, in_process_executor
+from dagster import Definitions
 
 from etr_assets.defs.bootstrap import build_bootstrap_job
 from etr_assets.defs.common import table_key
@@ -14,10 +14,11 @@ from etr_assets.defs.entities import build_entity_assets
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
 from etr_assets.defs.jobs import daily_schedule, pipeline_job
 from etr_assets.defs.maintenance import build_maintenance
-from etr_assets.defs.operations import rollback_table, silver_daily_growth
+from etr_assets.defs.operations import abandon_raw_batch, rollback_table, silver_daily_growth
 from etr_assets.defs.quality import build_freshness_checks, freshness_job, freshness_schedule
 from etr_assets.defs.raw import build_raw_assets
 from etr_assets.defs.resources import build_resources
+from etr_assets.defs.run_guard import dead_runs_sensor, in_process_executor
 from etr_assets.defs.sensors import build_pending_batches_sensor
 from etr_assets.defs.transactions import build_transaction_assets
 from etr_assets.settings import Settings
@@ -35,11 +36,12 @@ def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=assets,
         asset_checks=[silver_daily_growth, *freshness, *maintenance.checks],
-        jobs=[job, rollback_table, build_bootstrap_job(settings), checks_job, erasure, maintenance.job],
+        jobs=[job, rollback_table, abandon_raw_batch, build_bootstrap_job(settings), checks_job, erasure, maintenance.job],
         schedules=[daily_schedule(job), freshness_schedule(checks_job), maintenance.schedule],
-        sensors=[build_pending_batches_sensor(settings), maintenance.sensor],
+        sensors=[build_pending_batches_sensor(settings), maintenance.sensor, dead_runs_sensor],
         resources=build_resources(settings) | ERASURE_RESOURCES | {"layer_runner": build_layer_runner(settings)},
-        # One process per run, steps in order: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s).
+        # One process per run, steps in order: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s);
+        # guarded: a run first fails the dead runs of its host and frees their pool slots (defs/run_guard.py).
         executor=in_process_executor,
     )
 

@@ -79,3 +79,53 @@ def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
 
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert rows == [{"day": day, "n": PER_DAY} for day in DAYS]
+
+
+def slot_holders(dagster_home: Path, pool: str) -> set[str]:
+    from dagster import DagsterInstance
+
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    with DagsterInstance.get() as instance:
+        return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots}
+
+
+@pytest.mark.slow
+def test_a_run_killed_inside_a_pooled_step_does_not_wedge_the_next_run(tmp_path, monkeypatch):
+    """kill -9 of a run's whole process group (JVM included) while it holds the bronze pool's slot; the same
+    command again must finish on its own, and the killed run ends as failed."""
+    import time
+
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY), PYTHONWARNINGS="ignore")
+    home = Path(env["DAGSTER_HOME"])
+    subprocess.run([DAGSTER, "instance", "migrate"], env=env, capture_output=True, check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "etr_assets.defs.pools"], env=env, capture_output=True, check=True, timeout=120)
+    pool = "iceberg_bronze_bnpl_transactions_raw"
+    command = [DAGSTER, "asset", "materialize", "-m", "etr_assets.definitions", "--select",
+               "raw/bnpl_transactions,bronze/bnpl_transactions_raw", "--partition", DAYS[0]]
+    log = tmp_path / "first-run.log"
+    with log.open("w") as output:
+        first = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1], stdout=output,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not slot_holders(home, pool):
+            assert first.poll() is None, f"the run ended before claiming the bronze pool's slot:\n{tail(log.read_text())}"
+            assert time.monotonic() < deadline, "the run never claimed the bronze pool's slot"
+            time.sleep(0.5)
+        (killed,) = slot_holders(home, pool)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)  # the run, its JVM, everything in its group
+        first.wait()
+
+    second = subprocess.run(command, env=env, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                            timeout=420)
+    assert second.returncode == 0, tail(second.stderr)
+    os.environ["DAGSTER_HOME"] = str(home)
+    with DagsterInstance.get() as instance:
+        assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE
+        assert {r.status for r in instance.get_runs() if r.run_id != killed} == {DagsterRunStatus.SUCCESS}
+    assert slot_holders(home, pool) == set()

@@ -67,7 +67,10 @@ def table_check_specs(spec: TableSpec) -> list[AssetCheckSpec]:
     key = table_key(spec)
     when = "before publishing" if spec.table_properties.get("write.wap.enabled") == "true" else "after writing"
     specs = [
-        AssetCheckSpec(c.name, asset=key, blocking=True, description=f"Blocking, {when}: {c.description}")
+        AssetCheckSpec(c.name, asset=key, blocking=True, description=(
+            f"Per record, {when}: {c.description} (a row that breaks it is held back in quarantine; blocks only if "
+            "one got through)" if c.per_record else f"Blocking, {when}: {c.description}"
+        ))
         for c in spec.expectations
     ]
     if spec.unique_key:
@@ -92,6 +95,13 @@ def quarantine_check(spec: TableSpec) -> AssetCheckSpec:
     """Bronze's own check: the share of received records refused into quarantine (the run fails above the limit)."""
     return AssetCheckSpec("quarantine_rate", asset=table_key(spec),
                           description="Warns when any received record was refused into quarantine")
+
+
+def record_quarantine_check(spec: TableSpec) -> AssetCheckSpec:
+    """Rows held back by the spec's per-record expectations (the rest of the day was published)."""
+    rules = ", ".join(c.description for c in spec.expectations if c.per_record)
+    return AssetCheckSpec("records_quarantined", asset=table_key(spec),
+                          description=f"Warns when a row broke a per-record expectation ({rules}) and was held back")
 
 
 def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:

@@ -17,7 +17,6 @@ from dagster import (
     Nothing,
     OpExecutionContext,
     Out,
-    in_process_executor,
     job,
     mem_io_manager,
     op,
@@ -26,6 +25,7 @@ from pydantic import Field
 
 from etr_assets.defs.common import table_key, table_pool
 from etr_assets.defs.resources import LakeResource, RawZoneResource
+from etr_assets.defs.run_guard import in_process_executor
 from etr_assets.lake.erasure import (
     LAYER_ORDER,
     ErasureRequest,

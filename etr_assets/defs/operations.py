@@ -1,4 +1,5 @@
-"""Operator tools in the UI: roll a table back to a snapshot (with a reason), and the daily-growth check."""
+"""Operator tools in the UI: roll a table back to a snapshot, abandon a raw batch the source will not fix (each
+with a reason, audited), and the daily-growth check."""
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -14,11 +15,17 @@ from dagster import (
 from pydantic import Field
 
 from etr_assets.defs.common import table_key
-from etr_assets.defs.resources import LakeResource
+from etr_assets.defs.resources import LakeResource, RawZoneResource
+from etr_assets.lake.bronze import BadInputError, abandon_batch
+from etr_assets.lake.entities import CUSTOMERS, MERCHANTS
 from etr_assets.lake.quality import Metric, record_metrics
 from etr_assets.lake.timetravel import NoSuchSnapshot, NotAnAncestor, daily_growth, rollback
+from etr_assets.lake.transactions import TRANSACTIONS
 from etr_assets.tables import spec_for
+from etr_assets.tables.operations import TABLE_CHANGES
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
+
+RAW_FEEDS = {feed.endpoint: feed for feed in (TRANSACTIONS, CUSTOMERS.raw, MERCHANTS.raw)}
 
 
 class RollbackConfig(Config):
@@ -47,6 +54,33 @@ def rollback_table_op(context: OpExecutionContext, config: RollbackConfig, lake:
 )
 def rollback_table():
     rollback_table_op()
+
+
+class AbandonBatchConfig(Config):
+    endpoint: str = Field(description="Endpoint of the batch: " + ", ".join(RAW_FEEDS))
+    batch_id: str = Field(description="The pending batch, e.g. 2025-01-03_20250104T020000000000Z_a1b2c3 (named by the "
+                          "failed run, the bronze materialization's refused_pending_batches, or the pending-batch sensor)")
+    reason: str = Field(description="Why it will not be loaded: recorded in audit.table_changes")
+
+
+@op(description="Closes a pending raw batch without loading it and records why in audit.table_changes; later runs "
+    "no longer wait for it, and its day keeps what bronze holds until a new download of the day.")
+def abandon_raw_batch_op(
+    context: OpExecutionContext, config: AbandonBatchConfig, lake: LakeResource, raw_zone: RawZoneResource
+) -> None:
+    if config.endpoint not in RAW_FEEDS:
+        raise Failure(description=f"unknown endpoint {config.endpoint!r}; known: {', '.join(RAW_FEEDS)}")
+    try:
+        record = abandon_batch(lake.session(), lake.catalog, raw_zone.zone(), RAW_FEEDS[config.endpoint],
+                               config.batch_id, config.reason, TABLE_CHANGES, context.run_id)
+    except (BadInputError, ValueError) as error:
+        raise Failure(description=str(error)) from None
+    context.log.info(record["reason"])
+
+
+@job(name="abandon_raw_batch", description="Abandon a raw batch the source will not fix, with a reason (audited).")
+def abandon_raw_batch():
+    abandon_raw_batch_op()
 
 
 @asset_check(

@@ -20,6 +20,7 @@ from etr_assets.defs.common import (
     check_results,
     days_of,
     quarantine_check,
+    record_quarantine_check,
     table_asset,
     table_key,
     table_result,
@@ -67,7 +68,9 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         [table_key(BRONZE_TRANSACTIONS)],
         "Typed and validated transactions, one row per transaction id (latest update wins). Each day reads only "
         "the bronze rows appended since it was last built (or the whole day when bronze rewrote it), is replaced "
-        "atomically on an audit branch, and is published only when the blocking checks pass.",
+        "atomically on an audit branch, and is published only when the blocking checks pass. A transaction that breaks "
+        "a per-record expectation waits in silver.quarantine_transactions; the rest of its day publishes.",
+        extra_checks=(record_quarantine_check(SILVER_TRANSACTIONS),),
     )
     def silver_bnpl_transactions_clean(
         context: AssetExecutionContext, config: SilverConfig, lake: LakeResource, layer_runner: LayerRunner

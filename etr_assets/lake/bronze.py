@@ -14,11 +14,11 @@ import dataclasses
 import datetime as dt
 
 from etr_assets.lake.evolve import TableChanges, ensure_table
-from etr_assets.lake.frames import conform
+from etr_assets.lake.frames import conform, spark_schema
 from etr_assets.lake.quality import WARN, CheckOutcome
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.validate import Validated, read_validated
-from etr_assets.lake.writes import CommitInfo, append, replace_days
+from etr_assets.lake.writes import CommitInfo, append, current_snapshot_id, replace_days
 from etr_assets.sources.raw_zone import Batch, RawZone
 
 DEFAULT_MAX_REJECT_RATE = 0.05
@@ -41,6 +41,9 @@ class RawFeed:
     quarantine: TableSpec
     day_column: str  # bronze column holding the batch's business day (what a rerun replaces)
     record_day_column: str | None = None  # a record field that must equal the batch day, if any
+    # The entity key of a full-snapshot endpoint: a refused record's key is kept in quarantine, because the record
+    # still says the key is in the snapshot (SCD2 must not read its absence from bronze as a deletion).
+    key_column: str | None = None
 
     @property
     def api_columns(self):
@@ -69,7 +72,7 @@ def _validate(spark, raw: RawZone, feed: RawFeed, batch: Batch) -> Validated:
         feed.bronze.checks,
         day_column=feed.record_day_column,
         day=batch.day,
-        subject_column=feed.quarantine.subject_column,
+        carry_columns=tuple(c for c in (feed.quarantine.subject_column, feed.key_column) if c),
     )
 
 
@@ -87,14 +90,14 @@ def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date])
     return replace_days(spark, qualified, df, day_column, days)
 
 
-def _refuse_shrinking_days(spark, catalog: str, feed: RawFeed, chosen, checked, max_day_shrink: float) -> None:
+def _shrinking_days(spark, catalog: str, feed: RawFeed, chosen, checked, max_day_shrink: float) -> dict[dt.date, str]:
+    """Per day whose reload would shrink it past `max_day_shrink`, why it is refused."""
     from pyspark.sql import functions as F
 
-    if max_day_shrink >= 1:
-        return
     qualified = feed.bronze.qualified(catalog)
-    if not spark.catalog.tableExists(qualified):
-        return
+    if max_day_shrink >= 1 or not spark.catalog.tableExists(qualified):
+        return {}
+    refused = {}
     before = {
         r[0]: r[1]
         for r in spark.table(qualified).where(F.col(feed.day_column).isin(sorted(chosen)))
@@ -103,12 +106,28 @@ def _refuse_shrinking_days(spark, catalog: str, feed: RawFeed, chosen, checked, 
     for day, result in checked.items():
         loaded, arriving = before.get(day, 0), result.accepted_count
         if loaded and arriving < loaded * (1 - max_day_shrink):
-            raise BadInputError(
+            refused[day] = (
                 f"raw batch {chosen[day].key}: reloading {day} would shrink {feed.bronze.identifier} from {loaded} to "
                 f"{arriving} rows ({1 - arriving / loaded:.0%} fewer; at most {max_day_shrink:.0%} allowed); nothing was "
                 f"written and the batch stays pending. If the source really dropped those records, re-run with "
                 f"max_day_shrink 1.0 (run config resources.raw_zone.config.max_day_shrink)"
             )
+    return refused
+
+
+def _refused_batches(spark, catalog, feed, chosen, checked, max_reject_rate, max_day_shrink) -> dict[dt.date, str]:
+    """Per day whose batch must not be loaded (too many records refused, or a shrink), why."""
+    refused = {
+        day: (
+            f"raw batch {chosen[day].key}: {result.quarantined_count} of {result.received} records refused "
+            f"({result.reject_rate:.1%} > the {max_reject_rate:.1%} allowed); nothing was written and the batch "
+            f"stays pending. First: " + "; ".join(result.first_reasons)
+        )
+        for day, result in checked.items()
+        if result.reject_rate > max_reject_rate
+    }
+    shrinking = _shrinking_days(spark, catalog, feed, chosen, {d: r for d, r in checked.items() if d not in refused}, max_day_shrink)
+    return refused | shrinking
 
 
 def load_bronze_days(
@@ -123,8 +142,11 @@ def load_bronze_days(
 ) -> LayerResult:
     """Load `days` (and, with `finish_pending`, every other day with a downloaded batch still pending).
 
-    A reload that would leave a loaded day with fewer than (1 - max_day_shrink) of its rows fails before writing,
-    naming the batch; the batch stays pending and the table is unchanged.
+    A batch with too many refused records, or whose reload would leave a loaded day with fewer than
+    (1 - max_day_shrink) of its rows, is not loaded and stays pending: for a requested day the run fails before
+    writing anything, naming the batch; an earlier pending day is skipped (named in `extra` and the warnings), so
+    one refused batch never blocks the days after it. It is loaded once fixed (a new download, a run that allows
+    it) or closed with `abandon_batch`.
     """
     from pyspark.sql import functions as F
 
@@ -143,15 +165,17 @@ def load_bronze_days(
         chosen[day] = batch
 
     checked = {day: _validate(spark, raw, feed, batch) for day, batch in chosen.items()}
+    skipped: dict[str, str] = {}  # batch key -> why it waits
     try:
-        for day, result in checked.items():
-            if result.reject_rate > max_reject_rate:
-                raise BadInputError(
-                    f"raw batch {chosen[day].key}: {result.quarantined_count} of {result.received} records refused "
-                    f"({result.reject_rate:.1%} > the {max_reject_rate:.1%} allowed); nothing was written and the batch "
-                    f"stays pending. First: " + "; ".join(result.first_reasons)
-                )
-        _refuse_shrinking_days(spark, catalog, feed, chosen, checked, max_day_shrink)
+        refused = _refused_batches(spark, catalog, feed, chosen, checked, max_reject_rate, max_day_shrink)
+        for day in sorted(refused):
+            if day in requested:
+                raise BadInputError(refused[day])
+        for day in refused:  # an earlier batch still refused: it waits, the requested days go ahead
+            skipped[chosen[day].key] = refused[day]
+            checked.pop(day).release()
+            chosen.pop(day)
+            days = [d for d in days if d != day]
         accepted = quarantined = None
         for day, result in checked.items():
             batch_columns = {"_batch_id": F.lit(chosen[day].batch_id), "_ingested_at": F.current_timestamp()}
@@ -161,6 +185,10 @@ def load_bronze_days(
             bad = result.quarantined.withColumns(
                 {"_batch_id": F.lit(chosen[day].batch_id), "_batch_day": F.lit(day), "quarantined_at": F.current_timestamp()}
             )
+            if feed.key_column:
+                key = F.col(feed.key_column)
+                held = F.concat(F.lit(f"; {feed.key_column} "), key.cast("string"), F.lit(" is in the snapshot: its history stays as it was"))
+                bad = bad.withColumn("reason", F.when(key.isNotNull(), F.concat("reason", held)).otherwise(F.col("reason")))
             accepted = rows if accepted is None else accepted.unionByName(rows)
             quarantined = bad if quarantined is None else quarantined.unionByName(bad)
 
@@ -192,6 +220,7 @@ def load_bronze_days(
             f"{feed.endpoint}: {quarantined_count} record(s) quarantined in {feed.quarantine.identifier}; first: "
             + "; ".join(r for result in checked.values() for r in result.first_reasons[:2])
         )
+    warnings += [f"skipped, still pending: {message}" for message in skipped.values()]
     rate_by_day = {d.isoformat(): round(r.reject_rate, 6) for d, r in checked.items()}
     quarantine = CheckOutcome(
         "quarantine_rate",
@@ -215,7 +244,39 @@ def load_bronze_days(
             "unknown_fields": ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items())) or "none",
             "batches": ", ".join(b.batch_id for b in chosen.values()),
             "finished_pending_days": ", ".join(d.isoformat() for d in chosen if d not in requested) or "none",
+            "refused_pending_batches": ", ".join(skipped) or "none",
         },
         tuple(warnings),
         (quarantine,),
     )
+
+
+def abandon_batch(
+    spark, catalog: str, raw: RawZone, feed: RawFeed, batch_id: str, reason: str, audit: TableSpec, run_id: str = ""
+) -> dict:
+    """Close a pending batch of `feed` without loading it (its source will not fix it), recorded in `audit`
+    (audit.table_changes: action ABANDON_BATCH, the batch and the reason). Its files stay as evidence; its day keeps
+    what bronze holds (an earlier batch, or nothing) and a later download of the day loads as usual."""
+    if not reason.strip():
+        raise ValueError(f"abandoning raw batch {batch_id} needs a reason")
+    pending = {b.batch_id: b for b in raw.pending(feed.source, feed.endpoint)}
+    batch = pending.get(batch_id.rsplit("/", 1)[-1])
+    if batch is None:
+        raise BadInputError(
+            f"no pending raw batch {batch_id!r} under {feed.source}/{feed.endpoint}; pending: {', '.join(pending) or 'none'}"
+        )
+    raw.abandon(batch, reason, {"run_id": run_id})
+    bronze = feed.bronze.qualified(catalog)
+    snapshot = current_snapshot_id(spark, bronze) if spark.catalog.tableExists(bronze) else None
+    record = {
+        "table_name": bronze,
+        "action": "ABANDON_BATCH",
+        "from_snapshot_id": None,
+        "to_snapshot_id": str(snapshot) if snapshot is not None else "none",
+        "reason": f"raw batch {batch.key} abandoned: {reason}",
+        "run_id": run_id,
+        "executed_at": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+    }
+    ensure_table(spark, catalog, audit)
+    append(spark, audit.qualified(catalog), spark.createDataFrame([record], schema=spark_schema(audit.columns)))
+    return record

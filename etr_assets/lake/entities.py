@@ -39,10 +39,12 @@ class EntityFeed:
 
 
 CUSTOMERS = EntityFeed(
-    RawFeed(SOURCE, "customers", BRONZE_CUSTOMERS, QUARANTINE_CUSTOMERS, day_column="_as_of"), LANDING_CUSTOMERS
+    RawFeed(SOURCE, "customers", BRONZE_CUSTOMERS, QUARANTINE_CUSTOMERS, day_column="_as_of", key_column="customer_id"),
+    LANDING_CUSTOMERS,
 )
 MERCHANTS = EntityFeed(
-    RawFeed(SOURCE, "merchants", BRONZE_MERCHANTS, QUARANTINE_MERCHANTS, day_column="_as_of"), LANDING_MERCHANTS
+    RawFeed(SOURCE, "merchants", BRONZE_MERCHANTS, QUARANTINE_MERCHANTS, day_column="_as_of", key_column="merchant_id"),
+    LANDING_MERCHANTS,
 )
 
 
@@ -86,7 +88,18 @@ def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], fu
     """
     ensure_table(spark, catalog, feed.landing)
     bronze = feed.raw.bronze.qualified(catalog)
-    return apply_log(spark, catalog, feed.landing, bronze, lambda rows: scd2_records(rows, feed), feed.mode, full_refresh)
+    to_records = lambda rows: scd2_records(rows, feed)  # noqa: E731
+    return apply_log(spark, catalog, feed.landing, bronze, to_records, feed.mode, full_refresh, held_keys(spark, catalog, feed))
+
+
+def held_keys(spark, catalog: str, feed: EntityFeed):
+    """(key, `_batch_id`) of records a snapshot sent that validation refused: present, state unknown."""
+    key = feed.landing.scd2.key
+    quarantine = feed.raw.quarantine.qualified(catalog)
+    if feed.mode != FULL or not spark.catalog.tableExists(quarantine):
+        return None
+    table = spark.table(quarantine)
+    return table.where(table[key].isNotNull()).select(key, "_batch_id") if key in table.columns else None
 
 
 def customer_profiles(spark, catalog: str, days: list[dt.date]):

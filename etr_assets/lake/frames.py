@@ -28,6 +28,39 @@ def spark_type(type_name: str):
     raise ValueError(f"unsupported column type {type_name!r}")
 
 
+# The text a JSON value must have to be read as each type. Spark's casts are lenient (a fractional value into an
+# integer truncates, "NaN" and "Infinity" are doubles, a date takes any trailing text): input that is not exactly
+# of the column's type is refused ("a value of the wrong type") instead of being changed into another value.
+_EXACT_TEXT = {
+    "bigint": r"^-?[0-9]{1,19}$",
+    "int": r"^-?[0-9]{1,10}$",
+    "double": r"^-?[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$",
+    "float": r"^-?[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$",
+    "boolean": r"^(true|false)$",
+    "date": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
+    "timestamp": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,9})?)?(Z|[-+][0-9]{2}(:?[0-9]{2})?)?$",
+}
+
+
+def parse_exactly(text, type_name: str):
+    """`text` (a string column) as `type_name`, or NULL when the text is not exactly a value of that type: the
+    integer, decimal (within its precision and scale), finite number, boolean, date or ISO-8601 timestamp."""
+    from pyspark.sql import functions as F
+
+    if type_name == "string":
+        return text
+    decimal = _DECIMAL.match(type_name)
+    if decimal:
+        whole, fraction = int(decimal.group(1)) - int(decimal.group(2)), int(decimal.group(2))
+        pattern = rf"^-?[0-9]{{1,{max(whole, 1)}}}" + (rf"([.][0-9]{{1,{fraction}}})?$" if fraction else "$")
+    else:
+        pattern = _EXACT_TEXT[type_name]
+    value = text.cast(spark_type(type_name))
+    if type_name in ("double", "float"):
+        value = F.when(~F.isnan(value) & (F.abs(value) != F.lit(float("inf"))), value)
+    return F.when(text.rlike(pattern), value)
+
+
 def spark_schema(columns: Iterable[Column]):
     """A StructType for reading input with exactly these columns (all nullable: input may lack them)."""
     from pyspark.sql import types as T

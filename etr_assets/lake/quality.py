@@ -78,6 +78,40 @@ def _per_day(df, day_column: str | None, days: list[dt.date]) -> dict[str, float
     return {d.isoformat(): float(found.get(d.isoformat(), 0)) for d in sorted(days)}
 
 
+def split_by_record_rules(df, spec: TableSpec):
+    """(rows that keep every per-record expectation of `spec`, the others with the first rule broken as `reason`
+    and `quarantined_at`)."""
+    from pyspark.sql import functions as F
+
+    rules = [c for c in spec.expectations if c.per_record]
+    if not rules:
+        return df, None
+    reason = F.coalesce(*[F.when(~F.coalesce(F.expr(c.predicate), F.lit(True)), F.lit(c.description)) for c in rules])
+    marked = df.withColumn("_broken", reason)
+    kept = marked.where(F.col("_broken").isNull()).drop("_broken")
+    held = marked.where(F.col("_broken").isNotNull()).withColumnRenamed("_broken", "reason")
+    return kept, held.withColumn("quarantined_at", F.current_timestamp())
+
+
+def record_quarantine_outcome(quarantine_df, day_column: str, days: list[dt.date], table: str) -> CheckOutcome:
+    """Rows of `days` held back in a record quarantine (WARN): the rest of each day was published."""
+    from pyspark.sql import functions as F
+
+    rows = quarantine_df.where(F.col(day_column).isin(sorted(days)))
+    by_day = _per_day(rows, day_column, days)
+    count = int(sum(by_day.values()))
+    reasons = [f"{r['reason']} ({r['count']})" for r in rows.groupBy("reason").count().orderBy("reason").collect()] if count else []
+    return CheckOutcome(
+        "records_quarantined",
+        f"no row of the day breaks a per-record expectation (broken rows wait in {table})",
+        count == 0,
+        count,
+        "; ".join(reasons)[:400],
+        severity=WARN,
+        by_day=by_day,
+    )
+
+
 def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[CheckOutcome]:
     """Each of the spec's expectations over the rows of `days` (all rows when the table has no day column)."""
     from pyspark.sql import functions as F

@@ -4,7 +4,9 @@ Requirement R2 applies each batch with four statements and a COALESCE change tes
 Here a key's history is computed from its *observations*:
 
 - each batch contributes, per key, its latest record by the sequence column (ties broken deterministically);
-- a full-snapshot batch also says "absent at the snapshot time" for every known key it does not contain.
+- a full-snapshot batch also says "absent at the snapshot time" for every known key it does not contain, except
+  the keys it *held*: sent, but refused by validation (quarantined). A record we could not read means "we do not
+  know", never "gone", so a held key keeps whatever version it had.
 
 Ordering observations by the sequence column, collapsing consecutive equal states (NULL-safe: value->NULL and
 NULL->value are changes, NULL->NULL is not) and cutting intervals at each change gives the versions:
@@ -47,11 +49,12 @@ class Scd2Result:
         return bool(self.inserted or self.updated or self.deleted)
 
 
-def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_snapshot_at"):
+def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_snapshot_at", held=None):
     """Per (key, batch) the latest record, plus absence markers of full snapshots.
 
     `records` has the key, the sequence, the tracked columns, any other columns to carry, and `_batch_id`,
-    `_source_file` and `snapshot_time_column` (when the batch's snapshot was taken).
+    `_source_file` and `snapshot_time_column` (when the batch's snapshot was taken). `held`: (key, `_batch_id`)
+    of records a snapshot sent that could not be read; they are not absences.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -73,11 +76,17 @@ def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_s
     absent = (
         first_seen.crossJoin(snapshots)
         .where(F.col("_seq") > F.col("_first_seq"))
-        .join(present.select(scd2.key, "_batch_id"), [scd2.key, "_batch_id"], "left_anti")
+        .join(in_snapshot(present, held, scd2.key), [scd2.key, "_batch_id"], "left_anti")
         .withColumn("_deleted", F.lit(True))
         .drop("_first_seq")
     )
     return present.drop(snapshot_time_column).unionByName(absent, allowMissingColumns=True)
+
+
+def in_snapshot(present, held, key: str):
+    """(key, `_batch_id`) of every key a snapshot contained: read (`present`) or sent but unreadable (`held`)."""
+    keys = present.select(key, "_batch_id")
+    return keys if held is None else keys.unionByName(held.select(key, "_batch_id"))
 
 
 def history(events, spec: TableSpec):
@@ -168,18 +177,20 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, existing=No
     )
 
 
-def apply_observations(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None) -> Scd2Result:
-    """The whole step: observations -> history -> one MERGE. `keys`: which keys to recompute (default: all).
+def apply_observations(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None, held=None) -> Scd2Result:
+    """The whole step: observations -> history -> one MERGE. `keys`: which keys to recompute (default: all);
+    `held`: keys full snapshots sent but could not be read (`observations`).
 
     A MERGE that loses to a concurrent commit on the same files is recomputed from fresh data and re-run.
     """
-    return with_retries(spark, spec.qualified(catalog), lambda: recompute(spark, catalog, spec, records, mode, keys))
+    attempt = lambda: recompute(spark, catalog, spec, records, mode, keys, held)  # noqa: E731
+    return with_retries(spark, spec.qualified(catalog), attempt)
 
 
-def recompute(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None) -> Scd2Result:
+def recompute(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None, held=None) -> Scd2Result:
     """One attempt of `apply_observations` (no retry)."""
     scd2 = _scd2_of(spec)
-    events = observations(records, scd2, mode)
+    events = observations(records, scd2, mode, held=held)
     chosen = records.select(scd2.key).distinct() if keys is None else keys.select(scd2.key).distinct()
     if keys is not None:
         events = events.join(chosen, scd2.key, "left_semi")

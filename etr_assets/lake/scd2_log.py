@@ -31,6 +31,7 @@ from etr_assets.lake.scd2 import (
     INCREMENTAL,
     Scd2Result,
     history,
+    in_snapshot,
     merge_scd2,
     observations,
     recompute,
@@ -77,10 +78,12 @@ def apply_log(
     to_records,
     mode: str,
     full_refresh: bool = False,
+    held=None,
 ) -> Scd2Result:
     """Bring `spec`'s SCD2 table in line with every observation in the `log` table (qualified name).
 
     `to_records(log_rows)` turns log rows into SCD2 records (scd2.observations' input, with `_snapshot_at`).
+    `held`: (key, `_batch_id`) of records snapshots sent that could not be read (not absences).
     A recompute covers every key of the log, whatever the mode.
     """
     from pyspark.sql import functions as F
@@ -100,14 +103,14 @@ def apply_log(
                 .option("end-snapshot-id", head)
                 .load(log)
             )
-            result, why, watermark = extend(spark, catalog, spec, to_records(appended), mode, cursor.watermark_micros)
+            result, why, watermark = extend(spark, catalog, spec, to_records(appended), mode, cursor.watermark_micros, held)
             if result is not None:
                 _advance(spark, target, result, head, watermark)
                 return result
         records = to_records(spark.read.format("iceberg").option("snapshot-id", head).load(log) if head else spark.table(log))
         times = [F.max(F.unix_micros(F.col(sequence)))] + ([F.max(F.unix_micros("_snapshot_at"))] if mode == FULL else [])
         watermark = _max(records.agg(*times).first())
-        result = dataclasses.replace(recompute(spark, catalog, spec, records, mode), method=RECOMPUTE, reason=why)
+        result = dataclasses.replace(recompute(spark, catalog, spec, records, mode, held=held), method=RECOMPUTE, reason=why)
         if head is not None:
             _advance(spark, target, result, head, watermark)
         return result
@@ -145,7 +148,9 @@ def _max(row) -> int | None:
     return max(values) if values else None
 
 
-def extend(spark, catalog: str, spec: TableSpec, records, mode: str, watermark: int) -> tuple[Scd2Result | None, str, int]:
+def extend(
+    spark, catalog: str, spec: TableSpec, records, mode: str, watermark: int, held=None
+) -> tuple[Scd2Result | None, str, int]:
     """Apply only new observations onto each key's last version: (result, why, new watermark), or (None, why not,
     None) when some new observation could change history before the watermark."""
     from pyspark.sql import Window
@@ -201,7 +206,7 @@ def extend(spark, catalog: str, spec: TableSpec, records, mode: str, watermark: 
             absent = (
                 candidates.crossJoin(F.broadcast(snapshots))
                 .where(F.col("_first").isNull() | (F.col("_seq") > F.col("_first")))
-                .join(present.select(key, "_batch_id"), [key, "_batch_id"], "left_anti")
+                .join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti")
                 .select(key, "_batch_id", "_seq", F.lit(True).alias("_deleted"))
             )
             changed = changed.unionByName(absent.select(key))

@@ -61,10 +61,16 @@ class Column:
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """A rule every row satisfies: a SQL predicate over the typed columns (NULL passes)."""
+    """A rule every row satisfies: a SQL predicate over the typed columns (NULL passes).
+
+    As an expectation, `per_record` says what a violation means. Per record: that one record is wrong; it goes to
+    the table's record quarantine and the rest of the day publishes (the check then confirms none got through).
+    Otherwise the *day* is wrong and the blocking check stops it (nothing published).
+    """
 
     description: str
     predicate: str
+    per_record: bool = False
 
     @property
     def name(self) -> str:

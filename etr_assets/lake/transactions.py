@@ -26,11 +26,12 @@ from etr_assets.lake.incremental import (
     plan_reads,
     read_plan,
 )
+from etr_assets.lake.quality import record_quarantine_outcome, split_by_record_rules
 from etr_assets.lake.wap import evaluate, write_audit_publish
 from etr_assets.lake.writes import CommitInfo, replace_days
 from etr_assets.sources.fetch import SOURCE
 from etr_assets.sources.raw_zone import RawZone
-from etr_assets.tables.quarantine import QUARANTINE_TRANSACTIONS
+from etr_assets.tables.quarantine import QUARANTINE_TRANSACTIONS, SILVER_QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import (
     BRONZE_TRANSACTIONS,
     GOLD_DAILY_SUMMARY,
@@ -121,13 +122,17 @@ def build_silver(
     """Rebuild `days` of silver, reading only the bronze rows each day needs (see `etr_assets.lake.incremental`).
 
     Without `cursors` every day is read whole. A day read incrementally merges the appended bronze rows into what
-    silver holds for it (the newest update per transaction wins, as in a full rebuild); a day nothing touched since
-    its cursor is not rewritten. `extra["bronze_snapshot_id"]` is the cursor for the next build.
+    silver (and its record quarantine) holds for it (the newest update per transaction wins, as in a full rebuild); a
+    day nothing touched since its cursor is not rewritten. `extra["bronze_snapshot_id"]` is the cursor for the next
+    build. A transaction whose newest update breaks a per-record expectation is held back in
+    silver.quarantine_transactions (replaced with its day, before silver) and the rest of its day publishes.
     """
     from pyspark.sql import functions as F
 
     bronze_table, silver_table = BRONZE_TRANSACTIONS.qualified(catalog), SILVER_TRANSACTIONS.qualified(catalog)
+    quarantine_table = SILVER_QUARANTINE_TRANSACTIONS.qualified(catalog)
     changes = ensure_table(spark, catalog, SILVER_TRANSACTIONS)
+    ensure_table(spark, catalog, SILVER_QUARANTINE_TRANSACTIONS)
     plan = plan_reads(
         spark, bronze_table, silver_table, "transaction_date", cursors or dict.fromkeys(days), full_refresh
     )
@@ -149,25 +154,38 @@ def build_silver(
         "days_read_incrementally": len(plan.of(INCREMENTAL)),
         "days_rewritten": len(rebuild),
     }
+    def held_back() -> CheckOutcome:
+        return record_quarantine_outcome(spark.table(quarantine_table), "transaction_date", days, quarantine_table)
+
     if not rebuild:  # nothing changed upstream: no commit; the checks still report on what main holds
-        checks = evaluate(spark, silver_table, SILVER_TRANSACTIONS, "main", days) if audit_branch else ()
+        checks = evaluate(spark, silver_table, SILVER_TRANSACTIONS, "main", days) if audit_branch else []
         counts = count_by_day(spark.table(silver_table).where(F.col("transaction_date").isin(sorted(days))), days)
         extra["silver_snapshot_id"] = str(current_snapshot_id(spark, silver_table))
-        return LayerResult(CommitInfo(silver_table, None, None), changes, counts, extra, checks=tuple(checks))
+        return LayerResult(CommitInfo(silver_table, None, None), changes, counts, extra, checks=(*checks, held_back()))
 
     cleaned = conform(clean_transactions(full), SILVER_TRANSACTIONS) if full is not None else None
     if appended_days:
+        on_days = F.col("transaction_date").isin(sorted(appended_days))
+        held_before = conform(spark.table(quarantine_table).where(on_days), SILVER_TRANSACTIONS)
         merged = merge_latest(
-            spark.table(silver_table).where(F.col("transaction_date").isin(sorted(appended_days))),
+            spark.table(silver_table).where(on_days).unionByName(held_before),
             conform(clean_transactions(appended), SILVER_TRANSACTIONS),
         )
         cleaned = merged if cleaned is None else cleaned.unionByName(merged)
     cleaned = cleaned.cache()
-    counts = count_by_day(cleaned, rebuild)
+    kept, held = split_by_record_rules(cleaned, SILVER_TRANSACTIONS)
+    counts = count_by_day(kept, rebuild)
     try:
-        commit, checks = _replace(spark, catalog, SILVER_TRANSACTIONS, cleaned, rebuild, audit_branch)
+        # The quarantine first: a crash before silver's commit leaves the days to rebuild, which rewrites it again.
+        # Nothing to hold and nothing held before: no commit (most days).
+        held_days = F.col("transaction_date").isin(sorted(rebuild))
+        if not held.isEmpty() or not spark.table(quarantine_table).where(held_days).isEmpty():
+            replace_days(spark, quarantine_table, conform(held, SILVER_QUARANTINE_TRANSACTIONS), "transaction_date", rebuild)
+        commit, checks = _replace(spark, catalog, SILVER_TRANSACTIONS, kept, rebuild, audit_branch)
     finally:
         cleaned.unpersist()
+    checks = (*checks, held_back())
+    extra["records_quarantined"] = checks[-1].violations
     extra["silver_snapshot_id"] = str(current_snapshot_id(spark, silver_table))
     untouched = sorted(set(days) - set(rebuild))
     if untouched:  # report what every requested day holds, rewritten or not

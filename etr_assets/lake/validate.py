@@ -1,8 +1,9 @@
 """Read raw JSON-lines with a spec's schema and split them into accepted rows and quarantined records.
 
 Every line is accounted for: received = accepted + quarantined. A refused record keeps its raw text, file, line
-and the first reason it failed: not a JSON object, a missing required field, a value of the wrong type, a rule of
-the spec (`Check`), or a business day other than the batch's. Fields the spec does not know are counted (they stay
+and the first reason it failed: not a JSON object, text that cannot be encoded, a missing required field, a value
+of the wrong type (the text must be exactly a value of the column's type: `frames.parse_exactly`), a rule of the
+spec (`Check`), or a business day other than the batch's. Fields the spec does not know are counted (they stay
 in the raw zone; bronze keeps the declared columns).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from etr_assets.lake.frames import spark_type
+from etr_assets.lake.frames import parse_exactly
 from etr_assets.lake.specs import Check, Column
 
 
@@ -35,10 +36,21 @@ class Validated:
     _cached: object = None
 
 
+# A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or one of those not preceded by the first: JSON
+# allows it, but the text it stands for cannot be encoded (UTF-8, Parquet), so the record is refused alone.
+LONE_SURROGATE = (
+    r"(?<!\\)\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
 def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column: str | None, day: dt.date | None):
     from pyspark.sql import functions as F
 
-    rules = [F.when(F.col("_keys").isNull(), F.lit("not a JSON object"))]
+    rules = [
+        F.when(F.col("_keys").isNull(), F.lit("not a JSON object")),
+        F.when(F.col("raw_text").rlike(LONE_SURROGATE), F.lit("text that cannot be encoded: a lone UTF-16 surrogate (\\uD800-\\uDFFF)")),
+    ]
     for c in columns:
         text = F.col(f"_text_{c.name}")
         if c.required:
@@ -46,7 +58,7 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
         rules.append(
             F.when(
                 text.isNotNull() & F.col(c.name).isNull(),
-                F.concat(F.lit(f"{c.name}: expected {c.type}, got "), F.substring(text, 1, 60)),
+                F.concat(F.lit(f"a value of the wrong type: {c.name} expects {c.type}, got "), F.substring(text, 1, 60)),
             )
         )
     for check in checks:
@@ -69,8 +81,10 @@ def read_validated(
     *,
     day_column: str | None = None,
     day: dt.date | None = None,
-    subject_column: str | None = None,
+    carry_columns: tuple[str, ...] = (),
 ) -> Validated:
+    """Every line of `files`, checked against `columns` and `checks`; a quarantined record keeps `carry_columns`
+    (its subject, its key) when they could be read."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -101,7 +115,7 @@ def read_validated(
         "line_number",
         "_keys",
         *[F.col(f"_fields.{c.name}").alias(f"_text_{c.name}") for c in columns],
-        *[F.col(f"_fields.{c.name}").cast(spark_type(c.type)).alias(c.name) for c in columns],
+        *[parse_exactly(F.col(f"_fields.{c.name}"), c.type).alias(c.name) for c in columns],
     )
     checked = typed.withColumn("_reason", _reasons(columns, checks, day_column, day)).cache()
 
@@ -124,11 +138,11 @@ def read_validated(
         if quarantined_count
         else []
     )
-    subject = [F.col(subject_column)] if subject_column else []
+    carried = [F.col(name) for name in dict.fromkeys(carry_columns)]
     result = Validated(
         accepted=checked.where(F.col("_reason").isNull()).select(*[c.name for c in columns], F.col("source_file").alias("_source_file")),
         quarantined=checked.where(F.col("_reason").isNotNull()).select(
-            "source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *subject
+            "source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *carried
         ),
         received=accepted_count + quarantined_count,
         accepted_count=accepted_count,

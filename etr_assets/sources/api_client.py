@@ -1,7 +1,7 @@
 """A small client for paginated JSON APIs: bearer token, timeouts, retries with backoff and jitter.
 
-Stdlib only. Records are returned exactly as the API sent them (one JSON object each) so the raw zone keeps
-what arrived, byte for byte per record.
+Stdlib only. `iter_record_texts` returns each record as the exact text the API sent (its slice of the response
+body), so the raw zone keeps what arrived: duplicate keys, escapes and number spellings included.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import http.client
 import json
 import math
 import random
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -58,6 +59,10 @@ class ApiClient:
 
     def get_json(self, path: str, params: dict[str, object]) -> dict:
         """GET one JSON object, retrying 429/5xx and connection errors; any other body is an ApiError."""
+        return self._get(path, params)[0]
+
+    def _get(self, path: str, params: dict[str, object]) -> tuple[dict, str]:
+        """(the JSON object, the body's text) of one GET."""
         url = f"{self.base_url.rstrip('/')}/{path.lstrip('/')}?{urllib.parse.urlencode(params)}"
         endpoint = f"GET {self.base_url.rstrip('/')}/{path.lstrip('/')}"
         request = urllib.request.Request(
@@ -71,7 +76,8 @@ class ApiClient:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     body = response.read()
                 try:
-                    document = json.loads(body)
+                    text = body.decode(json.detect_encoding(body))
+                    document = json.loads(text)
                 except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                     raise ApiError(f"{endpoint} returned a body that is not JSON ({exc})", endpoint=endpoint) from None
                 if not isinstance(document, dict):
@@ -80,7 +86,7 @@ class ApiClient:
                         "not an object with a 'data' list",
                         endpoint=endpoint,
                     )
-                return document
+                return document, text
             except urllib.error.HTTPError as exc:
                 status = exc.code
                 detail = _error_detail(exc)
@@ -99,7 +105,17 @@ class ApiClient:
         )
 
     def iter_pages(self, path: str, params: dict[str, object]) -> Iterator[list[dict]]:
-        """Yield each page's records until the API says there is no next page.
+        """Yield each page's records, parsed, until the API says there is no next page."""
+        for document, _ in self._pages(path, params):
+            yield document["data"]
+
+    def iter_record_texts(self, path: str, params: dict[str, object]) -> Iterator[list[str]]:
+        """Yield each page's records as the exact JSON text the API sent for each (`record_texts`)."""
+        for _, text in self._pages(path, params):
+            yield record_texts(text)
+
+    def _pages(self, path: str, params: dict[str, object]) -> Iterator[tuple[dict, str]]:
+        """Each page's (document, body text) until the API says there is no next page.
 
         `next_page` must move forward to a page not read yet, within `max_pages`: an API that points back, or
         pages for ever, fails with an ApiError naming the endpoint and the page instead of looping.
@@ -107,11 +123,10 @@ class ApiClient:
         page, seen = 1, set()
         while True:
             seen.add(page)
-            doc = self.get_json(path, {**params, "page": page, "page_size": self.page_size})
-            data = doc.get("data")
-            if not isinstance(data, list):
+            doc, text = self._get(path, {**params, "page": page, "page_size": self.page_size})
+            if not isinstance(doc.get("data"), list):
                 raise ApiError(f"GET {path} page {page}: response has no 'data' list", endpoint=path)
-            yield data
+            yield doc, text
             next_page = doc.get("next_page")
             if not next_page:
                 return
@@ -132,6 +147,45 @@ class ApiClient:
                     endpoint=path,
                 )
             page = following
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def record_texts(body: str) -> list[str]:
+    """The exact text of each element of the top-level object's `data` array (the last `data`, as JSON readers
+    take it), in order. A line break between a record's tokens (a pretty-printed body) becomes a space, the one
+    change JSON Lines needs; inside strings JSON has none. `body` must be valid JSON (it was parsed first)."""
+
+    def skip(position: int) -> int:
+        return _SPACE.match(body, position).end()
+
+    position, records = skip(0) + 1, []  # past the object's "{"
+    while True:
+        position = skip(position)
+        if body[position] == "}":
+            return records
+        name, position = json.decoder.scanstring(body, position + 1)
+        position = skip(skip(position) + 1)  # past the ":"
+        if name == "data":
+            records, position = _array_elements(body, position, skip)
+        else:
+            _, position = _DECODER.raw_decode(body, position)
+        position = skip(position)
+        if body[position] == ",":
+            position += 1
+
+
+def _array_elements(body: str, position: int, skip) -> tuple[list[str], int]:
+    elements, position = [], skip(position + 1)  # past the "["
+    while body[position] != "]":
+        _, end = _DECODER.raw_decode(body, position)
+        elements.append(body[position:end].replace("\r", " ").replace("\n", " "))
+        position = skip(end)
+        if body[position] == ",":
+            position = skip(position + 1)
+    return elements, position + 1
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:

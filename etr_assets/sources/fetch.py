@@ -28,8 +28,9 @@ def fetch_day(client: ApiClient, raw: RawZone, endpoint: str, day: dt.date) -> t
     batch = raw.start_batch(SOURCE, endpoint, day)
     files: list[str] = []
     records = 0
-    for number, page in enumerate(client.iter_pages(path, {day_param: day.isoformat()}), start=1):
+    # Each record's text as the API sent it: the raw zone is the evidence of what arrived.
+    for number, page in enumerate(client.iter_record_texts(path, {day_param: day.isoformat()}), start=1):
         if page:
-            files.append(raw.write_part(batch, number, page))
+            files.append(raw.write_lines(batch, number, page))
             records += len(page)
     return batch, raw.seal(batch, files, records)

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 PENDING, MANIFEST, COMPLETE = ".pending", "_manifest.json", ".complete"
+ABANDONED = "abandoned"  # the outcome of a batch closed by hand without loading it
 
 
 class RawZoneError(RuntimeError):
@@ -133,9 +134,13 @@ class RawZone:
         return batch
 
     def write_part(self, batch: Batch, number: int, records: list[dict]) -> str:
+        """Records serialized by us (tests, tools); a fetch stores the API's own text with `write_lines`."""
+        return self.write_lines(batch, number, [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records])
+
+    def write_lines(self, batch: Batch, number: int, lines: list[str]) -> str:
+        """One JSON-lines part file holding `lines` (each one record's text, no line break) as given."""
         name = f"part-{number:05d}.jsonl"
-        payload = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
-        self.storage.write_bytes(f"{batch.key}/{name}", payload.encode("utf-8"))
+        self.storage.write_bytes(f"{batch.key}/{name}", "".join(line + "\n" for line in lines).encode("utf-8"))
         return name
 
     def seal(self, batch: Batch, files: list[str], records: int) -> BatchManifest:
@@ -155,6 +160,18 @@ class RawZone:
                 self.mark_complete(older, {**detail, "outcome": state, "superseded_by": batch.batch_id})
         if not self.is_complete(batch):
             self.mark_complete(batch, {**detail, "outcome": "loaded"})
+
+    def abandon(self, batch: Batch, reason: str, detail: dict | None = None) -> None:
+        """Close a pending batch without loading it (kept as evidence, never chosen for its day again)."""
+        if self.is_complete(batch):
+            raise RawZoneError(f"raw batch {batch.key} is not pending (already {self.outcome(batch)}): nothing to abandon")
+        self.mark_complete(batch, {**(detail or {}), "outcome": ABANDONED, "reason": reason})
+
+    def outcome(self, batch: Batch) -> str | None:
+        """How a complete batch was closed (loaded, superseded, abandoned...); None while pending."""
+        if not self.is_complete(batch):
+            return None
+        return json.loads(self.storage.read_bytes(f"{batch.key}/{COMPLETE}")).get("outcome", "loaded")
 
     def pending(self, source: str, endpoint: str) -> list[Batch]:
         """Batches not yet committed (sealed or not), oldest first."""
@@ -195,7 +212,8 @@ class RawZone:
     def latest_sealed(self, source: str, endpoint: str, day: dt.date) -> Batch | None:
         """The newest fully downloaded batch of a day: the one that defines that day's records."""
         sealed = [b for b in self.batches(source, endpoint, day) if self.manifest(b) is not None]
-        return sealed[-1] if sealed else None
+        usable = [b for b in sealed if not self.is_complete(b) or self.outcome(b) != ABANDONED]
+        return usable[-1] if usable else None
 
     def uncommitted(self, source: str, endpoint: str, day: dt.date) -> list[Batch]:
         """Downloaded batches of a day not yet committed to Iceberg, oldest first."""

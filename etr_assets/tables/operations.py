@@ -46,7 +46,7 @@ TABLE_CHANGES = TableSpec(
     description="Operations that changed a table outside the pipeline (rollbacks), with who asked and why",
     columns=(
         Column("table_name", "string", "Table changed", required=True),
-        Column("action", "string", "ROLLBACK", required=True),
+        Column("action", "string", "ROLLBACK or ABANDON_BATCH (a raw batch closed without loading)", required=True),
         Column("from_snapshot_id", "string", "Snapshot current before"),
         Column("to_snapshot_id", "string", "Snapshot current after", required=True),
         Column("reason", "string", "Why, as given by the person who asked", required=True),

@@ -1,11 +1,18 @@
 """Quarantine tables: records a source sent that do not fit its bronze spec, kept with the reason."""
 
 from etr_assets.lake.specs import MIB, Column, TableSpec
+from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 
-def quarantine_spec(endpoint: str, subject_column: str | None = None) -> TableSpec:
-    """`bronze.quarantine_<endpoint>`; raw text may hold personal data, so it is erasable by subject."""
+def quarantine_spec(endpoint: str, subject_column: str | None = None, key_column: str | None = None) -> TableSpec:
+    """`bronze.quarantine_<endpoint>`; raw text may hold personal data, so it is erasable by subject.
+
+    `key_column`: the endpoint's entity key, kept when it could be read: a full snapshot's refused record still says
+    its key was in the snapshot, so SCD2 keeps the key's current version instead of closing it.
+    """
     subject = (Column(subject_column, "bigint", "Data subject, when it could be read from the record", pii=True),) if subject_column else ()
+    if key_column and key_column != subject_column:
+        subject += (Column(key_column, "bigint", "The record's key, when it could be read (present in the snapshot)"),)
     return TableSpec(
         namespace="bronze",
         name=f"quarantine_{endpoint}",
@@ -27,5 +34,26 @@ def quarantine_spec(endpoint: str, subject_column: str | None = None) -> TableSp
 
 
 QUARANTINE_TRANSACTIONS = quarantine_spec("transactions", "customer_id")
-QUARANTINE_CUSTOMERS = quarantine_spec("customers", "customer_id")
-QUARANTINE_MERCHANTS = quarantine_spec("merchants")
+QUARANTINE_CUSTOMERS = quarantine_spec("customers", "customer_id", key_column="customer_id")
+QUARANTINE_MERCHANTS = quarantine_spec("merchants", key_column="merchant_id")
+
+
+def record_quarantine_spec(spec: TableSpec) -> TableSpec:
+    """`<namespace>.quarantine_<name>`: rows of `spec` that broke one of its per-record expectations, as they would
+    have been written, with the first rule broken. Replaced with the days `spec` rebuilds."""
+    return TableSpec(
+        namespace=spec.namespace,
+        name=f"quarantine_{spec.name.removeprefix('bnpl_').removesuffix('_clean')}",
+        description=f"Rows of {spec.identifier} held back by a per-record expectation, with the rule they broke",
+        columns=(
+            *spec.columns,
+            Column("reason", "string", "The per-record expectation the row broke", required=True),
+            Column("quarantined_at", "timestamp", "When it was quarantined", required=True),
+        ),
+        partition_by=spec.partition_by,
+        properties={"write.target-file-size-bytes": str(8 * MIB)},
+        subject_column=spec.subject_column,
+    )
+
+
+SILVER_QUARANTINE_TRANSACTIONS = record_quarantine_spec(SILVER_TRANSACTIONS)

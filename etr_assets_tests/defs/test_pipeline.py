@@ -128,33 +128,45 @@ def test_the_rollback_job_and_the_daily_growth_check(pipeline_defs, settings, la
     assert ("daily_growth", float(settings.api_transactions_per_day)) in [(m[0], m[1]) for m in metrics]
 
 
-def test_a_failing_blocking_check_fails_the_run_reports_the_check_and_leaves_main_alone(pipeline_defs, settings, lake):
+def test_a_bad_record_waits_in_quarantine_and_a_bad_day_fails_the_run_and_leaves_main_alone(pipeline_defs, settings, lake):
+    """One transaction over silver's amount limit is held back and its day publishes; a day that repeats another
+    day's transaction id breaks uniqueness (a per-day check): the run fails, main keeps what it had."""
+    import datetime as dt
     import json
 
     from etr_assets.sources.raw_zone import local_raw_zone
 
-    day = "2025-02-01"
-    record = {"transaction_id": 1, "customer_id": 2, "merchant_id": 3, "amount": "250000.00", "currency": "MYR",
-              "instalments": 3, "payment_method": "CARD", "status": "APPROVED", "transaction_date": day,
-              "created_at": f"{day}T10:00:00Z", "updated_at": f"{day}T10:00:00Z"}
     raw = local_raw_zone(settings.raw_root)
-    import datetime as dt
-
-    batch = raw.start_batch("bnpl", "transactions", dt.date.fromisoformat(day))
-    raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", (json.dumps(record) + "\n").encode())
-    raw.seal(batch, ["part-00001.jsonl"], 1)
     selection = [a for a in pipeline_defs.assets if any(k.path in (["bronze", "bnpl_transactions_raw"], ["silver", "bnpl_transactions_clean"]) for k in a.keys)]
-    result = materialize(selection, resources=pipeline_defs.get_repository_def().get_top_level_resources(),
-                         partition_key=day, instance=DagsterInstance.ephemeral(), raise_on_error=False)
-    assert not result.success
-    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
-    assert checks["amount_is_between_0_01_and_100000"] is False and checks["keys_are_present"] is True
-    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialized == {"bronze/bnpl_transactions_raw"}  # silver was not published
-    failed = lake.sql(f"SELECT partition_key, value, passed FROM {settings.catalog}.monitoring.data_quality_metrics "
-                      "WHERE metric = 'amount_is_between_0_01_and_100000'").collect()
-    assert [tuple(r) for r in failed] == [(day, 1.0, False)]  # the failed figure is recorded too
+    resources = pipeline_defs.get_repository_def().get_top_level_resources()
+    instance = DagsterInstance.ephemeral()
+
+    def run_day(day, records):
+        base = {"customer_id": 2, "merchant_id": 3, "currency": "MYR", "instalments": 3, "payment_method": "CARD",
+                "status": "APPROVED", "transaction_date": day, "created_at": f"{day}T10:00:00Z", "updated_at": f"{day}T10:00:00Z"}
+        batch = raw.start_batch("bnpl", "transactions", dt.date.fromisoformat(day))
+        raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", "".join(json.dumps({**base, **r}) + "\n" for r in records).encode())
+        raw.seal(batch, ["part-00001.jsonl"], len(records))
+        return materialize(selection, resources=resources, partition_key=day, instance=instance, raise_on_error=False)
+
+    held = run_day("2025-02-01", [{"transaction_id": 1, "amount": "250000.00"}, {"transaction_id": 2, "amount": "10.00"}])
+    assert held.success
+    checks = {c.check_name: c for c in held.get_asset_check_evaluations()}
+    assert checks["records_quarantined"].passed is False and checks["records_quarantined"].severity.value == "WARN"
+    assert checks["amount_is_between_0_01_and_100000"].passed is True  # nothing broken got through
     table = SILVER_TRANSACTIONS.qualified(settings.catalog)
-    assert lake.table(table).count() == 0
+    assert [r[0] for r in lake.sql(f"SELECT transaction_id FROM {table}").collect()] == [2]
+    assert [r[0] for r in lake.sql(f"SELECT transaction_id FROM {settings.catalog}.silver.quarantine_transactions").collect()] == [1]
+
+    failed = run_day("2025-02-02", [{"transaction_id": 2, "amount": "12.00"}])  # id 2 again, on another day
+    assert not failed.success
+    checks = {c.check_name: c.passed for c in failed.get_asset_check_evaluations()}
+    assert checks["transaction_id_is_unique"] is False and checks["keys_are_present"] is True
+    materialized = {e.asset_key.to_user_string() for e in failed.get_asset_materialization_events()}
+    assert materialized == {"bronze/bnpl_transactions_raw"}  # silver was not published
+    figures = lake.sql(f"SELECT partition_key, value, passed FROM {settings.catalog}.monitoring.data_quality_metrics "
+                       "WHERE metric = 'transaction_id_is_unique' AND NOT passed").collect()
+    assert [tuple(r) for r in figures] == [("2025-02-02", 1.0, False)]  # the failed figure is recorded too
+    assert [r[0] for r in lake.sql(f"SELECT transaction_id FROM {table}").collect()] == [2]  # main as it was
     branches = [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()]
     assert any(b.startswith("audit_") for b in branches)

@@ -93,3 +93,94 @@ def test_a_run_first_finishes_batches_an_earlier_run_left_pending(lake, settings
     assert raw.pending("bnpl", "merchants") == []
     days = {r[0] for r in lake.sql(f"SELECT DISTINCT _as_of FROM {settings.catalog}.bronze.bnpl_merchants_raw").collect()}
     assert days == set(DAYS[:2])
+
+
+def test_a_customer_whose_record_is_quarantined_keeps_its_version_and_is_not_closed(lake, settings, api):
+    """A refused record says "we do not know" about its key, never "gone": no close on that day, no reopen after."""
+    raw = local_raw_zone(settings.raw_root)
+    days = [dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 3)]
+    snapshots = [customers_as_of(api.config, day) for day in days]
+    as_sets = [{tuple(sorted(c.items())) for c in snapshot} for snapshot in snapshots]
+    held = sorted(dict(c)["customer_id"] for c in set.intersection(*as_sets))[1]  # unchanged on all three days
+    for day, snapshot in zip(days, snapshots):
+        records = [dict(c, risk_segment="UNKNOWN") if day == days[1] and c["customer_id"] == held else c for c in snapshot]
+        batch = raw.start_batch("bnpl", "customers", day)
+        raw.seal(batch, [raw.write_part(batch, 1, records)], len(records))
+        entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [day])
+        entities.build_landing(lake, settings.catalog, entities.CUSTOMERS, [day])  # extends history day by day
+
+    def versions_of(key):
+        return lake.sql(
+            f"SELECT _valid_from, _valid_to, _is_current FROM {LANDING_CUSTOMERS.qualified(settings.catalog)} "
+            f"WHERE customer_id = {key}"
+        ).collect()
+
+    (version,) = versions_of(held)
+    assert version["_is_current"] and version["_valid_to"] is None
+    current = lake.sql(f"SELECT count(*) FROM {LANDING_CUSTOMERS.qualified(settings.catalog)} WHERE _is_current").first()[0]
+    assert current == len(snapshots[-1])
+    (quarantined,) = lake.sql(f"SELECT * FROM {settings.catalog}.bronze.quarantine_customers").collect()
+    assert quarantined["customer_id"] == held
+    assert quarantined["reason"] == (
+        f"out of range: risk_segment is LOW, MEDIUM or HIGH; customer_id {held} is in the snapshot: its history stays as it was"
+    )
+
+    # The recompute from every observation (late or reloaded days take that path) agrees.
+    result = entities.build_landing(lake, settings.catalog, entities.CUSTOMERS, days, full_refresh=True)
+    assert not result.changed and len(versions_of(held)) == 1
+
+
+def plant_customers(raw, day, records):
+    batch = raw.start_batch("bnpl", "customers", day)
+    raw.seal(batch, [raw.write_part(batch, 1, records)], len(records))
+    return batch
+
+
+def test_a_refused_batch_waits_without_blocking_later_days_and_lands_in_place_once_fixed(lake, settings, api):
+    from etr_assets.lake.bronze import BadInputError
+
+    raw = local_raw_zone(settings.raw_root)
+    client = ApiClient(api.url, api.config.token, page_size=500)
+    days = [dt.date(2024, 6, 1), dt.date(2024, 6, 2), dt.date(2024, 6, 3)]
+    truth = customers_as_of(api.config, days[0])
+    broken = plant_customers(raw, days[0], [dict(c, risk_segment="?") if i % 10 == 0 else c for i, c in enumerate(truth)])
+    with pytest.raises(BadInputError, match=f"raw batch {broken.key}: .* records refused"):
+        entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [days[0]])
+
+    fetch_day(client, raw, "customers", days[1])
+    later = entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [days[1]])
+    assert later.rows_by_day == {days[1].isoformat(): len(customers_as_of(api.config, days[1]))}
+    assert later.extra["refused_pending_batches"] == broken.key
+    assert any(w.startswith(f"skipped, still pending: raw batch {broken.key}") for w in later.warnings)
+    assert [b.key for b in raw.pending("bnpl", "customers")] == [broken.key]
+    entities.build_landing(lake, settings.catalog, entities.CUSTOMERS, [days[1]])
+
+    # The source fixes day 1 (a new download); the next run loads it with day 3 and history takes it in place.
+    fetch_day(client, raw, "customers", days[0])
+    fetch_day(client, raw, "customers", days[2])
+    entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [days[2]])
+    result = entities.build_landing(lake, settings.catalog, entities.CUSTOMERS, [days[2]])
+    assert result.method == "recompute"  # day 1 arrived after day 2: the general path
+    assert landing_history(lake, settings.catalog)[1] == in_order_history(api.config, days)
+    assert raw.pending("bnpl", "customers") == [] and raw.outcome(broken) == "superseded"
+
+
+def test_abandoning_a_refused_batch_is_audited_and_later_runs_no_longer_wait_for_it(lake, settings, api):
+    from etr_assets.lake.bronze import BadInputError, abandon_batch
+    from etr_assets.tables.operations import TABLE_CHANGES
+
+    raw = local_raw_zone(settings.raw_root)
+    day = dt.date(2024, 6, 1)
+    broken = plant_customers(raw, day, [dict(c, risk_segment="?") for c in customers_as_of(api.config, day)[:20]])
+    with pytest.raises(BadInputError, match="needs a reason|no pending raw batch 'nope'"):
+        abandon_batch(lake, settings.catalog, raw, entities.CUSTOMERS.raw, "nope", "x", TABLE_CHANGES)
+
+    abandon_batch(lake, settings.catalog, raw, entities.CUSTOMERS.raw, broken.batch_id, "provider sent junk", TABLE_CHANGES, "run-1")
+
+    (audit,) = lake.sql(f"SELECT * FROM {TABLE_CHANGES.qualified(settings.catalog)}").collect()
+    assert (audit["action"], audit["run_id"]) == ("ABANDON_BATCH", "run-1")
+    assert audit["reason"] == f"raw batch {broken.key} abandoned: provider sent junk"
+    assert raw.pending("bnpl", "customers") == [] and raw.outcome(broken) == "abandoned"
+    assert raw.storage.exists(f"{broken.key}/part-00001.jsonl")  # kept as evidence
+    with pytest.raises(BadInputError, match="no downloaded raw batch for 2024-06-01"):  # never chosen again
+        entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [day])

@@ -144,7 +144,7 @@ def test_too_many_bad_records_fail_before_writing_and_the_batch_stays_pending(la
     message = str(failure.value)
     assert f"raw batch {batch.key}: 2 of 3 records refused" in message
     assert "part-00001.jsonl:2: not a JSON object" in message
-    assert "part-00001.jsonl:3: customer_id: expected bigint, got abc" in message
+    assert "part-00001.jsonl:3: a value of the wrong type: customer_id expects bigint, got abc" in message
     assert not raw.is_complete(batch)  # stays pending: a fixed source or a higher threshold can retry it
     assert raw.storage.exists(f"{batch.key}/part-00001.jsonl")
     assert not lake.catalog.tableExists(f"{settings.catalog}.bronze.bnpl_transactions_raw")  # nothing written
@@ -182,6 +182,76 @@ def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconc
     pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.25)  # rerun: same rows, no duplicates
     again = lake.sql(f"SELECT count(*) FROM {settings.catalog}.bronze.quarantine_transactions").first()[0]
     assert again == 4
+
+
+def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodable_text_only_sinks_its_record(
+    lake, settings, raw
+):
+    day = dt.date(2025, 3, 4)
+    good = [json.dumps({**GOOD, "transaction_id": i}) for i in range(1, 11)]
+    good.append(json.dumps({**GOOD, "transaction_id": 11, "payment_method": "CARD \U0001F600"}))  # a valid pair
+    record = json.dumps(GOOD)[1:-1]  # the fields without braces, to append raw ones
+    wrong = {
+        12: '{"transaction_id": 1.9, ' + record.split(", ", 1)[1] + "}",  # would truncate onto id 1
+        13: json.dumps({**GOOD, "transaction_id": 13, "instalments": "3.9"}),
+        14: json.dumps({**GOOD, "transaction_id": 14, "customer_id": 100001.5}),
+        15: json.dumps({**GOOD, "transaction_id": 99999999999999999999}),  # overflows bigint
+        16: json.dumps({**GOOD, "transaction_id": 16, "transaction_date": "2025-03-04 and then some"}),
+        17: json.dumps({**GOOD, "transaction_id": 17, "updated_at": "NaN"}),
+        18: json.dumps({**GOOD, "transaction_id": 18, "payment_method": "CA\ud800RD"}),  # a lone surrogate
+    }
+    plant_batch(raw, day, good + list(wrong.values()))
+
+    result = pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.5)
+
+    assert result.rows == 11 and result.extra["records_quarantined"] == 7
+    ids = {r[0] for r in lake.sql(f"SELECT transaction_id FROM {settings.catalog}.bronze.bnpl_transactions_raw").collect()}
+    assert ids == set(range(1, 12))  # nothing truncated onto a real id
+    reasons = {r["line_number"]: r["reason"] for r in lake.sql(
+        f"SELECT line_number, reason FROM {settings.catalog}.bronze.quarantine_transactions").collect()}
+    assert reasons == {
+        12: "a value of the wrong type: transaction_id expects bigint, got 1.9",
+        13: "a value of the wrong type: instalments expects int, got 3.9",
+        14: "a value of the wrong type: customer_id expects bigint, got 100001.5",
+        15: "a value of the wrong type: transaction_id expects bigint, got 99999999999999999999",
+        16: "a value of the wrong type: transaction_date expects date, got 2025-03-04 and then some",
+        17: "a value of the wrong type: updated_at expects timestamp, got NaN",
+        18: "text that cannot be encoded: a lone UTF-16 surrogate (\\uD800-\\uDFFF)",
+    }
+
+
+def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and_its_day_publishes(lake, settings, raw):
+    from etr_assets.lake.incremental import Cursor
+
+    day = dt.date(2025, 3, 4)
+    lines = [json.dumps({**GOOD, "transaction_id": i, "amount": f"{i}.00"}) for i in range(1, 41)]
+    lines.append(json.dumps({**GOOD, "transaction_id": 41, "amount": "150000.00"}))  # fine for bronze, not silver
+    plant_batch(raw, day, lines)
+    pipeline.load_bronze(lake, settings.catalog, raw, [day])
+
+    silver = pipeline.build_silver(lake, settings.catalog, [day], audit_branch="audit_test")
+    gold = pipeline.build_gold(lake, settings.catalog, [day], audit_branch="audit_test")
+
+    assert silver.rows_by_day == {day.isoformat(): 40} and silver.extra["records_quarantined"] == 1
+    (held,) = [o for o in silver.checks if o.name == "records_quarantined"]
+    assert not held.passed and held.severity == "WARN" and held.by_day == {day.isoformat(): 1.0}
+    assert all(o.passed for o in silver.checks if o.name != "records_quarantined")
+    (row,) = lake.sql(f"SELECT * FROM {settings.catalog}.silver.quarantine_transactions").collect()
+    assert (row["transaction_id"], row["amount"], row["reason"]) == (41, Decimal("150000.00"), "amount is between 0.01 and 100000")
+    assert lake.sql(f"SELECT sum(transactions) FROM {GOLD_DAILY_SUMMARY.qualified(settings.catalog)}").first()[0] == 40
+    assert gold.rows == 1
+
+    # An incremental rebuild of the day (a new transaction appended to bronze) keeps the held-back one held back.
+    cursor = Cursor(int(silver.extra["bronze_snapshot_id"]), int(silver.extra["silver_snapshot_id"]))
+    from etr_assets.lake.writes import append
+
+    late = lake.table(BRONZE_TRANSACTIONS.qualified(settings.catalog)).where("transaction_id = 1").selectExpr(
+        "42 AS transaction_id", *[c.name for c in BRONZE_TRANSACTIONS.columns if c.name != "transaction_id"]
+    )
+    append(lake, BRONZE_TRANSACTIONS.qualified(settings.catalog), late)
+    again = pipeline.build_silver(lake, settings.catalog, [day], "audit_test2", cursors={day: cursor})
+    assert again.extra["days_read_incrementally"] == 1 and again.rows_by_day == {day.isoformat(): 41}
+    assert lake.sql(f"SELECT count(*) FROM {settings.catalog}.silver.quarantine_transactions").first()[0] == 1
 
 
 def test_missing_download_is_a_clear_error(lake, settings, raw):

@@ -31,7 +31,7 @@ class ScriptedServer:
                 for key, value in headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(json.dumps(body).encode())
+                self.wfile.write(body if isinstance(body, bytes) else json.dumps(body).encode())
 
             def log_message(self, *args):
                 pass
@@ -150,3 +150,28 @@ def test_pagination_that_never_ends_stops_at_the_page_limit():
             for page in ApiClient(server.url, "t", retry=FAST, max_pages=5).iter_pages("/v1/x", {}):
                 pages.append(page)
     assert len(pages) == 5 and len(server.requests) == 5
+
+
+def test_the_raw_zone_keeps_each_record_as_the_api_sent_it(tmp_path):
+    """Duplicate keys, escapes, number spellings and a lone surrogate are kept as sent; only the line breaks of a
+    pretty-printed body become spaces (JSON Lines needs one record per line)."""
+    import datetime as dt
+
+    from etr_assets.sources.fetch import fetch_day
+    from etr_assets.sources.raw_zone import local_raw_zone
+
+    records = [
+        '{"customer_id":100001,"customer_id":100002,"name":"A"}',
+        '{"customer\\u005fid": 100003, "amount": 1.50, "note": "caf\\u00e9 \\ud800"}',
+        '{"customer_id":100004,\n  "tags":["x",{"nested":[1,2]}]}',
+        '"#corrupted#"',
+    ]
+    body = ('{"next_page": null, "data": [\n  ' + ",\n  ".join(records) + '\n], "meta": {"data": [0]}}').encode()
+    assert json.loads(body)["data"][0] == {"customer_id": 100002, "name": "A"}  # a reader keeps the last key only
+    raw = local_raw_zone(tmp_path)
+    with ScriptedServer([(200, {}, body)]) as server:
+        batch, manifest = fetch_day(ApiClient(server.url, "t", retry=FAST), raw, "customers", dt.date(2025, 1, 1))
+
+    stored = raw.storage.read_bytes(f"{batch.key}/{manifest.files[0]}").decode()
+    assert stored.splitlines() == [*records[:2], records[2].replace("\n", " "), records[3]]
+    assert manifest.records == 4

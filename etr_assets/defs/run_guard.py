@@ -1,0 +1,113 @@
+"""A run whose process died (kill -9, an out-of-memory kill, a lost machine) must not wedge the runs after it.
+
+Such a run stays STARTED for ever and keeps its table pool slots: the next run of that table waits without end.
+Dagster's run monitoring cannot tell, because the default run launcher has no worker health check, and it frees
+the slots only of runs that *ended*. So every run of this code location records its process as run tags (host,
+pid, process start time) and, before any of its steps claims a slot, fails the runs of the same host whose process
+is gone and frees their slots (`reap_dead_runs`). The `dead_runs` sensor does the same every minute under the
+daemon (`dagster dev`), so a wedged pool is freed even when no new run starts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+from dagster import DagsterRunStatus, Executor, RunsFilter, SensorEvaluationContext, SkipReason, executor, sensor
+from dagster import in_process_executor as dagster_in_process_executor
+
+HOST_TAG, PID_TAG, STARTED_TAG = "etr/worker_host", "etr/worker_pid", "etr/worker_started"
+_WATCHED = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+
+
+def process_started(pid: int) -> str | None:
+    """The process's start time as the kernel counts it (ticks since boot), to tell a reused pid apart;
+    "" where /proc is not available; None when no such process exists."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except FileNotFoundError:
+        if os.path.isdir("/proc"):
+            return None
+    except (OSError, IndexError):
+        return ""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return ""
+
+
+def worker_tags() -> dict[str, str]:
+    pid = os.getpid()
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), STARTED_TAG: process_started(pid) or ""}
+
+
+def is_dead(tags: dict[str, str]) -> bool:
+    """Whether the run worker these tags describe ran on this host and its process is gone."""
+    if tags.get(HOST_TAG) != socket.gethostname() or not tags.get(PID_TAG, "").isdigit():
+        return False
+    started = process_started(int(tags[PID_TAG]))
+    return started is None or bool(started and tags.get(STARTED_TAG) and started != tags[STARTED_TAG])
+
+
+def reap_dead_runs(instance, current_run_id: str | None = None) -> list[str]:
+    """Fail the runs of this host whose worker process is gone, and free their pool slots. Returns their ids."""
+    reaped = []
+    for record in instance.get_run_records(filters=RunsFilter(statuses=_WATCHED)):
+        run = record.dagster_run
+        if run.run_id == current_run_id or not is_dead(run.tags):
+            continue
+        instance.report_run_failed(
+            run,
+            f"run worker process {run.tags[PID_TAG]} on {run.tags[HOST_TAG]} is gone (killed or crashed): marked "
+            f"failed and its pool slots freed by {'run ' + current_run_id if current_run_id else 'the dead_runs sensor'}",
+        )
+        if instance.event_log_storage.supports_global_concurrency_limits:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        reaped.append(run.run_id)
+    return reaped
+
+
+class GuardedExecutor(Executor):
+    """The in-process executor, after recording this run's worker and reaping dead runs."""
+
+    def __init__(self, inner: Executor):
+        self.inner = inner
+
+    @property
+    def retries(self):
+        return self.inner.retries
+
+    @property
+    def step_dependency_config(self):
+        return self.inner.step_dependency_config
+
+    def execute(self, plan_context, execution_plan) -> Iterator:
+        instance, run_id = plan_context.instance, plan_context.run_id
+        instance.add_run_tags(run_id, worker_tags())
+        for dead in reap_dead_runs(instance, run_id):
+            plan_context.log.warning(f"run {dead}: its worker process is gone; marked failed and its pool slots freed")
+        yield from self.inner.execute(plan_context, execution_plan)
+
+
+@executor(
+    name="in_process",
+    config_schema=dagster_in_process_executor.config_schema,
+    requirements=dagster_in_process_executor._requirements_fn,  # noqa: SLF001 (the same as Dagster's own)
+)
+def in_process_executor(init_context) -> Executor:
+    """Dagster's in-process executor, guarded: see the module docstring."""
+    return GuardedExecutor(dagster_in_process_executor.executor_creation_fn(init_context))
+
+
+@sensor(name="dead_runs", minimum_interval_seconds=60, description=(
+    "Every minute: runs of this host whose worker process is gone (killed, crashed) are marked failed and their "
+    "pool slots freed, so the runs waiting for those slots go on."
+))
+def dead_runs_sensor(context: SensorEvaluationContext):
+    reaped = reap_dead_runs(context.instance)
+    return SkipReason(f"failed and freed {len(reaped)} dead run(s): {', '.join(reaped)}" if reaped else "no dead run")
