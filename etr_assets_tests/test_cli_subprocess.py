@@ -240,9 +240,8 @@ def test_rerunning_a_day_replaces_it_without_duplicates(
     snapshots_before = {r["table"]: r["snapshots"] for r in json_lines(run(["etr", "tables", "--json"], lake_env))}
     materialize(lake_env, "--partition", DAYS[1])
 
-    assert layer_counts(lake_env) == counts
-
-    # The re-run committed: each table gained a snapshot (pyiceberg, no JVM), yet the rows stayed the same.
+    # The re-run committed: each table gained a snapshot, yet every table holds the rows it held (read with
+    # pyiceberg through `etr tables`: no JVM; the in-process pipeline test checks the same per day).
     after = {r["table"]: r for r in json_lines(run(["etr", "tables", "--json"], lake_env))}
     for name in ("bronze.bnpl_transactions_raw", "silver.bnpl_transactions_clean", "gold.bnpl_daily_summary"):
         assert after[name]["snapshots"] == snapshots_before[name] + 1, (name, snapshots_before, after[name])

@@ -1,9 +1,12 @@
-"""Two concurrent Dagster runs on the local profile: the per-table pools serialize writers of each table.
+"""Dagster runs on the local profile: the per-table pools serialize writers of each table, and a killed run does not
+keep its slots.
 
 The Hadoop catalog has no atomic commit on a local disk (docs/stack.md), so each table's writers take turns through
-a Dagster concurrency pool (`conf/dagster.yaml`: one slot per pool, op granularity). Two real `dagster asset
-materialize` processes start together on one instance; their bronze and silver steps must not overlap, and both
-days must land exactly.
+a Dagster concurrency pool (`conf/dagster.yaml`: one slot per pool, op granularity). First a run is killed (its
+whole process group, JVM included) while it holds the bronze pool's slot: without the run guard
+(`etr_assets/defs/run_guard.py`) every later run of that table would wait for ever. Then two real `dagster asset
+materialize` processes start together on the same instance, with no manual step between; their bronze and silver
+steps must not overlap, both days must land exactly, and the killed run ends as failed with its slot freed.
 """
 
 from __future__ import annotations
@@ -42,6 +45,40 @@ def step_windows(dagster_home: Path) -> dict[str, list[tuple[float, float]]]:
     return windows
 
 
+BRONZE_POOL = "iceberg_bronze_bnpl_transactions_raw"
+
+
+def slot_holders(dagster_home: Path, pool: str) -> set[str]:
+    from dagster import DagsterInstance
+
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    with DagsterInstance.get() as instance:
+        return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots}
+
+
+def kill_inside_the_bronze_step(env: dict[str, str], home: Path, log: Path) -> str:
+    """Start a run of the first day, SIGKILL its process group once it holds the bronze pool's slot; its run id."""
+    import time
+
+    command = [DAGSTER, "asset", "materialize", "-m", "etr_assets.definitions", "--select", SELECTION,
+               "--partition", DAYS[0]]
+    with log.open("w") as output:
+        run = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1], stdout=output,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not slot_holders(home, BRONZE_POOL):
+            assert run.poll() is None, f"the run ended before claiming the bronze pool's slot:\n{tail(log.read_text())}"
+            assert time.monotonic() < deadline, "the run never claimed the bronze pool's slot"
+            time.sleep(0.5)
+        (holder,) = slot_holders(home, BRONZE_POOL)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)  # the run, its JVM, everything in its group
+        run.wait()
+    return holder
+
+
 @pytest.mark.slow
 def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
@@ -50,6 +87,8 @@ def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
     subprocess.run([DAGSTER, "instance", "migrate"], env=env, capture_output=True, check=True, timeout=120)
     # What ./dev does for its instance: create the pools before any run (Dagster creates them lazily, racily).
     subprocess.run([sys.executable, "-m", "etr_assets.defs.pools"], env=env, capture_output=True, check=True, timeout=120)
+    home = Path(env["DAGSTER_HOME"])
+    killed = kill_inside_the_bronze_step(env, home, tmp_path / "killed-run.log")
     processes = []
     try:
         for day in DAYS:
@@ -67,7 +106,13 @@ def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
 
-    windows = step_windows(Path(env["DAGSTER_HOME"]))
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    with DagsterInstance.get() as instance:  # DAGSTER_HOME: set by slot_holders
+        assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE
+        assert {r.status for r in instance.get_runs() if r.run_id != killed} == {DagsterRunStatus.SUCCESS}
+    assert slot_holders(home, BRONZE_POOL) == set()
+    windows = step_windows(home)
     for step in ("bronze__bnpl_transactions_raw", "silver__bnpl_transactions_clean"):
         (first, second) = sorted(windows[step])
         assert first[1] <= second[0], f"{step}: the two runs wrote at the same time: {first} and {second}"
@@ -88,44 +133,3 @@ def slot_holders(dagster_home: Path, pool: str) -> set[str]:
     with DagsterInstance.get() as instance:
         return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots}
 
-
-@pytest.mark.slow
-def test_a_run_killed_inside_a_pooled_step_does_not_wedge_the_next_run(tmp_path, monkeypatch):
-    """kill -9 of a run's whole process group (JVM included) while it holds the bronze pool's slot; the same
-    command again must finish on its own, and the killed run ends as failed."""
-    import time
-
-    from dagster import DagsterInstance, DagsterRunStatus
-
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY), PYTHONWARNINGS="ignore")
-    home = Path(env["DAGSTER_HOME"])
-    subprocess.run([DAGSTER, "instance", "migrate"], env=env, capture_output=True, check=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "etr_assets.defs.pools"], env=env, capture_output=True, check=True, timeout=120)
-    pool = "iceberg_bronze_bnpl_transactions_raw"
-    command = [DAGSTER, "asset", "materialize", "-m", "etr_assets.definitions", "--select",
-               "raw/bnpl_transactions,bronze/bnpl_transactions_raw", "--partition", DAYS[0]]
-    log = tmp_path / "first-run.log"
-    with log.open("w") as output:
-        first = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1], stdout=output,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not slot_holders(home, pool):
-            assert first.poll() is None, f"the run ended before claiming the bronze pool's slot:\n{tail(log.read_text())}"
-            assert time.monotonic() < deadline, "the run never claimed the bronze pool's slot"
-            time.sleep(0.5)
-        (killed,) = slot_holders(home, pool)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)  # the run, its JVM, everything in its group
-        first.wait()
-
-    second = subprocess.run(command, env=env, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
-                            timeout=420)
-    assert second.returncode == 0, tail(second.stderr)
-    os.environ["DAGSTER_HOME"] = str(home)
-    with DagsterInstance.get() as instance:
-        assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE
-        assert {r.status for r in instance.get_runs() if r.run_id != killed} == {DagsterRunStatus.SUCCESS}
-    assert slot_holders(home, pool) == set()

@@ -53,6 +53,7 @@ def test_personal_data_columns_leave_no_bounds_in_manifests(lake, settings, peop
     assert metrics and all(r[0] is None and r[1] is None and r[2] >= 1 for r in metrics)
 
 
+@pytest.mark.slow
 def test_bounds_kept_by_deleted_manifest_entries_are_rewritten_away(lake, settings):
     # A table written before personal-data columns had metrics `counts`: its manifests carry the ids.
     legacy = dataclasses.replace(SPEC, name="legacy_people", properties={
@@ -71,6 +72,7 @@ def test_bounds_kept_by_deleted_manifest_entries_are_rewritten_away(lake, settin
     assert prove_erased(lake, settings.catalog, None, request(), specs=(legacy,)).passed
 
 
+@pytest.mark.slow
 def test_an_unreferenced_copy_in_the_data_folder_is_deleted_or_named_when_recent(lake, settings, people):
     [holding] = [Path(urlparse(r[0]).path) for r in lake.sql(
         f"SELECT file_path FROM {people}.files WHERE partition.day_day = DATE'2025-01-01'").collect()]
@@ -95,6 +97,7 @@ def test_an_unreferenced_copy_in_the_data_folder_is_deleted_or_named_when_recent
     assert prove_erased(lake, settings.catalog, None, request(), specs=(SPEC,)).passed
 
 
+@pytest.mark.slow
 def test_a_copy_in_a_table_without_a_spec_fails_the_proof_naming_it(lake, settings, people):
     lake.sql(f"CREATE TABLE {settings.catalog}.silver.analyst_copy USING iceberg AS SELECT * FROM {people}")
     erase_table(lake, settings.catalog, SPEC, request())
@@ -107,6 +110,7 @@ def test_a_copy_in_a_table_without_a_spec_fails_the_proof_naming_it(lake, settin
     assert prove_erased(lake, settings.catalog, None, request(), specs=(SPEC,)).passed
 
 
+@pytest.mark.slow
 def test_a_branch_with_its_own_snapshot_retention_is_expired_and_its_retention_restored(lake, settings, people):
     lake.sql(f"ALTER TABLE {people} CREATE BRANCH kept RETAIN 3650 DAYS WITH SNAPSHOT RETENTION 5 SNAPSHOTS")
     lake.sql(f"INSERT INTO {people}.branch_kept VALUES ({KEPT}, 'again@example.com', DATE'2025-01-03')")

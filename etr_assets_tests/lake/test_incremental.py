@@ -54,6 +54,7 @@ def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(l
     assert again.rows_by_day == built.rows_by_day  # what the day holds, reported all the same
 
 
+@pytest.mark.slow
 def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, raw):  # noqa: F811
     pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
     built = pipeline.build_silver(lake, settings.catalog, DAYS)
@@ -81,6 +82,7 @@ def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, 
     assert silver_rows(lake, settings, D0) == incremental_result
 
 
+@pytest.mark.slow
 def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw, api):  # noqa: F811
     pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
     built = pipeline.build_silver(lake, settings.catalog, DAYS)
@@ -98,6 +100,7 @@ def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw
     assert rebuilt.rows_by_day == built.rows_by_day
 
 
+@pytest.mark.slow
 def test_a_lost_cursor_or_a_rolled_back_silver_falls_back_to_full_reads(lake, settings, raw):  # noqa: F811
     pipeline.load_bronze(lake, settings.catalog, raw, [D0])
     built = pipeline.build_silver(lake, settings.catalog, [D0])

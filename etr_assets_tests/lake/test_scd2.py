@@ -149,8 +149,9 @@ def apply(spark, catalog, applied, batch, mode):
     return apply_observations(spark, catalog, SPEC, records, mode, keys)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [FULL, INCREMENTAL])
-@pytest.mark.parametrize("seed", [11, pytest.param(23, marks=pytest.mark.slow)])  # the fast tier runs one seed
+@pytest.mark.parametrize("seed", [11, 23])
 def test_any_order_and_replays_give_the_in_order_history(lake, settings, mode, seed):
     rng = random.Random(seed)
     truth = timeline(rng, keys=7, hours=60)

@@ -56,7 +56,8 @@ def scenario(seed: int, mode: str, snapshot_hours=(12, 24, 36, 48, 59)):
     return make_batches(rng, truth, list(snapshot_hours), mode)
 
 
-@pytest.mark.parametrize(("mode", "seed"), [(FULL, 11), pytest.param(INCREMENTAL, 23, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "seed"), [(FULL, 11), (INCREMENTAL, 23)])
 def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, settings, mode, seed):
     catalog = settings.catalog
     batches = scenario(seed, mode, (12, 30, 45, 59))
@@ -88,6 +89,7 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
     assert lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0] == snapshots
 
 
+@pytest.mark.slow
 def test_a_late_batch_falls_back_to_recompute_and_still_gives_the_in_order_history(lake, settings):
     catalog = settings.catalog
     batches = scenario(11, FULL)
@@ -137,6 +139,7 @@ def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, 
     assert (forced.method, forced.reason, forced.changed) == (RECOMPUTE, "full refresh requested", False)
 
 
+@pytest.mark.slow
 def test_an_older_record_inside_a_new_batch_is_recomputed_not_appended(lake, settings):
     catalog = settings.catalog
     ensure_table(lake, catalog, SPEC)

@@ -95,6 +95,7 @@ def test_gold_matches_a_plain_python_summary(lake, settings, raw, api):
         assert gold[key]["declined"] == cell["declined"]
 
 
+@pytest.mark.slow
 def test_rebuilding_a_day_replaces_it_without_duplicates(lake, settings, raw, api):
     for _ in range(2):
         pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
@@ -220,6 +221,7 @@ def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodab
     }
 
 
+@pytest.mark.slow
 def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and_its_day_publishes(lake, settings, raw):
     from etr_assets.lake.incremental import Cursor
 

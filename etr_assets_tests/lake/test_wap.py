@@ -18,12 +18,12 @@ RECORD = {"transaction_id": 1, "customer_id": 2, "merchant_id": 3, "amount": "10
           "created_at": "2025-06-01T10:00:00Z", "updated_at": "2025-06-01T10:00:00Z"}
 
 
-def load_day(lake, settings, records):
+def load_day(lake, settings, records, day=DAY):
     raw = local_raw_zone(settings.raw_root)
-    batch = raw.start_batch("bnpl", "transactions", DAY)
+    batch = raw.start_batch("bnpl", "transactions", day)
     raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
     raw.seal(batch, ["part-00001.jsonl"], len(records))
-    pipeline.load_bronze(lake, settings.catalog, raw, [DAY])
+    pipeline.load_bronze(lake, settings.catalog, raw, [day])
 
 
 def refs(lake, spec, settings):
@@ -46,14 +46,16 @@ def test_failing_checks_leave_main_unchanged_and_keep_the_branch(lake, settings)
     table = SILVER_TRANSACTIONS.qualified(settings.catalog)
     before = lake.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").first()[0]
 
-    # An amount out of the silver range passes bronze's text rule but fails silver's blocking check.
-    load_day(lake, settings, [RECORD, {**RECORD, "transaction_id": 2, "amount": "250000.00"}])
+    # A day repeating another day's transaction id: silver's per-day uniqueness check blocks it.
+    day2 = DAY + dt.timedelta(days=1)
+    load_day(lake, settings, [{**RECORD, "transaction_date": day2.isoformat()}, {**RECORD, "transaction_id": 2,
+              "transaction_date": day2.isoformat()}], day2)
     with pytest.raises(AuditFailed) as failure:
-        pipeline.build_silver(lake, settings.catalog, [DAY], audit_branch="audit_bad")
+        pipeline.build_silver(lake, settings.catalog, [day2], audit_branch="audit_bad")
     message = str(failure.value)
     assert "main is unchanged" in message and "branch 'audit_bad'" in message
-    assert "amount is between 0.01 and 100000 (1 rows)" in message
+    assert "transaction_id is unique (1 rows)" in message
     assert lake.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").first()[0] == before
     assert lake.table(table).count() == 1  # readers of main see the last good data
-    assert lake.sql(f"SELECT count(*) FROM {table} VERSION AS OF 'audit_bad'").first()[0] == 2  # kept for inspection
+    assert lake.sql(f"SELECT count(*) FROM {table} VERSION AS OF 'audit_bad'").first()[0] == 3  # kept for inspection
     assert "audit_bad" in refs(lake, SILVER_TRANSACTIONS, settings)
