@@ -14,6 +14,7 @@ import datetime as dt
 import decimal
 import json
 import sys
+from pathlib import Path
 
 from etr_assets.settings import Settings, SettingsError
 
@@ -113,6 +114,14 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
     return synthetic_api.main(forwarded)
 
 
+def cmd_prepare_instance(settings: Settings, args: argparse.Namespace) -> int:
+    from etr_assets.instance import prepare_instance
+
+    for line in prepare_instance(args.config):
+        print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="etr", description="Work with the eTR+ lakehouse (profile from ETR_PROFILE).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8765)
     api.set_defaults(run=cmd_api)
+    prepare = sub.add_parser(
+        "prepare-instance",
+        help="make $DAGSTER_HOME ready for this code location: dagster.yaml (if missing), storage, table pools",
+    )
+    prepare.add_argument("--config", type=Path, help="dagster.yaml to install when there is none (default: the laptop one)")
+    prepare.set_defaults(run=cmd_prepare_instance)
     return parser
 
 

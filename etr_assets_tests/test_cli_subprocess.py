@@ -55,7 +55,7 @@ def isolated_env(root: Path, **extra: str) -> dict[str, str]:
     etr_home, dagster_home = root / "etr", root / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
     if not (dagster_home / "dagster.yaml").exists():
-        shutil.copy(REPO / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
+        shutil.copy(REPO / "etr_assets" / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
     # No PYTHONWARNINGS either: `etr` must be quiet on its own (only dagster's own commands get "ignore").
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_")) and k != "PYTHONWARNINGS"}
     env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home)}

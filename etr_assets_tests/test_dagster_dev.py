@@ -63,7 +63,7 @@ def isolated_env(root: Path) -> dict[str, str]:
     """The caller's environment without any ETR_* / DAGSTER_HOME, pointed at homes under `root`."""
     etr_home, dagster_home = root / "etr", root / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
+    shutil.copy(REPO / "etr_assets" / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_"))}
     env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home), "PYTHONWARNINGS": "ignore"}
     return env

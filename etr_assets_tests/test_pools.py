@@ -2,7 +2,7 @@
 keep its slots.
 
 The Hadoop catalog has no atomic commit on a local disk (docs/stack.md), so each table's writers take turns through
-a Dagster concurrency pool (`conf/dagster.yaml`: one slot per pool, op granularity). First a run is killed (its
+a Dagster concurrency pool (`etr_assets/conf/dagster.yaml`: one slot per pool, op granularity). First a run is killed (its
 whole process group, JVM included) while it holds the bronze pool's slot: without the run guard
 (`etr_assets/defs/run_guard.py`) every later run of that table would wait for ever. Then two real `dagster asset
 materialize` processes start together on the same instance, with no manual step between; their bronze and silver
@@ -83,10 +83,9 @@ def kill_inside_the_bronze_step(env: dict[str, str], home: Path, log: Path) -> s
 def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY), PYTHONWARNINGS="ignore")
-    # Create the instance's storage once: two processes creating SQLite schemas at once would race.
-    subprocess.run([DAGSTER, "instance", "migrate"], env=env, capture_output=True, check=True, timeout=120)
-    # What ./dev does for its instance: create the pools before any run (Dagster creates them lazily, racily).
-    subprocess.run([sys.executable, "-m", "etr_assets.defs.pools"], env=env, capture_output=True, check=True, timeout=120)
+    # What ./dev does for its instance: the storage created once (two processes creating SQLite schemas at once would
+    # race) and the pools created before any run (Dagster creates them lazily, racily).
+    subprocess.run([ETR, "prepare-instance"], env=env, capture_output=True, check=True, timeout=120)
     home = Path(env["DAGSTER_HOME"])
     killed = kill_inside_the_bronze_step(env, home, tmp_path / "killed-run.log")
     processes = []

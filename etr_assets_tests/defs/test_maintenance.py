@@ -30,7 +30,7 @@ from etr_assets.defs.maintenance import (
     maintenance_pool,
     tables_config,
 )
-from etr_assets.defs.pools import pool_names
+from etr_assets.instance import pool_names
 from etr_assets.defs.resources import build_resources
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.session import attach_catalog
