@@ -13,7 +13,10 @@ from bench.common import RESULTS_DIR, machine, open_lake
 
 # name -> (module, what it measures)
 BENCHMARKS = {
-    "formats": ("bench.formats", "requirement R1's table: Iceberg silver against plain Parquet (scans, updates, deletes)"),
+    "formats": (
+        "bench.formats",
+        "requirement R1's table: Iceberg silver against plain Parquet (scans, updates, deletes)",
+    ),
     "scd2": ("bench.scd2", "single-MERGE SCD2 against requirement R2's four statements and plain Parquet"),
     "small_files": ("bench.small_files", "hundreds of tiny appends: scans and planning before/after maintenance"),
     "health": ("bench.health", "metadata-only health check against Spark metadata tables as tables grow"),

@@ -64,8 +64,9 @@ def _parquet(lake: Lake, df, folder: str, bloom_ndv: int = 0) -> str:
     path = str(lake.path(folder))
     writer = df.repartition("transaction_date").sortWithinPartitions("transaction_date", "customer_id").write
     if bloom_ndv:
-        writer = (writer.option("parquet.bloom.filter.enabled#customer_id", "true")
-                  .option("parquet.bloom.filter.expected.ndv#customer_id", str(bloom_ndv)))
+        writer = writer.option("parquet.bloom.filter.enabled#customer_id", "true").option(
+            "parquet.bloom.filter.expected.ndv#customer_id", str(bloom_ndv)
+        )
     writer.option("compression", "zstd").partitionBy("transaction_date").parquet(path)
     return path
 
@@ -93,7 +94,8 @@ def build_datasets(lake: Lake, sizes: dict) -> tuple[dict[str, Dataset], dict]:
     bloom_spec = dataclasses.replace(SILVER_TRANSACTIONS, name="bnpl_transactions_bloom")
     timed("iceberg_bloom", "Iceberg + bloom", "iceberg", lambda: _iceberg_table(lake, bloom_spec, rows, bloom))
     bucket_spec = dataclasses.replace(
-        SILVER_TRANSACTIONS, name="bnpl_transactions_bucket",
+        SILVER_TRANSACTIONS,
+        name="bnpl_transactions_bucket",
         partition_by=("days(transaction_date)", "bucket(16, customer_id)"),
     )
     timed("iceberg_bucket", "Iceberg days+bucket16", "iceberg", lambda: _iceberg_table(lake, bucket_spec, rows))
@@ -103,7 +105,9 @@ def build_datasets(lake: Lake, sizes: dict) -> tuple[dict[str, Dataset], dict]:
 
 def _pick_customer(spark, dataset: Dataset) -> tuple[int, int]:
     """A customer with a typical number of transactions (the median one), and that number."""
-    counts = spark.sql(f"SELECT customer_id, count(*) n FROM {dataset.relation(spark)} GROUP BY 1 ORDER BY n, customer_id")
+    counts = spark.sql(
+        f"SELECT customer_id, count(*) n FROM {dataset.relation(spark)} GROUP BY 1 ORDER BY n, customer_id"
+    )
     ordered = counts.collect()
     row = ordered[len(ordered) // 2]
     return int(row["customer_id"]), int(row["n"])
@@ -126,14 +130,21 @@ def queries(spark, sets: dict[str, Dataset], customer: int, day: str, repeats: i
             dataset = sets[key]
             query = template.format(t=dataset.relation(spark))
             seconds, counters, times = best_of(repeats, lambda q=query: run_scan(spark, q))
-            rows.append({
-                "operation": name, "dataset": dataset.label, "seconds": round(seconds, 3), "all_runs_s": times,
-                "rows": counters.get("rows"), "files_read": counters.get("files_read"),
-                "files_skipped": counters.get("files_skipped"),
-                "bytes_of_files_read": counters.get("bytes_of_files_read"),
-                "input_bytes": counters.get("input_bytes"), "input_records": counters.get("input_records"),
-                "planning_ms": counters.get("planning_ms"),
-            })
+            rows.append(
+                {
+                    "operation": name,
+                    "dataset": dataset.label,
+                    "seconds": round(seconds, 3),
+                    "all_runs_s": times,
+                    "rows": counters.get("rows"),
+                    "files_read": counters.get("files_read"),
+                    "files_skipped": counters.get("files_skipped"),
+                    "bytes_of_files_read": counters.get("bytes_of_files_read"),
+                    "input_bytes": counters.get("input_bytes"),
+                    "input_records": counters.get("input_records"),
+                    "planning_ms": counters.get("planning_ms"),
+                }
+            )
     return rows
 
 
@@ -169,10 +180,13 @@ def iceberg_dml(lake: Lake, table: str, statement: str, mode: dict, repeats: int
 
     return {
         "seconds": round(seconds, 3),
-        "files_rewritten": num("deleted-data-files"), "data_files_written": num("added-data-files"),
+        "files_rewritten": num("deleted-data-files"),
+        "data_files_written": num("added-data-files"),
         "delete_files_written": num("added-delete-files"),
-        "bytes_written": num("added-files-size"), "input_bytes": counters["input_bytes"],
-        "rows_written": num("added-records"), "position_deletes": num("added-position-deletes"),
+        "bytes_written": num("added-files-size"),
+        "input_bytes": counters["input_bytes"],
+        "rows_written": num("added-records"),
+        "position_deletes": num("added-position-deletes"),
         "full_scan_after_s": round(after_scan[0], 3) if after_scan else None,
     }
 
@@ -197,8 +211,13 @@ def parquet_rewrite(lake: Lake, path: str, condition: str, change: dict[str, str
         else:  # a delete
             affected = affected.where(~F.expr(condition))
         staging = lake.path("staging")
-        (affected.repartition("transaction_date").sortWithinPartitions("transaction_date", "customer_id")
-         .write.option("compression", "zstd").partitionBy("transaction_date").parquet(str(staging)))
+        (
+            affected.repartition("transaction_date")
+            .sortWithinPartitions("transaction_date", "customer_id")
+            .write.option("compression", "zstd")
+            .partitionBy("transaction_date")
+            .parquet(str(staging))
+        )
         written = folder_bytes(staging)
         for day in days:
             name = f"transaction_date={day.isoformat()}"
@@ -224,18 +243,31 @@ def parquet_rewrite(lake: Lake, path: str, condition: str, change: dict[str, str
             best = (seconds, counters, partitions, written)
     shutil.rmtree(pristine)
     seconds, counters, partitions, written = best
-    return {"seconds": round(seconds, 3), "files_rewritten": partitions, "data_files_written": partitions,
-            "bytes_written": written, "input_bytes": counters["input_bytes"]}
+    return {
+        "seconds": round(seconds, 3),
+        "files_rewritten": partitions,
+        "data_files_written": partitions,
+        "bytes_written": written,
+        "input_bytes": counters["input_bytes"],
+    }
 
 
 def updates_and_deletes(lake: Lake, sets: dict[str, Dataset], customer: int, day: str, repeats: int) -> list[dict]:
     table, path = sets["iceberg"].source, sets["parquet"].source
     one_day_pending = f"transaction_date = DATE'{day}' AND status = 'PENDING'"
     operations = [
-        ("update 1% of rows (scattered)", f"UPDATE {{t}} SET status = 'PROCESSED' WHERE {UPDATE_1PCT}",
-         UPDATE_1PCT, {"status": "'PROCESSED'"}),
-        ("seed's update: one day's PENDING", f"UPDATE {{t}} SET status = 'PROCESSED' WHERE {one_day_pending}",
-         one_day_pending, {"status": "'PROCESSED'"}),
+        (
+            "update 1% of rows (scattered)",
+            f"UPDATE {{t}} SET status = 'PROCESSED' WHERE {UPDATE_1PCT}",
+            UPDATE_1PCT,
+            {"status": "'PROCESSED'"},
+        ),
+        (
+            "seed's update: one day's PENDING",
+            f"UPDATE {{t}} SET status = 'PROCESSED' WHERE {one_day_pending}",
+            one_day_pending,
+            {"status": "'PROCESSED'"},
+        ),
         ("delete one customer", f"DELETE FROM {{t}} WHERE customer_id = {customer}", f"customer_id = {customer}", None),
     ]
     rows = []
@@ -244,8 +276,14 @@ def updates_and_deletes(lake: Lake, sets: dict[str, Dataset], customer: int, day
         rows.append({"operation": name, "method": "Parquet: rewrite affected partitions", **baseline})
         for label, mode in (("Iceberg copy-on-write", COW), ("Iceberg merge-on-read", MOR)):
             measured = iceberg_dml(lake, table, statement, mode, repeats, scan_after=(mode is MOR))
-            rows.append({"operation": name, "method": label, **measured,
-                         "speedup_vs_parquet": ratio(baseline["seconds"], measured["seconds"])})
+            rows.append(
+                {
+                    "operation": name,
+                    "method": label,
+                    **measured,
+                    "speedup_vs_parquet": ratio(baseline["seconds"], measured["seconds"]),
+                }
+            )
     lake.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({', '.join(f'{k!r} = {v!r}' for k, v in COW.items())})")
     return rows
 
@@ -288,41 +326,63 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
     parquet_files = [str(f) for f in Path(sets["parquet"].source).rglob("*.parquet")]
     ratios = {
         "full scan time, Iceberg / Parquet (seed: 0.95)": ratio(i_full["seconds"], p_full["seconds"]),
-        "one day, bytes read Iceberg / Parquet (seed: 0.40)":
-            ratio(scan("one day", "Iceberg silver")["input_bytes"], scan("one day", "Parquet")["input_bytes"]),
-        "one day, bytes read / full scan, Iceberg":
-            ratio(scan("one day", "Iceberg silver")["input_bytes"], i_full["input_bytes"]),
-        "one customer, bytes read Iceberg / Parquet":
-            ratio(scan("one customer", "Iceberg silver")["input_bytes"], scan("one customer", "Parquet")["input_bytes"]),
-        "one customer, bytes read with bloom / without, Iceberg":
-            ratio(scan("one customer", "Iceberg + bloom")["input_bytes"], scan("one customer", "Iceberg silver")["input_bytes"]),
-        "one customer, time with bloom / without, Iceberg":
-            ratio(scan("one customer", "Iceberg + bloom")["seconds"], scan("one customer", "Iceberg silver")["seconds"]),
-        "one customer, files read days+bucket16 / days, Iceberg":
-            ratio(scan("one customer", "Iceberg days+bucket16")["files_read"], scan("one customer", "Iceberg silver")["files_read"]),
-        "full scan time, days+bucket16 / days, Iceberg":
-            ratio(scan("full scan (13 columns)", "Iceberg days+bucket16")["seconds"], i_full["seconds"]),
-        "2 of 13 columns, bytes read / full scan, Iceberg (seed: 0.30)":
-            ratio(scan("2 of 13 columns", "Iceberg silver")["input_bytes"], i_full["input_bytes"]),
-        "2 of 13 columns, bytes read / full scan, Parquet":
-            ratio(scan("2 of 13 columns", "Parquet")["input_bytes"], p_full["input_bytes"]),
-        "2 of 13 columns, their share of compressed column bytes (footers), Iceberg":
-            column_share(iceberg_files, ("customer_id", "amount")),
-        "2 of 13 columns, their share of compressed column bytes (footers), Parquet":
-            column_share(parquet_files, ("customer_id", "amount")),
+        "one day, bytes read Iceberg / Parquet (seed: 0.40)": ratio(
+            scan("one day", "Iceberg silver")["input_bytes"], scan("one day", "Parquet")["input_bytes"]
+        ),
+        "one day, bytes read / full scan, Iceberg": ratio(
+            scan("one day", "Iceberg silver")["input_bytes"], i_full["input_bytes"]
+        ),
+        "one customer, bytes read Iceberg / Parquet": ratio(
+            scan("one customer", "Iceberg silver")["input_bytes"], scan("one customer", "Parquet")["input_bytes"]
+        ),
+        "one customer, bytes read with bloom / without, Iceberg": ratio(
+            scan("one customer", "Iceberg + bloom")["input_bytes"],
+            scan("one customer", "Iceberg silver")["input_bytes"],
+        ),
+        "one customer, time with bloom / without, Iceberg": ratio(
+            scan("one customer", "Iceberg + bloom")["seconds"], scan("one customer", "Iceberg silver")["seconds"]
+        ),
+        "one customer, files read days+bucket16 / days, Iceberg": ratio(
+            scan("one customer", "Iceberg days+bucket16")["files_read"],
+            scan("one customer", "Iceberg silver")["files_read"],
+        ),
+        "full scan time, days+bucket16 / days, Iceberg": ratio(
+            scan("full scan (13 columns)", "Iceberg days+bucket16")["seconds"], i_full["seconds"]
+        ),
+        "2 of 13 columns, bytes read / full scan, Iceberg (seed: 0.30)": ratio(
+            scan("2 of 13 columns", "Iceberg silver")["input_bytes"], i_full["input_bytes"]
+        ),
+        "2 of 13 columns, bytes read / full scan, Parquet": ratio(
+            scan("2 of 13 columns", "Parquet")["input_bytes"], p_full["input_bytes"]
+        ),
+        "2 of 13 columns, their share of compressed column bytes (footers), Iceberg": column_share(
+            iceberg_files, ("customer_id", "amount")
+        ),
+        "2 of 13 columns, their share of compressed column bytes (footers), Parquet": column_share(
+            parquet_files, ("customer_id", "amount")
+        ),
     }
     for operation in ("update 1% of rows (scattered)", "seed's update: one day's PENDING", "delete one customer"):
         for method in ("Iceberg copy-on-write", "Iceberg merge-on-read"):
             ratios[f"{operation}: Parquet rewrite time / {method} (seed: 10)"] = _find(
-                dml, operation=operation, method=method)["speedup_vs_parquet"]
+                dml, operation=operation, method=method
+            )["speedup_vs_parquet"]
     mor_update = _find(dml, operation="update 1% of rows (scattered)", method="Iceberg merge-on-read")
-    ratios["full scan after a merge-on-read 1% update / before"] = ratio(mor_update["full_scan_after_s"], i_full["seconds"])
+    ratios["full scan after a merge-on-read 1% update / before"] = ratio(
+        mor_update["full_scan_after_s"], i_full["seconds"]
+    )
 
     labels = ["full scan", "one day", "one customer", "2 of 13 columns"]
     ops = ["full scan (13 columns)", "one day", "one customer", "2 of 13 columns"]
     return {
         "title": TITLE,
-        "data": {**sizes, "day_looked_up": day, "customer_looked_up": customer, "customer_rows": customer_rows, "writes": write_timings},
+        "data": {
+            **sizes,
+            "day_looked_up": day,
+            "customer_looked_up": customer,
+            "customer_rows": customer_rows,
+            "writes": write_timings,
+        },
         "data_description": (
             f"{sizes['rows']:,} synthetic BNPL transactions over {sizes['days']} days ({sizes['customers']:,} "
             f"customers), the silver table's 13 columns, zstd Parquet. Each layout holds the same rows; Parquet is "
@@ -342,20 +402,30 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
         "ratios": ratios,
         "charts": [
             {
-                "file": "formats.png", "title": "Reads: seconds (best of runs)", "xlabel": "seconds",
+                "file": "formats.png",
+                "title": "Reads: seconds (best of runs)",
+                "xlabel": "seconds",
                 "labels": labels,
                 "series": {
-                    ds: [next((r["seconds"] for r in scans if r["operation"] == op and r["dataset"] == ds), None)
-                         for op in ops]
+                    ds: [
+                        next((r["seconds"] for r in scans if r["operation"] == op and r["dataset"] == ds), None)
+                        for op in ops
+                    ]
                     for ds in ("Parquet", "Iceberg silver")
                 },
             },
             {
-                "file": "formats_dml.png", "title": "Updates and deletes: seconds", "xlabel": "seconds",
+                "file": "formats_dml.png",
+                "title": "Updates and deletes: seconds",
+                "xlabel": "seconds",
                 "labels": ["update 1%", "one day's PENDING", "delete a customer"],
                 "series": {
                     method: [r["seconds"] for r in dml if r["method"] == method]
-                    for method in ("Parquet: rewrite affected partitions", "Iceberg copy-on-write", "Iceberg merge-on-read")
+                    for method in (
+                        "Parquet: rewrite affected partitions",
+                        "Iceberg copy-on-write",
+                        "Iceberg merge-on-read",
+                    )
                 },
             },
         ],

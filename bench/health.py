@@ -29,8 +29,13 @@ def spark_figures(spark, table: str) -> dict:
     deletes = spark.sql(f"SELECT count(*) FROM {table}.delete_files").first()[0]
     snapshots = spark.sql(f"SELECT count(*), min(committed_at) FROM {table}.snapshots").first()
     manifests = spark.sql(f"SELECT count(*) FROM {table}.manifests").first()[0]
-    return {"data_files": files["n"], "bytes": files["b"], "delete_files": deletes, "snapshots": snapshots[0],
-            "manifests": manifests}
+    return {
+        "data_files": files["n"],
+        "bytes": files["b"],
+        "delete_files": deletes,
+        "snapshots": snapshots[0],
+        "manifests": manifests,
+    }
 
 
 def best_seconds(repeats: int, action) -> tuple[float, object]:
@@ -61,18 +66,27 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
         spark_s, figures = best_seconds(repeats, lambda: spark_figures(spark, table))
         if figures["data_files"] != health.data_files or figures["snapshots"] != health.snapshots:
             raise AssertionError(f"health and Spark disagree on {table}: {health} vs {figures}")
-        points.append({
-            "growing": growing, "rows": rows_now, "snapshots": health.snapshots, "data_files": health.data_files,
-            "manifests": health.manifests, "metadata_file_bytes": health.metadata_file_bytes,
-            "health_check_ms": round(health_s * 1000, 1), "of_which_metadata_json_ms": round(load_s * 1000, 1),
-            "spark_metadata_tables_ms": round(spark_s * 1000, 1),
-            "spark_over_health": ratio(spark_s, health_s),
-        })
+        points.append(
+            {
+                "growing": growing,
+                "rows": rows_now,
+                "snapshots": health.snapshots,
+                "data_files": health.data_files,
+                "manifests": health.manifests,
+                "metadata_file_bytes": health.metadata_file_bytes,
+                "health_check_ms": round(health_s * 1000, 1),
+                "of_which_metadata_json_ms": round(load_s * 1000, 1),
+                "spark_metadata_tables_ms": round(spark_s * 1000, 1),
+                "spark_over_health": ratio(spark_s, health_s),
+            }
+        )
 
     def append(n: int, one_day: bool = False):
         nonlocal rows_now, snapshots_now
         # A tiny append lands in one day, like a micro-batch writer's: one data file and one manifest per snapshot.
-        days, first_day = (1, data.FIRST_DAY + dt.timedelta(days=snapshots_now % DAYS)) if one_day else (DAYS, data.FIRST_DAY)
+        days, first_day = (
+            (1, data.FIRST_DAY + dt.timedelta(days=snapshots_now % DAYS)) if one_day else (DAYS, data.FIRST_DAY)
+        )
         batch = data.transactions(spark, n, days, max(100, n // 20), seed=7 + snapshots_now, first_day=first_day)
         batch.withColumn("transaction_id", F.col("transaction_id") + rows_now).writeTo(table).append()
         rows_now, snapshots_now = rows_now + n, snapshots_now + 1
@@ -90,8 +104,10 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
             append(100, one_day=True)
         checkpoint("snapshots")
 
-    ratios = {f"{p['rows']:,} rows, {p['snapshots']} snapshots: Spark metadata tables / health check": p["spark_over_health"]
-              for p in points}
+    ratios = {
+        f"{p['rows']:,} rows, {p['snapshots']} snapshots: Spark metadata tables / health check": p["spark_over_health"]
+        for p in points
+    }
     return {
         "title": TITLE,
         "data": {"row_steps": row_steps, "snapshot_steps": snapshot_steps, "days": DAYS},
@@ -109,17 +125,24 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
         ),
         "tables": [{"title": "Latency as the table grows", "rows": points}],
         "ratios": ratios,
-        "charts": [{
-            "file": "health.png", "title": "Health figures: milliseconds", "xlabel": "milliseconds", "log": True,
-            "labels": [f"{p['rows']:,} rows, {p['snapshots']} snapshots" for p in points],
-            "series": {
-                "health check (pyiceberg)": [p["health_check_ms"] for p in points],
-                "of which metadata.json": [p["of_which_metadata_json_ms"] for p in points],
-                "Spark metadata tables": [p["spark_metadata_tables_ms"] for p in points],
-            },
-        }],
+        "charts": [
+            {
+                "file": "health.png",
+                "title": "Health figures: milliseconds",
+                "xlabel": "milliseconds",
+                "log": True,
+                "labels": [f"{p['rows']:,} rows, {p['snapshots']} snapshots" for p in points],
+                "series": {
+                    "health check (pyiceberg)": [p["health_check_ms"] for p in points],
+                    "of which metadata.json": [p["of_which_metadata_json_ms"] for p in points],
+                    "Spark metadata tables": [p["spark_metadata_tables_ms"] for p in points],
+                },
+            }
+        ],
         "notes": [
-            ("The Spark figures assume a warm session; a sensor or check without one would first pay a JVM start "
-            "(2-4 s) and the first Iceberg statement (3-4.5 s, docs/stack.md)."),
+            (
+                "The Spark figures assume a warm session; a sensor or check without one would first pay a JVM start "
+                "(2-4 s) and the first Iceberg statement (3-4.5 s, docs/stack.md)."
+            ),
         ],
     }

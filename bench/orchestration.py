@@ -16,8 +16,12 @@ from bench.common import Lake, measure, ratio
 from etr_assets.settings import Settings
 
 TITLE = "Benchmark 5 — orchestration overhead: one partition through Dagster against the library"
-TRANSACTION_ASSETS = ("raw/bnpl_transactions", "bronze/bnpl_transactions_raw", "silver/bnpl_transactions_clean",
-                      "gold/bnpl_daily_summary")
+TRANSACTION_ASSETS = (
+    "raw/bnpl_transactions",
+    "bronze/bnpl_transactions_raw",
+    "silver/bnpl_transactions_clean",
+    "gold/bnpl_daily_summary",
+)
 
 
 def through_dagster(defs, day: dt.date) -> int:
@@ -25,8 +29,13 @@ def through_dagster(defs, day: dt.date) -> int:
 
     assets = [a for a in defs.assets if any(k.to_user_string() in TRANSACTION_ASSETS for k in a.keys)]
     resources = defs.get_repository_def().get_top_level_resources()
-    result = materialize(assets, resources=resources, partition_key=day.isoformat(),
-                         instance=DagsterInstance.ephemeral(), raise_on_error=True)
+    result = materialize(
+        assets,
+        resources=resources,
+        partition_key=day.isoformat(),
+        instance=DagsterInstance.ephemeral(),
+        raise_on_error=True,
+    )
     return len(result.get_asset_materialization_events())
 
 
@@ -61,11 +70,21 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
     day = settings.start_date
     rows = []
     for number in range(max(1, repeats) + 1):  # the first round warms both paths up
-        for path, call in (("Dagster materialize", lambda d: through_dagster(defs, d)),
-                           ("library calls", lambda d: through_library(spark, settings, d))):
+        for path, call in (
+            ("Dagster materialize", lambda d: through_dagster(defs, d)),
+            ("library calls", lambda d: through_library(spark, settings, d)),
+        ):
             seconds, counters, _ = measure(spark, lambda c=call, d=day: c(d))
-            rows.append({"round": number, "path": path, "day": day.isoformat(), "seconds": round(seconds, 3),
-                         "spark_tasks": counters["tasks"], "counted": number > 0})
+            rows.append(
+                {
+                    "round": number,
+                    "path": path,
+                    "day": day.isoformat(),
+                    "seconds": round(seconds, 3),
+                    "spark_tasks": counters["tasks"],
+                    "counted": number > 0,
+                }
+            )
             day += dt.timedelta(days=1)
     counted = [r for r in rows if r["counted"]]
     best = {p: min(r["seconds"] for r in counted if r["path"] == p) for p in ("Dagster materialize", "library calls")}
@@ -86,12 +105,19 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
             "Dagster / library, time for one partition": ratio(best["Dagster materialize"], best["library calls"]),
             "Dagster overhead, seconds per partition": round(overhead, 3),
         },
-        "charts": [{
-            "file": "orchestration.png", "title": "One partition: seconds (best of counted rounds)", "xlabel": "seconds",
-            "labels": ["one partition"], "series": {p: [s] for p, s in best.items()},
-        }],
+        "charts": [
+            {
+                "file": "orchestration.png",
+                "title": "One partition: seconds (best of counted rounds)",
+                "xlabel": "seconds",
+                "labels": ["one partition"],
+                "series": {p: [s] for p, s in best.items()},
+            }
+        ],
         "notes": [
-            ("Both paths reuse a warm JVM. A real Dagster run is a new process: add the JVM start and first Iceberg "
-            "statement (5-8 s, docs/stack.md) and `import dagster` with the definitions (about 2 s)."),
+            (
+                "Both paths reuse a warm JVM. A real Dagster run is a new process: add the JVM start and first Iceberg "
+                "statement (5-8 s, docs/stack.md) and `import dagster` with the definitions (about 2 s)."
+            ),
         ],
     }

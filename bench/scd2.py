@@ -1,12 +1,13 @@
 """Benchmark 2: our single-MERGE SCD2 against requirement R2's four statements, and against plain Parquet (the floor).
 
-Both methods keep `landing.customers` (the real spec) from the same two full snapshots of the customer list:
-batch 0 (every key) is loaded first, untimed, as HISTORY_DAYS daily snapshots of an unchanged list; batch 1 (every key again, 1%, 10% or 50% of them changed in a
-tracked column) is timed. Each table is rolled back to its batch-0 snapshot before the next share, so every
-case starts from the same state.
+Both methods keep `landing.customers` (the real spec) from the same two full snapshots of the customer list: batch 0
+(every key) is loaded first, untimed, as HISTORY_DAYS daily snapshots of an unchanged list; batch 1 (every key again,
+1%, 10% or 50% of them changed in a tracked column) is timed. Each table is rolled back to its batch-0 snapshot before
+the next share, so every case starts from the same state.
 
-- ours, recomputing: `apply_observations(FULL)` over every observation (batch 0's days and batch 1), as `build_landing` does
-  when it cannot extend: history is recomputed from the observations and only the difference merged, in one MERGE;
+- ours, recomputing: `apply_observations(FULL)` over every observation (batch 0's days and batch 1), as
+  `build_landing` does when it cannot extend: history is recomputed from the observations and only the difference
+  merged, in one MERGE;
 - ours, extending: `apply_log` (what `build_landing` runs) after batch 1 was appended to the observation log: it
   reads only batch 1 and each key's last version, and merges only the keys that changed or disappeared;
 - requirement R2, faithfully in Spark: (1) a temporary view over the batch's files with ROW_NUMBER per id and the file
@@ -54,11 +55,13 @@ def batch(spark, keys: int, changed_percent: int, number: int):
         F.when(F.col("id") % 50 == 0, F.lit(None)).otherwise(F.concat(id_text, F.lit("@example.com"))).alias("email"),
         F.concat(F.lit("+6012"), F.lpad(id_text, 7, "0")).alias("phone"),
         F.date_add(F.lit(dt.date(1960, 1, 1)), (F.col("id") % 15_000).cast("int")).alias("date_of_birth"),
-        F.concat(F.lit("City"), (F.col("id") % 40).cast("string"), F.when(changed, F.lit(" (moved)")).otherwise(""))
-        .alias("city"),
+        F.concat(
+            F.lit("City"), (F.col("id") % 40).cast("string"), F.when(changed, F.lit(" (moved)")).otherwise("")
+        ).alias("city"),
         F.when(F.col("id") % 5 == 0, F.lit("SG")).otherwise(F.lit("MY")).alias("country"),
-        F.element_at(F.array(F.lit("LOW"), F.lit("MEDIUM"), F.lit("HIGH")), (F.col("id") % 3 + 1).cast("int"))
-        .alias("risk_segment"),
+        F.element_at(F.array(F.lit("LOW"), F.lit("MEDIUM"), F.lit("HIGH")), (F.col("id") % 3 + 1).cast("int")).alias(
+            "risk_segment"
+        ),
         ((F.col("id") % 50 + 1) * 100).cast("decimal(12,2)").alias("credit_limit"),
         F.lit(dt.datetime(2024, 1, 1)).alias("created_at"),
         F.when(changed, F.lit(T1)).otherwise(F.lit(T0)).alias("updated_at"),
@@ -79,10 +82,14 @@ def observations_of(spark, paths: list[str], first_number: int = 0):
     frames = []
     for number, path in enumerate(paths, start=first_number):
         snapshot_at = T0 + dt.timedelta(days=number)  # day `number`'s list (taken at the end of that day, below)
-        frames.append(spark.read.parquet(path).select(
-            *BUSINESS, F.lit(f"batch{number}").alias("_batch_id"), F.col("_metadata.file_path").alias("_source_file"),
-            F.lit(snapshot_at + dt.timedelta(hours=12)).alias("_snapshot_at"),
-        ))
+        frames.append(
+            spark.read.parquet(path).select(
+                *BUSINESS,
+                F.lit(f"batch{number}").alias("_batch_id"),
+                F.col("_metadata.file_path").alias("_source_file"),
+                F.lit(snapshot_at + dt.timedelta(hours=12)).alias("_snapshot_at"),
+            )
+        )
     union = frames[0]
     for frame in frames[1:]:
         union = union.unionByName(frame)
@@ -98,12 +105,12 @@ def seed_statements(spark, table: str, path: str) -> int:
     """Requirement R2's steps 1-4 on one batch, in Spark SQL. Returns how many statements committed a snapshot."""
     view = f"temp_source_{uuid.uuid4().hex[:8]}"
     # Step 1: the external table over the batch's files; `_path` plays Athena's "$path" pseudo-column.
-    spark.read.parquet(path).select("*", "_metadata.file_path").withColumnRenamed("file_path", "_path") \
-        .createOrReplaceTempView(view)
+    spark.read.parquet(path).select("*", "_metadata.file_path").withColumnRenamed(
+        "file_path", "_path"
+    ).createOrReplaceTempView(view)
     differs = " OR ".join(f"COALESCE(target.{c}, NULL) <> COALESCE(source.{c}, NULL)" for c in TRACKED)
     numbered = (
-        f"SELECT *, ROW_NUMBER() OVER (PARTITION BY customer_id ORDER BY _path) AS rn, "
-        f"_path AS source_path FROM {view}"
+        f"SELECT *, ROW_NUMBER() OVER (PARTITION BY customer_id ORDER BY _path) AS rn, _path AS source_path FROM {view}"
     )
     before = spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
     spark.sql(f"""
@@ -155,7 +162,11 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
     # Batch 0's history once (the first apply_log recomputes it from the same observations), copied for ours.
     spark.table(extended).writeTo(ours).append()
     ours_start, seed_start = _current(spark, ours), _current(spark, seed)
-    extend_start, log_start, cursor_start = _current(spark, extended), _current(spark, log), read_cursor(spark, extended)
+    extend_start, log_start, cursor_start = (
+        _current(spark, extended),
+        _current(spark, log),
+        read_cursor(spark, extended),
+    )
 
     rows = []
     for share in SHARES:
@@ -184,29 +195,59 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
         ours_replay_s, _, replay = measure(spark, apply_ours) if replays else (None, None, None)
         seed_s, seed_c, seed_commits = measure(spark, apply_seed)
         seed_replay_s, _, seed_replay_commits = measure(spark, apply_seed) if replays else (None, None, None)
-        observations_of(spark, [second], first_number=HISTORY_DAYS).writeTo(log).append()  # bronze loads the day (untimed)
+        observations_of(spark, [second], first_number=HISTORY_DAYS).writeTo(
+            log
+        ).append()  # bronze loads the day (untimed)
         extend_s, extend_c, extended_result = measure(spark, extend_ours)
         if (extended_result.inserted, extended_result.updated) != (result.inserted, result.updated):
             raise AssertionError(f"extending and recomputing disagree: {extended_result} vs {result}")
         changed = result.inserted
         common = {"keys": keys, "changed_percent": share, "changed_keys": changed}
         rows += [
-            {**common, "method": "plain Parquet append (floor)", "seconds": round(floor_s, 3),
-             "rows_per_s": round(keys / floor_s), "replay_s": None, "replay_commits": None},
-            {**common, "method": "ours: one MERGE", "seconds": round(ours_s, 3), "rows_per_s": round(keys / ours_s),
-             "input_bytes": ours_c["input_bytes"], "shuffle_read_bytes": ours_c["shuffle_read_bytes"],
-             "replay_s": _rounded(ours_replay_s), "replay_commits": None if replay is None else int(replay.snapshot_id is not None)},
-            {**common, "method": "seed (requirement R2): four statements", "seconds": round(seed_s, 3),
-             "rows_per_s": round(keys / seed_s), "input_bytes": seed_c["input_bytes"],
-             "shuffle_read_bytes": seed_c["shuffle_read_bytes"], "commits": seed_commits,
-             "replay_s": _rounded(seed_replay_s), "replay_commits": seed_replay_commits},
+            {
+                **common,
+                "method": "plain Parquet append (floor)",
+                "seconds": round(floor_s, 3),
+                "rows_per_s": round(keys / floor_s),
+                "replay_s": None,
+                "replay_commits": None,
+            },
+            {
+                **common,
+                "method": "ours: one MERGE",
+                "seconds": round(ours_s, 3),
+                "rows_per_s": round(keys / ours_s),
+                "input_bytes": ours_c["input_bytes"],
+                "shuffle_read_bytes": ours_c["shuffle_read_bytes"],
+                "replay_s": _rounded(ours_replay_s),
+                "replay_commits": None if replay is None else int(replay.snapshot_id is not None),
+            },
+            {
+                **common,
+                "method": "seed (requirement R2): four statements",
+                "seconds": round(seed_s, 3),
+                "rows_per_s": round(keys / seed_s),
+                "input_bytes": seed_c["input_bytes"],
+                "shuffle_read_bytes": seed_c["shuffle_read_bytes"],
+                "commits": seed_commits,
+                "replay_s": _rounded(seed_replay_s),
+                "replay_commits": seed_replay_commits,
+            },
         ]
-        rows.insert(-1, {
-            **common, "method": "ours: extend (new batch only)", "seconds": round(extend_s, 3),
-            "rows_per_s": round(keys / extend_s), "input_bytes": extend_c["input_bytes"],
-            "shuffle_read_bytes": extend_c["shuffle_read_bytes"], "replay_s": None, "replay_commits": None,
-            "commits": 1,
-        })
+        rows.insert(
+            -1,
+            {
+                **common,
+                "method": "ours: extend (new batch only)",
+                "seconds": round(extend_s, 3),
+                "rows_per_s": round(keys / extend_s),
+                "input_bytes": extend_c["input_bytes"],
+                "shuffle_read_bytes": extend_c["shuffle_read_bytes"],
+                "replay_s": None,
+                "replay_commits": None,
+                "commits": 1,
+            },
+        )
         rows[-3]["commits"] = 1
         _rollback(lake, ours, ours_start)
         _rollback(lake, seed, seed_start)
@@ -225,32 +266,47 @@ def run(lake: Lake, scale: float, repeats: int = 1) -> dict:
     rows = [row for keys in key_counts for row in one_size(lake, keys)]
 
     def seconds(keys, share, method):
-        return next(r["seconds"] for r in rows if r["keys"] == keys and r["changed_percent"] == share
-                    and r["method"].startswith(method))
+        return next(
+            r["seconds"]
+            for r in rows
+            if r["keys"] == keys and r["changed_percent"] == share and r["method"].startswith(method)
+        )
 
     def replay(keys, share, method):
-        return next(r["replay_s"] for r in rows if r["keys"] == keys and r["changed_percent"] == share
-                    and r["method"].startswith(method))
+        return next(
+            r["replay_s"]
+            for r in rows
+            if r["keys"] == keys and r["changed_percent"] == share and r["method"].startswith(method)
+        )
 
     ratios = {}
     for keys in key_counts:
         for share in SHARES:
-            ratios[f"{keys:,} keys, {share}% changed: seed time / ours"] = ratio(seconds(keys, share, "seed"),
-                                                                                seconds(keys, share, "ours: one"))
+            ratios[f"{keys:,} keys, {share}% changed: seed time / ours"] = ratio(
+                seconds(keys, share, "seed"), seconds(keys, share, "ours: one")
+            )
             ratios[f"{keys:,} keys, {share}% changed: seed time / ours extending"] = ratio(
-                seconds(keys, share, "seed"), seconds(keys, share, "ours: extend"))
+                seconds(keys, share, "seed"), seconds(keys, share, "ours: extend")
+            )
             ratios[f"{keys:,} keys, {share}% changed: recompute / extend"] = ratio(
-                seconds(keys, share, "ours: one"), seconds(keys, share, "ours: extend"))
+                seconds(keys, share, "ours: one"), seconds(keys, share, "ours: extend")
+            )
             ratios[f"{keys:,} keys, {share}% changed: ours extending / Parquet floor"] = ratio(
-                seconds(keys, share, "ours: extend"), seconds(keys, share, "plain"))
+                seconds(keys, share, "ours: extend"), seconds(keys, share, "plain")
+            )
         for label, method in (("ours", "ours: one"), ("seed", "seed")):
             ratios[f"{keys:,} keys: replay / first apply, {label} ({REPLAY_SHARE}%)"] = ratio(
-                replay(keys, REPLAY_SHARE, method), seconds(keys, REPLAY_SHARE, method))
+                replay(keys, REPLAY_SHARE, method), seconds(keys, REPLAY_SHARE, method)
+            )
     labels = [f"{k:,} keys, {s}%" for k in key_counts for s in SHARES]
     return {
         "title": TITLE,
-        "data": {"keys": key_counts, "changed_percent": list(SHARES), "history_days": HISTORY_DAYS,
-                 "tracked_columns": list(TRACKED)},
+        "data": {
+            "keys": key_counts,
+            "changed_percent": list(SHARES),
+            "history_days": HISTORY_DAYS,
+            "tracked_columns": list(TRACKED),
+        },
         "data_description": (
             f"Full customer snapshots of {' and '.join(f'{k:,}' for k in key_counts)} keys (the landing.customers "
             f"spec: 12 business columns, 9 tracked); batch 0, unchanged, was observed on {HISTORY_DAYS} days; "
@@ -263,16 +319,32 @@ def run(lake: Lake, scale: float, repeats: int = 1) -> dict:
         ),
         "tables": [{"title": "SCD2 apply of batch 1, and its replay", "rows": rows}],
         "ratios": ratios,
-        "charts": [{
-            "file": "scd2.png", "title": "SCD2: rows per second (higher is better)", "xlabel": "rows per second",
-            "labels": labels, "log": True,
-            "series": {
-                method: [next(r["rows_per_s"] for r in rows if r["keys"] == k and r["changed_percent"] == s
-                              and r["method"] == method) for k in key_counts for s in SHARES]
-                for method in ("plain Parquet append (floor)", "ours: one MERGE", "ours: extend (new batch only)",
-                               "seed (requirement R2): four statements")
-            },
-        }],
+        "charts": [
+            {
+                "file": "scd2.png",
+                "title": "SCD2: rows per second (higher is better)",
+                "xlabel": "rows per second",
+                "labels": labels,
+                "log": True,
+                "series": {
+                    method: [
+                        next(
+                            r["rows_per_s"]
+                            for r in rows
+                            if r["keys"] == k and r["changed_percent"] == s and r["method"] == method
+                        )
+                        for k in key_counts
+                        for s in SHARES
+                    ]
+                    for method in (
+                        "plain Parquet append (floor)",
+                        "ours: one MERGE",
+                        "ours: extend (new batch only)",
+                        "seed (requirement R2): four statements",
+                    )
+                },
+            }
+        ],
         "notes": [
             (
                 f"'ours: one MERGE' recomputes from every observation ({HISTORY_DAYS} days of batch 0, and batch 1), "

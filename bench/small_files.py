@@ -27,16 +27,25 @@ def state(lake: Lake, spec, label: str, repeats: int) -> dict:
     table = spec.qualified(lake.catalog)
     day = (data.FIRST_DAY + dt.timedelta(days=DAYS // 2)).isoformat()
     full_s, full, _ = best_of(repeats, lambda: run_scan(lake.spark, f"SELECT * FROM {table}"))
-    day_s, one_day, _ = best_of(repeats, lambda: run_scan(
-        lake.spark, f"SELECT * FROM {table} WHERE transaction_date = DATE'{day}'"))
+    day_s, one_day, _ = best_of(
+        repeats, lambda: run_scan(lake.spark, f"SELECT * FROM {table} WHERE transaction_date = DATE'{day}'")
+    )
     health = table_health(lake.settings, spec)
     return {
-        "state": label, "full_scan_s": round(full_s, 3), "full_scan_planning_ms": full.get("planning_ms"),
-        "one_day_s": round(day_s, 3), "one_day_planning_ms": one_day.get("planning_ms"),
-        "files_read_full_scan": full.get("files_read"), "manifests_scanned": full.get("manifests_scanned"),
-        "data_files": health.data_files, "small_files": health.small_files, "manifests": health.manifests,
-        "snapshots": health.snapshots, "metadata_file_bytes": health.metadata_file_bytes,
-        "health": health.status, "rows": full.get("rows"),
+        "state": label,
+        "full_scan_s": round(full_s, 3),
+        "full_scan_planning_ms": full.get("planning_ms"),
+        "one_day_s": round(day_s, 3),
+        "one_day_planning_ms": one_day.get("planning_ms"),
+        "files_read_full_scan": full.get("files_read"),
+        "manifests_scanned": full.get("manifests_scanned"),
+        "data_files": health.data_files,
+        "small_files": health.small_files,
+        "manifests": health.manifests,
+        "snapshots": health.snapshots,
+        "metadata_file_bytes": health.metadata_file_bytes,
+        "health": health.status,
+        "rows": full.get("rows"),
     }
 
 
@@ -55,11 +64,15 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
     spec = dataclasses.replace(SILVER_TRANSACTIONS, name="bnpl_transactions_small_files")
     ensure_table(spark, lake.catalog, spec)
     table = spec.qualified(lake.catalog)
-    rows = data.transactions(spark, appends * ROWS_PER_APPEND, DAYS, 5_000).withColumn(
-        "_slice", (F.abs(F.xxhash64("transaction_id")) % appends).cast("int")).cache()
+    rows = (
+        data.transactions(spark, appends * ROWS_PER_APPEND, DAYS, 5_000)
+        .withColumn("_slice", (F.abs(F.xxhash64("transaction_id")) % appends).cast("int"))
+        .cache()
+    )
     rows.count()
-    load_s, _, _ = measure(spark, lambda: [
-        rows.where(F.col("_slice") == i).drop("_slice").writeTo(table).append() for i in range(appends)])
+    load_s, _, _ = measure(
+        spark, lambda: [rows.where(F.col("_slice") == i).drop("_slice").writeTo(table).append() for i in range(appends)]
+    )
     before = state(lake, spec, f"after {appends} appends", repeats)
     rows.unpersist()
 
@@ -67,16 +80,26 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
     for name, step in (
         ("compact (rewrite_data_files)", lambda: compact(spark, lake.catalog, spec, has_delete_files=False)),
         ("rewrite_manifests", lambda: rewrite_manifests(spark, lake.catalog, spec)),
-        ("expire_snapshots (keep 1)", lambda: expire_snapshots(
-            spark, lake.catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)),
+        (
+            "expire_snapshots (keep 1)",
+            lambda: expire_snapshots(spark, lake.catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1),
+        ),
     ):
         seconds, counters, result = measure(spark, step)
-        steps.append({"step": name, "seconds": round(seconds, 3), "input_bytes": counters["input_bytes"],
-                      "result": _summary(result)})
+        steps.append(
+            {
+                "step": name,
+                "seconds": round(seconds, 3),
+                "input_bytes": counters["input_bytes"],
+                "result": _summary(result),
+            }
+        )
     after = state(lake, spec, "after maintenance", repeats)
     ratios = {
         "full scan time, before / after maintenance": ratio(before["full_scan_s"], after["full_scan_s"]),
-        "full scan planning time, before / after": ratio(before["full_scan_planning_ms"], after["full_scan_planning_ms"]),
+        "full scan planning time, before / after": ratio(
+            before["full_scan_planning_ms"], after["full_scan_planning_ms"]
+        ),
         "one-day query time, before / after": ratio(before["one_day_s"], after["one_day_s"]),
         "data files, before / after": ratio(before["data_files"], after["data_files"]),
         "manifests, before / after": ratio(before["manifests"], after["manifests"]),
@@ -84,7 +107,12 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
     }
     return {
         "title": TITLE,
-        "data": {"appends": appends, "rows_per_append": ROWS_PER_APPEND, "days": DAYS, "load_seconds": round(load_s, 1)},
+        "data": {
+            "appends": appends,
+            "rows_per_append": ROWS_PER_APPEND,
+            "days": DAYS,
+            "load_seconds": round(load_s, 1),
+        },
         "data_description": (
             f"{appends} appends of {ROWS_PER_APPEND} synthetic transactions each (one slice of {DAYS} days each) "
             f"into a copy of the silver table (same spec: days(transaction_date), 128 MiB target files)."
@@ -99,9 +127,13 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
             {"title": "Maintenance steps", "rows": steps},
         ],
         "ratios": ratios,
-        "charts": [{
-            "file": "small_files.png", "title": "Small files: before and after maintenance", "xlabel": "seconds",
-            "labels": ["full scan", "one day"],
-            "series": {s["state"]: [s["full_scan_s"], s["one_day_s"]] for s in (before, after)},
-        }],
+        "charts": [
+            {
+                "file": "small_files.png",
+                "title": "Small files: before and after maintenance",
+                "xlabel": "seconds",
+                "labels": ["full scan", "one day"],
+                "series": {s["state"]: [s["full_scan_s"], s["one_day_s"]] for s in (before, after)},
+            }
+        ],
     }

@@ -141,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         "prepare-instance",
         help="make $DAGSTER_HOME ready for this code location: dagster.yaml (if missing), storage, table pools",
     )
-    prepare.add_argument("--config", type=Path, help="dagster.yaml to install when there is none (default: the laptop one)")
+    prepare.add_argument(
+        "--config", type=Path, help="dagster.yaml to install when there is none (default: the laptop one)"
+    )
     prepare.set_defaults(run=cmd_prepare_instance)
     return parser
 

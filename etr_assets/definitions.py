@@ -36,7 +36,15 @@ def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=assets,
         asset_checks=[silver_daily_growth, *freshness, *maintenance.checks],
-        jobs=[job, rollback_table, abandon_raw_batch, build_bootstrap_job(settings), checks_job, erasure, maintenance.job],
+        jobs=[
+            job,
+            rollback_table,
+            abandon_raw_batch,
+            build_bootstrap_job(settings),
+            checks_job,
+            erasure,
+            maintenance.job,
+        ],
         schedules=[daily_schedule(job), freshness_schedule(checks_job), maintenance.schedule],
         sensors=[build_pending_batches_sensor(settings), maintenance.sensor, dead_runs_sensor],
         resources=build_resources(settings) | ERASURE_RESOURCES | {"layer_runner": build_layer_runner(settings)},

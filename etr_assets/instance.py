@@ -31,7 +31,10 @@ def pool_names(defs) -> list[str]:
 
 def initialize_pools(instance, defs) -> list[str]:
     storage = instance.event_log_storage
-    if not storage.supports_global_concurrency_limits or instance.get_concurrency_config().pool_config.default_pool_limit is None:
+    if (
+        not storage.supports_global_concurrency_limits
+        or instance.get_concurrency_config().pool_config.default_pool_limit is None
+    ):
         return []
     existing = {pool.name for pool in storage.get_pool_limits()}
     created = [name for name in pool_names(defs) if name not in existing]

@@ -26,8 +26,15 @@ def pytest_configure(config):
 
 # The longest files (minutes each on two cores), longest first: xdist hands out files in collection order.
 LONGEST_FIRST = (
-    "test_crash_recovery.py", "defs/test_pipeline.py", "test_cli_subprocess.py", "s3/test_concurrent_writers.py",
-    "test_pools.py", "test_bench.py", "lake/test_scd2_log.py", "remote/test_pipes.py", "s3/test_s3_profile.py",
+    "test_crash_recovery.py",
+    "defs/test_pipeline.py",
+    "test_cli_subprocess.py",
+    "s3/test_concurrent_writers.py",
+    "test_pools.py",
+    "test_bench.py",
+    "lake/test_scd2_log.py",
+    "remote/test_pipes.py",
+    "s3/test_s3_profile.py",
 )
 
 

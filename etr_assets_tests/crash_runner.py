@@ -65,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         "silver_transactions": silver.rows_by_day,
         "gold_daily_summary": gold.rows_by_day,
         "bronze_customers": customers.rows_by_day,
-        "landing": {"inserted": landing.inserted, "updated": landing.updated, "deleted": landing.deleted,
-                    "changed": landing.changed},
+        "landing": {
+            "inserted": landing.inserted,
+            "updated": landing.updated,
+            "deleted": landing.deleted,
+            "changed": landing.changed,
+        },
     }
     print(json.dumps(summary), flush=True)
     spark.stop()

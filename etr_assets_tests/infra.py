@@ -151,17 +151,38 @@ def postgres_server(database: str = PG_DATABASE) -> Iterator[str]:
             for path in (root, sockets):
                 shutil.chown(path, PG_USER, PG_USER)
         _run(
-            _as_pg_user([str(initdb), "-D", str(data), "-A", "trust", "-U", PG_USER, "-E", "UTF8",
-                         "--locale=C", "--no-sync", "--no-instructions"]),
+            _as_pg_user(
+                [
+                    str(initdb),
+                    "-D",
+                    str(data),
+                    "-A",
+                    "trust",
+                    "-U",
+                    PG_USER,
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                    "--no-instructions",
+                ]
+            ),
             "initdb",
         )
         for attempt in range(3):  # a free port can be taken between our probe and the server's bind
             port = free_port()
-            options = (f"-c listen_addresses=127.0.0.1 -p {port} -k {sockets} -c fsync=off "
-                       "-c synchronous_commit=off -c full_page_writes=off")
+            options = (
+                f"-c listen_addresses=127.0.0.1 -p {port} -k {sockets} -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off"
+            )
             try:
-                _run(_as_pg_user([str(pg_ctl), "-D", str(data), "-l", str(log), "-w", "-t", "60",
-                                  "-o", options, "start"]), "pg_ctl start", log)
+                _run(
+                    _as_pg_user(
+                        [str(pg_ctl), "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o", options, "start"]
+                    ),
+                    "pg_ctl start",
+                    log,
+                )
             except RuntimeError:
                 _stop(pg_ctl, data)  # in case it half-started
                 if attempt == 2:
@@ -179,8 +200,9 @@ def postgres_server(database: str = PG_DATABASE) -> Iterator[str]:
 
 def _stop(pg_ctl: Path, data: Path) -> None:
     if (data / "postmaster.pid").exists():
-        subprocess.run(_as_pg_user([str(pg_ctl), "-D", str(data), "-m", "fast", "-w", "stop"]),
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            _as_pg_user([str(pg_ctl), "-D", str(data), "-m", "fast", "-w", "stop"]), capture_output=True, timeout=120
+        )
 
 
 def psycopg2_connect(jdbc_url: str, user: str = PG_USER):

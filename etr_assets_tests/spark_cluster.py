@@ -32,7 +32,11 @@ def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     with log.open("wb") as out:
         return subprocess.Popen(
             [str(spark_home() / "bin" / "spark-class"), *args],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
@@ -58,18 +62,51 @@ def standalone_cluster(work_dir: Path, worker_cores: int = 1, worker_memory: str
     """Yields `spark://127.0.0.1:<port>` once one worker with `worker_cores` cores has registered."""
     work_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
-    env |= {"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work_dir),
-            "SPARK_DAEMON_MEMORY": "256m"}
+    env |= {
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(work_dir),
+        "SPARK_DAEMON_MEMORY": "256m",
+    }
     port, ui_port = free_port(), free_port()
     master_url = f"spark://127.0.0.1:{port}"
     started: list[subprocess.Popen] = []
     try:
-        started.append(_start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                               "--webui-port", str(ui_port)], work_dir / "master.log", env))
-        started.append(_start(["org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
-                               "--cores", str(worker_cores), "--memory", worker_memory,
-                               "--work-dir", str(work_dir / "work"), "--webui-port", str(free_port())],
-                              work_dir / "worker.log", env))
+        started.append(
+            _start(
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(ui_port),
+                ],
+                work_dir / "master.log",
+                env,
+            )
+        )
+        started.append(
+            _start(
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    master_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    str(worker_cores),
+                    "--memory",
+                    worker_memory,
+                    "--work-dir",
+                    str(work_dir / "work"),
+                    "--webui-port",
+                    str(free_port()),
+                ],
+                work_dir / "worker.log",
+                env,
+            )
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             for proc, name in zip(started, ("master", "worker")):

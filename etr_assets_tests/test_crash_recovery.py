@@ -257,7 +257,8 @@ def consistency_problems(spark, catalog: str, raw) -> list[str]:
             manifest = raw.manifest(batch)
             if manifest is not None and manifest.records != expected[endpoint][batch.day]:
                 problems.append(
-                    f"raw {batch.key}: sealed with {manifest.records} records, the API served {expected[endpoint][batch.day]}"
+                    f"raw {batch.key}: sealed with {manifest.records} records, the API served "
+                    f"{expected[endpoint][batch.day]}"
                 )
 
     for endpoint, spec, day_column in (
@@ -265,12 +266,20 @@ def consistency_problems(spark, catalog: str, raw) -> list[str]:
         ("customers", BRONZE_CUSTOMERS, "_as_of"),
     ):
         df = table(spark, spec, catalog)
-        per_day = {} if df is None else {
-            r["day"]: r
-            for r in df.groupBy(F.col(day_column).alias("day"))
-            .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("_batch_id").alias("batches"), F.max("_batch_id").alias("batch"))
-            .collect()
-        }
+        per_day = (
+            {}
+            if df is None
+            else {
+                r["day"]: r
+                for r in df.groupBy(F.col(day_column).alias("day"))
+                .agg(
+                    F.count(F.lit(1)).alias("n"),
+                    F.countDistinct("_batch_id").alias("batches"),
+                    F.max("_batch_id").alias("batch"),
+                )
+                .collect()
+            }
+        )
         for day in DAYS:
             row = per_day.get(day)
             if row is not None and (row["n"] != expected[endpoint][day] or row["batches"] != 1):
@@ -306,7 +315,8 @@ def consistency_problems(spark, catalog: str, raw) -> list[str]:
         for r in gold.groupBy("transaction_date").agg(F.sum("transactions").alias("n")).collect():
             if r["n"] != per_day:
                 problems.append(
-                    f"{GOLD_DAILY_SUMMARY.identifier} {r['transaction_date']}: sum(transactions) = {r['n']}, expected {per_day}"
+                    f"{GOLD_DAILY_SUMMARY.identifier} {r['transaction_date']}: sum(transactions) = "
+                    f"{r['n']}, expected {per_day}"
                 )
     landing = table(spark, LANDING_CUSTOMERS, catalog)
     if landing is not None:
@@ -314,10 +324,6 @@ def consistency_problems(spark, catalog: str, raw) -> list[str]:
         if doubled:
             problems.append(f"{LANDING_CUSTOMERS.identifier}: {doubled} customer(s) with more than one current row")
     return problems
-
-
-
-
 
 
 # --- the test ------------------------------------------------------------------------------------------------
@@ -384,8 +390,11 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
             first = finish(run)
             full = run.duration
             download_end = next(s["t"] for s in run.stages() if s["stage"] == "spark session")
-            print(f"[crash] whole run {run.number}: {full:.1f} s ({first['t']} s inside); stages: "
-                  + ", ".join(f"{s['stage']}@{s['t']}" for s in run.stages()), flush=True)
+            print(
+                f"[crash] whole run {run.number}: {full:.1f} s ({first['t']} s inside); stages: "
+                + ", ".join(f"{s['stage']}@{s['t']}" for s in run.stages()),
+                flush=True,
+            )
 
             # 3. Kills at random moments: one per equal slice of [end of download, end of run].
             estimate = full
@@ -400,8 +409,11 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
                         break
                     # It finished before the kill: runs got faster (the first one created the tables); re-slice.
                     assert run.proc.returncode == 0, run.describe()
-                    print(f"[crash] run {run.number} finished in {run.duration:.1f} s, before its kill at "
-                          f"{delay:.1f} s; slicing {run.duration:.1f} s from now on", flush=True)
+                    print(
+                        f"[crash] run {run.number} finished in {run.duration:.1f} s, before its kill at "
+                        f"{delay:.1f} s; slicing {run.duration:.1f} s from now on",
+                        flush=True,
+                    )
                     estimate = run.duration
 
             # 4. Run to completion, then replay.
@@ -412,11 +424,17 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
                 if run.proc.poll() is None or live_members(run.proc.pid):
                     kill_group(run)
 
-    print(f"[crash] {len(kills)} kills; final run {runs[-2].duration:.1f} s, replay {runs[-1].duration:.1f} s; "
-          f"total {time.monotonic() - began:.1f} s", flush=True)
+    print(
+        f"[crash] {len(kills)} kills; final run {runs[-2].duration:.1f} s, replay {runs[-1].duration:.1f} s; "
+        f"total {time.monotonic() - began:.1f} s",
+        flush=True,
+    )
     for k in kills:
-        print(f"[crash]   run {k['run']}: killed at {k['killed_at_s']} s during {k['during']!r} "
-              f"(started {k['stage_started_s']} s); on disk: {k['tables'] or 'no table files'}", flush=True)
+        print(
+            f"[crash]   run {k['run']}: killed at {k['killed_at_s']} s during {k['during']!r} "
+            f"(started {k['stage_started_s']} s); on disk: {k['tables'] or 'no table files'}",
+            flush=True,
+        )
     assert len(kills) >= 1 + SPARK_KILLS, f"only {len(kills)} runs were killed: {kills}"
 
     # --- exactly once, after the crashes ----------------------------------------------------------------
@@ -426,25 +444,33 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
     def by_day(sql: str) -> dict[dt.date, tuple]:
         return {r[0]: tuple(r[1:]) for r in lake.sql(sql).collect()}
 
-    bronze = by_day(f"SELECT transaction_date, count(*), count(DISTINCT _batch_id) "
-                    f"FROM {BRONZE_TRANSACTIONS.qualified(catalog)} GROUP BY 1")
+    bronze = by_day(
+        f"SELECT transaction_date, count(*), count(DISTINCT _batch_id) "
+        f"FROM {BRONZE_TRANSACTIONS.qualified(catalog)} GROUP BY 1"
+    )
     assert bronze == {d: (len(transactions_for(CONFIG, d)), 1) for d in DAYS}, "bronze transactions per day"
     for day in DAYS:
-        batch = lake.sql(f"SELECT max(_batch_id) FROM {BRONZE_TRANSACTIONS.qualified(catalog)} "
-                         f"WHERE transaction_date = DATE'{day}'").first()[0]
+        batch = lake.sql(
+            f"SELECT max(_batch_id) FROM {BRONZE_TRANSACTIONS.qualified(catalog)} WHERE transaction_date = DATE'{day}'"
+        ).first()[0]
         assert batch == raw.latest_sealed(SOURCE, "transactions", day).batch_id, f"bronze {day} is not the newest batch"
 
-    silver = by_day(f"SELECT transaction_date, count(*), count(DISTINCT transaction_id) "
-                    f"FROM {SILVER_TRANSACTIONS.qualified(catalog)} GROUP BY 1")
+    silver = by_day(
+        f"SELECT transaction_date, count(*), count(DISTINCT transaction_id) "
+        f"FROM {SILVER_TRANSACTIONS.qualified(catalog)} GROUP BY 1"
+    )
     assert silver == {d: (CONFIG.transactions_per_day, CONFIG.transactions_per_day) for d in DAYS}, "silver per day"
-    silver_ids = {r[0] for r in lake.sql(f"SELECT transaction_id FROM {SILVER_TRANSACTIONS.qualified(catalog)}").collect()}
+    silver_ids = {
+        r[0] for r in lake.sql(f"SELECT transaction_id FROM {SILVER_TRANSACTIONS.qualified(catalog)}").collect()
+    }
     assert silver_ids == {t["transaction_id"] for d in DAYS for t in transactions_for(CONFIG, d)}
 
     gold = by_day(f"SELECT transaction_date, sum(transactions) FROM {GOLD_DAILY_SUMMARY.qualified(catalog)} GROUP BY 1")
     assert gold == {d: (CONFIG.transactions_per_day,) for d in DAYS}, "gold sum(transactions) per day"
 
-    customers = by_day(f"SELECT _as_of, count(*), count(DISTINCT _batch_id) "
-                       f"FROM {BRONZE_CUSTOMERS.qualified(catalog)} GROUP BY 1")
+    customers = by_day(
+        f"SELECT _as_of, count(*), count(DISTINCT _batch_id) FROM {BRONZE_CUSTOMERS.qualified(catalog)} GROUP BY 1"
+    )
     assert customers == {d: (len(customers_as_of(CONFIG, d)), 1) for d in DAYS}, "bronze customers per day"
 
     rows = lake.table(LANDING_CUSTOMERS.qualified(catalog)).collect()
@@ -492,7 +518,11 @@ def test_a_kill_inside_start_batch_leaves_a_batch_the_pending_sensor_can_handle(
     settings = Settings(home=tmp_path / "etr", pending_alert_hours=6)
     done = subprocess.run(
         [sys.executable, "-c", KILL_INSIDE_START_BATCH, settings.raw_root],
-        cwd=REPO, capture_output=True, text=True, timeout=120, start_new_session=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
     raw = local_raw_zone(settings.raw_root)

@@ -21,8 +21,15 @@ CONTAINERFILE = REPO / "deployment" / "Containerfile"
 
 
 def validate(workspace: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "dagster"), "definitions", "validate", "-w", str(workspace)], cwd=REPO,
-                          env=env | {"PYTHONWARNINGS": "ignore"}, capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run(
+        [str(BIN / "dagster"), "definitions", "validate", "-w", str(workspace)],
+        cwd=REPO,
+        env=env | {"PYTHONWARNINGS": "ignore"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def test_dagster_cloud_yaml_names_a_module_with_definitions():
@@ -38,7 +45,10 @@ def test_the_container_serves_the_module_dagster_cloud_names():
     text = CONTAINERFILE.read_text()
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.MULTILINE).group(1))
     module = cmd[cmd.index("--module-name") + 1]
-    assert module == yaml.safe_load((REPO / "dagster_cloud.yaml").read_text())["locations"][0]["code_source"]["module_name"]
+    assert (
+        module
+        == yaml.safe_load((REPO / "dagster_cloud.yaml").read_text())["locations"][0]["code_source"]["module_name"]
+    )
     assert re.search(r"^FROM python:3\.11", text, re.MULTILINE) and "openjdk-17-jre-headless" in text
     assert "pip install --no-cache-dir ." in text  # the pins are pyproject.toml's, not a second list
 

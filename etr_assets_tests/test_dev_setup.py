@@ -13,10 +13,17 @@ def verify(jar: Path, name: str | None = None) -> subprocess.CompletedProcess:
     """Run dev's own `verify_jar` (its definition cut out of the script, with what it needs)."""
     script = (REPO / "dev").read_text()
     needed = [line for line in script.splitlines() if line.startswith(("die()", "ROOT=", "JAR_SUMS="))]
-    body = script[script.index("verify_jar() {"):]
+    body = script[script.index("verify_jar() {") :]
     body = body[: body.index("\n}\n") + 3]
-    program = "\n".join([f"cd {REPO}", "ROOT=$PWD", *[l for l in needed if not l.startswith("ROOT=")], body,
-                         f"verify_jar {jar} {name or ''}"])
+    program = "\n".join(
+        [
+            f"cd {REPO}",
+            "ROOT=$PWD",
+            *[line for line in needed if not line.startswith("ROOT=")],
+            body,
+            f"verify_jar {jar} {name or ''}",
+        ]
+    )
     return subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60)
 
 

@@ -2,8 +2,8 @@
 keep its slots.
 
 The Hadoop catalog has no atomic commit on a local disk (docs/stack.md), so each table's writers take turns through
-a Dagster concurrency pool (`etr_assets/conf/dagster.yaml`: one slot per pool, op granularity). First a run is killed (its
-whole process group, JVM included) while it holds the bronze pool's slot: without the run guard
+a Dagster concurrency pool (`etr_assets/conf/dagster.yaml`: one slot per pool, op granularity). First a run is
+killed (its whole process group, JVM included) while it holds the bronze pool's slot: without the run guard
 (`etr_assets/defs/run_guard.py`) every later run of that table would wait for ever. Then two real `dagster asset
 materialize` processes start together on the same instance, with no manual step between; their bronze and silver
 steps must not overlap, both days must land exactly, and the killed run ends as failed with its slot freed.
@@ -37,7 +37,9 @@ def step_windows(dagster_home: Path) -> dict[str, list[tuple[float, float]]]:
     with DagsterInstance.get() as instance:
         for run in instance.get_runs():
             starts = {}
-            for entry in instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
+            for entry in instance.all_logs(
+                run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}
+            ):
                 if entry.dagster_event.event_type == DagsterEventType.STEP_START:
                     starts[entry.step_key] = entry.timestamp
                 else:
@@ -60,11 +62,26 @@ def kill_inside_the_bronze_step(env: dict[str, str], home: Path, log: Path) -> s
     """Start a run of the first day, SIGKILL its process group once it holds the bronze pool's slot; its run id."""
     import time
 
-    command = [DAGSTER, "asset", "materialize", "-m", "etr_assets.definitions", "--select", SELECTION,
-               "--partition", DAYS[0]]
+    command = [
+        DAGSTER,
+        "asset",
+        "materialize",
+        "-m",
+        "etr_assets.definitions",
+        "--select",
+        SELECTION,
+        "--partition",
+        DAYS[0],
+    ]
     with log.open("w") as output:
-        run = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1], stdout=output,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+        run = subprocess.Popen(
+            command,
+            env=env,
+            cwd=Path(__file__).resolve().parents[1],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while not slot_holders(home, BRONZE_POOL):
@@ -91,11 +108,28 @@ def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
     processes = []
     try:
         for day in DAYS:
-            command = [DAGSTER, "asset", "materialize", "-m", "etr_assets.definitions", "--select", SELECTION,
-                       "--partition", day]
-            processes.append(subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1],
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                              start_new_session=True))
+            command = [
+                DAGSTER,
+                "asset",
+                "materialize",
+                "-m",
+                "etr_assets.definitions",
+                "--select",
+                SELECTION,
+                "--partition",
+                day,
+            ]
+            processes.append(
+                subprocess.Popen(
+                    command,
+                    env=env,
+                    cwd=Path(__file__).resolve().parents[1],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
         for process in processes:
             out, err = process.communicate(timeout=600)
             assert process.returncode == 0, tail(err)
@@ -116,19 +150,13 @@ def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
         (first, second) = sorted(windows[step])
         assert first[1] <= second[0], f"{step}: the two runs wrote at the same time: {first} and {second}"
 
-    query = "SELECT CAST(transaction_date AS STRING) AS day, count(*) AS n FROM silver.bnpl_transactions_clean GROUP BY 1 ORDER BY 1"
+    query = (
+        "SELECT CAST(transaction_date AS STRING) AS day, count(*) AS n FROM "
+        "silver.bnpl_transactions_clean GROUP BY 1 ORDER BY 1"
+    )
     done = subprocess.run([ETR, "sql", "--json", query], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     import json
 
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert rows == [{"day": day, "n": PER_DAY} for day in DAYS]
-
-
-def slot_holders(dagster_home: Path, pool: str) -> set[str]:
-    from dagster import DagsterInstance
-
-    os.environ["DAGSTER_HOME"] = str(dagster_home)
-    with DagsterInstance.get() as instance:
-        return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots}
-

@@ -45,8 +45,12 @@ def served(day: str) -> tuple[list[dict], dict[int, dict]]:
 @pytest.mark.slow
 def test_assets_on_a_standalone_cluster_give_what_the_source_served(tmp_path, settings, lake):
     with standalone_cluster(tmp_path / "cluster", worker_cores=1, worker_memory="1g") as master:
-        env = isolated_env(tmp_path / "on-cluster", ETR_SPARK_MASTER=master, ETR_SPARK_EXECUTOR_MEMORY="512m",
-                           ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY))
+        env = isolated_env(
+            tmp_path / "on-cluster",
+            ETR_SPARK_MASTER=master,
+            ETR_SPARK_EXECUTOR_MEMORY="512m",
+            ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY),
+        )
         materialize_subprocess(env, "--partition-range", f"{DAYS[0]}...{DAYS[-1]}")
 
     # The work really ran on the worker: one application, its executor fetched the Iceberg jar through spark.jars.
@@ -58,7 +62,9 @@ def test_assets_on_a_standalone_cluster_give_what_the_source_served(tmp_path, se
     for day in DAYS:
         feed, latest = served(day)
         where = f"WHERE transaction_date = DATE'{day}'"
-        assert lake.sql(f"SELECT count(*) FROM {BRONZE_TRANSACTIONS.qualified(cluster.catalog)} {where}").first()[0] == len(feed)
+        assert lake.sql(f"SELECT count(*) FROM {BRONZE_TRANSACTIONS.qualified(cluster.catalog)} {where}").first()[
+            0
+        ] == len(feed)
         silver = {
             r["transaction_id"]: (r["customer_id"], r["amount"], r["status"], r["currency"])
             for r in lake.sql(f"SELECT * FROM {SILVER_TRANSACTIONS.qualified(cluster.catalog)} {where}").collect()

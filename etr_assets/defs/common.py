@@ -67,41 +67,68 @@ def table_check_specs(spec: TableSpec) -> list[AssetCheckSpec]:
     key = table_key(spec)
     when = "before publishing" if spec.table_properties.get("write.wap.enabled") == "true" else "after writing"
     specs = [
-        AssetCheckSpec(c.name, asset=key, blocking=True, description=(
-            f"Per record, {when}: {c.description} (a row that breaks it is held back in quarantine; blocks only if "
-            "one got through)" if c.per_record else f"Blocking, {when}: {c.description}"
-        ))
+        AssetCheckSpec(
+            c.name,
+            asset=key,
+            blocking=True,
+            description=(
+                f"Per record, {when}: {c.description} (a row that breaks it is held back in quarantine; blocks only if "
+                "one got through)"
+                if c.per_record
+                else f"Blocking, {when}: {c.description}"
+            ),
+        )
         for c in spec.expectations
     ]
     if spec.unique_key:
-        specs.append(AssetCheckSpec(f"{spec.unique_key}_is_unique", asset=key, blocking=True,
-                                    description=f"Blocking, {when}: {spec.unique_key} is unique in the whole table"))
+        specs.append(
+            AssetCheckSpec(
+                f"{spec.unique_key}_is_unique",
+                asset=key,
+                blocking=True,
+                description=f"Blocking, {when}: {spec.unique_key} is unique in the whole table",
+            )
+        )
     specs += [
-        AssetCheckSpec(r.name, asset=key, description=f"Warns when a {r.column} names no {r.key} of {r.table} "
-                       "(it may arrive later)")
+        AssetCheckSpec(
+            r.name,
+            asset=key,
+            description=f"Warns when a {r.column} names no {r.key} of {r.table} (it may arrive later)",
+        )
         for r in spec.quality.references
     ]
     if spec.day_column:
         rules = spec.quality
-        specs.append(AssetCheckSpec(
-            "row_count_anomaly", asset=key,
-            description=f"Warns when a day's rows are more than {rules.row_count_tolerance:.0%} away from the median of "
-            f"the {rules.row_count_window_days} days before it (no verdict with under {rules.row_count_min_history_days} days)",
-        ))
+        specs.append(
+            AssetCheckSpec(
+                "row_count_anomaly",
+                asset=key,
+                description=f"Warns when a day's rows are more than {rules.row_count_tolerance:.0%} "
+                "away from the median of "
+                f"the {rules.row_count_window_days} days before it (no verdict with under "
+                f"{rules.row_count_min_history_days} days)",
+            )
+        )
     return specs
 
 
 def quarantine_check(spec: TableSpec) -> AssetCheckSpec:
     """Bronze's own check: the share of received records refused into quarantine (the run fails above the limit)."""
-    return AssetCheckSpec("quarantine_rate", asset=table_key(spec),
-                          description="Warns when any received record was refused into quarantine")
+    return AssetCheckSpec(
+        "quarantine_rate",
+        asset=table_key(spec),
+        description="Warns when any received record was refused into quarantine",
+    )
 
 
 def record_quarantine_check(spec: TableSpec) -> AssetCheckSpec:
     """Rows held back by the spec's per-record expectations (the rest of the day was published)."""
     rules = ", ".join(c.description for c in spec.expectations if c.per_record)
-    return AssetCheckSpec("records_quarantined", asset=table_key(spec),
-                          description=f"Warns when a row broke a per-record expectation ({rules}) and was held back")
+    return AssetCheckSpec(
+        "records_quarantined",
+        asset=table_key(spec),
+        description=f"Warns when a row broke a per-record expectation ({rules}) and was held back",
+    )
 
 
 def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:
@@ -111,17 +138,21 @@ def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:
         metadata: dict[str, object] = {"violations": o.violations, "detail": o.examples or "none", **o.figures}
         if o.by_day:
             metadata["by_day"] = MetadataValue.json(o.by_day)
-        results.append(AssetCheckResult(
-            check_name=o.name,
-            passed=o.passed,
-            severity=AssetCheckSeverity.WARN if o.severity == WARN else AssetCheckSeverity.ERROR,
-            metadata=metadata,
-            description=o.description,
-        ))
+        results.append(
+            AssetCheckResult(
+                check_name=o.name,
+                passed=o.passed,
+                severity=AssetCheckSeverity.WARN if o.severity == WARN else AssetCheckSeverity.ERROR,
+                metadata=metadata,
+                description=o.description,
+            )
+        )
     return results
 
 
-def quality_results(context, lake: LakeResource, spec: TableSpec, days, evaluated: tuple = ()) -> list[AssetCheckResult]:
+def quality_results(
+    context, lake: LakeResource, spec: TableSpec, days, evaluated: tuple = ()
+) -> list[AssetCheckResult]:
     """Run the post-write checks (expectations too, unless `evaluated` already holds them from an audit branch),
     record every figure in monitoring.data_quality_metrics, and return the Dagster check results."""
     spark = lake.session()
@@ -155,12 +186,18 @@ def table_asset(
     )
 
 
-def table_result(context: AssetExecutionContext, lake: LakeResource, spec: TableSpec, layer: LayerResult) -> MaterializeResult:
+def table_result(
+    context: AssetExecutionContext, lake: LakeResource, spec: TableSpec, layer: LayerResult
+) -> MaterializeResult:
     location = table_location(lake.session(), spec.qualified(lake.catalog))
     context.log.info(
         f"{spec.identifier}: {len(layer.rows_by_day)} day(s) hold {layer.rows} rows; "
-        + (f"{layer.commit.operation} snapshot {layer.commit.snapshot_id} "
-           f"(+{layer.commit.added_files}/-{layer.commit.removed_files} files)" if layer.commit.snapshot_id else "nothing committed")
+        + (
+            f"{layer.commit.operation} snapshot {layer.commit.snapshot_id} "
+            f"(+{layer.commit.added_files}/-{layer.commit.removed_files} files)"
+            if layer.commit.snapshot_id
+            else "nothing committed"
+        )
     )
     for warning in layer.warnings:
         context.log.warning(warning)

@@ -38,7 +38,9 @@ class LayerRunner(ConfigurableResource):
 
         service = {"glue": "glue", "emr-serverless": "emr-serverless"}.get(self.compute)
         if service is None:
-            raise ValueError(f"LayerRunner.compute={self.compute!r} is not one of local, glue, emr-serverless, subprocess")
+            raise ValueError(
+                f"LayerRunner.compute={self.compute!r} is not one of local, glue, emr-serverless, subprocess"
+            )
         return boto3.client(service, region_name=self.region)
 
     def run(self, context: AssetExecutionContext, layer: str, options: dict | None = None):

@@ -57,7 +57,12 @@ def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDe
     )
     def load(context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource) -> MaterializeResult:
         layer = pipeline.load_bronze(
-            lake.session(), lake.catalog, raw_zone.zone(), feed, days_of(context), raw_zone.max_reject_rate,
+            lake.session(),
+            lake.catalog,
+            raw_zone.zone(),
+            feed,
+            days_of(context),
+            raw_zone.max_reject_rate,
             raw_zone.max_day_shrink,
         )
         return table_result(context, lake, bronze, layer)

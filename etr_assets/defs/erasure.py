@@ -92,7 +92,9 @@ def _request_op(settings: Settings):
     "without their records, and lowers its batch manifest's record count. Markers are untouched: a pending batch "
     "stays pending and loadable. Recorded in audit.gdpr_actions.",
 )
-def erase_raw_zone(context: OpExecutionContext, request: ErasureRequest, lake: LakeResource, raw_zone: RawZoneResource) -> RawErasure:
+def erase_raw_zone(
+    context: OpExecutionContext, request: ErasureRequest, lake: LakeResource, raw_zone: RawZoneResource
+) -> RawErasure:
     zone = raw_zone.zone()
     result = erase_raw_files(zone, request)
     record_actions(lake.session(), lake.catalog, raw_audit_rows(request, result, zone.storage.uri("")))
@@ -127,16 +129,21 @@ def _table_op(settings: Settings, spec: TableSpec, observe: bool):
             context.log.info(f"{spec.identifier}: never held these customers; left alone")
         else:
             context.log.info(
-                f"{spec.identifier}: {result.rows_removed} row(s) removed; dropped {list(result.refs_dropped) or 'no refs'}; "
+                f"{spec.identifier}: {result.rows_removed} row(s) removed; dropped "
+                f"{list(result.refs_dropped) or 'no refs'}; "
                 f"expired {result.expired.expired_snapshots if result.expired else 0} snapshot(s)"
             )
         if observe and result.held:  # the table's asset page shows that an erasure changed it, and which request
             context.log_event(
                 AssetObservation(
                     asset_key=table_key(spec),
-                    description=f"GDPR erasure {request.request_id}: {result.rows_removed} row(s) removed, history expired",
-                    metadata={"gdpr_request": request.request_id, "rows_removed": result.rows_removed,
-                              "snapshot_id": str(result.snapshot_id)},
+                    description=f"GDPR erasure {request.request_id}: {result.rows_removed} row(s) "
+                    "removed, history expired",
+                    metadata={
+                        "gdpr_request": request.request_id,
+                        "rows_removed": result.rows_removed,
+                        "snapshot_id": str(result.snapshot_id),
+                    },
                 )
             )
         context.add_output_metadata(
@@ -162,7 +169,14 @@ def _table_op(settings: Settings, spec: TableSpec, observe: bool):
     "the run naming every place a customer was still found. Writes GDPR_VERIFY rows to audit.gdpr_actions.",
     ins={"request": In(ErasureRequest), "raw": In(RawErasure), "tables": In(list)},
 )
-def prove_erasure(context: OpExecutionContext, request: ErasureRequest, raw: RawErasure, tables: list, lake: LakeResource, raw_zone: RawZoneResource) -> None:
+def prove_erasure(
+    context: OpExecutionContext,
+    request: ErasureRequest,
+    raw: RawErasure,
+    tables: list,
+    lake: LakeResource,
+    raw_zone: RawZoneResource,
+) -> None:
     spark = lake.session()
     proof = prove_erased(spark, lake.catalog, raw_zone.zone(), request)
     record_actions(spark, lake.catalog, proof_audit_rows(request, proof, held_ids(tables, raw)))

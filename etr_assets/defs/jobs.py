@@ -21,7 +21,8 @@ def pipeline_job(exclude_checks=()):
     return define_asset_job(
         name="etr_pipeline",
         selection=selection,
-        description="Fetch a day from the BNPL API (transactions, customers, merchants) and refresh every layer for it.",
+        description="Fetch a day from the BNPL API (transactions, customers, merchants) and refresh "
+        "every layer for it.",
     )
 
 

@@ -110,8 +110,12 @@ def health_check(settings: Settings, spec: TableSpec) -> AssetChecksDefinition:
     def table_health_check() -> AssetCheckResult:
         health = table_health(settings, spec)
         if not health.exists:
-            return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
-                                    description=f"{spec.identifier} has not been created yet", metadata={"table": spec.identifier})
+            return AssetCheckResult(
+                passed=False,
+                severity=AssetCheckSeverity.WARN,
+                description=f"{spec.identifier} has not been created yet",
+                metadata={"table": spec.identifier},
+            )
         return AssetCheckResult(
             passed=health.status == OK,
             severity=AssetCheckSeverity.ERROR if health.status == ERROR else AssetCheckSeverity.WARN,
@@ -180,7 +184,15 @@ def run_metadata(result: MaintenanceResult) -> dict[str, object]:
         "seconds": round(result.seconds, 2),
         "snapshot_id": str(after.current_snapshot_id) if after.current_snapshot_id is not None else "none",
     }
-    for name in ("data_files", "small_files", "delete_files", "snapshots", "manifests", "metadata_file_bytes", "data_bytes"):
+    for name in (
+        "data_files",
+        "small_files",
+        "delete_files",
+        "snapshots",
+        "manifests",
+        "metadata_file_bytes",
+        "data_bytes",
+    ):
         metadata[f"{name}_before"] = getattr(before, name)
         metadata[f"{name}_after"] = getattr(after, name)
     if result.orphans.removed:
@@ -214,7 +226,9 @@ def _maintain_op(settings: Settings, spec: TableSpec, observed: bool):
     return maintain
 
 
-def build_maintenance_job(settings: Settings, specs: tuple[TableSpec, ...], observed: list[TableSpec] = ()) -> JobDefinition:
+def build_maintenance_job(
+    settings: Settings, specs: tuple[TableSpec, ...], observed: list[TableSpec] = ()
+) -> JobDefinition:
     select_tables = _select_op(specs)
     steps = [(spec, _maintain_op(settings, spec, spec in observed)) for spec in specs]
 
@@ -271,12 +285,14 @@ def health_sensor(settings: Settings, specs: tuple[TableSpec, ...], maintenance_
                 context.log.info(f"{spec.identifier}: {health.status}, maintenance already queued or running")
                 continue
             seen.append(health.describe())
-            requests.append(RunRequest(
-                # One run per table state: a later tick that finds the same snapshot and count launches nothing.
-                run_key=f"{spec.identifier}@{health.current_snapshot_id}/{health.snapshots}",
-                run_config=tables_config([spec.identifier]),
-                tags={"etr/table": spec.identifier, "etr/health": health.status},
-            ))
+            requests.append(
+                RunRequest(
+                    # One run per table state: a later tick that finds the same snapshot and count launches nothing.
+                    run_key=f"{spec.identifier}@{health.current_snapshot_id}/{health.snapshots}",
+                    run_config=tables_config([spec.identifier]),
+                    tags={"etr/table": spec.identifier, "etr/health": health.status},
+                )
+            )
         if not requests:
             return SkipReason(f"all {len(specs)} tables are within their health thresholds (or not created yet)")
         context.log.info("maintenance due: " + "; ".join(seen))

@@ -30,7 +30,9 @@ RAW_FEEDS = {feed.endpoint: feed for feed in (TRANSACTIONS, CUSTOMERS.raw, MERCH
 
 class RollbackConfig(Config):
     table: str = Field(description="Table to roll back, as namespace.name, e.g. silver.bnpl_transactions_clean")
-    snapshot_id: str = Field(description="Snapshot to make current again (see the table's .snapshots or its materializations)")
+    snapshot_id: str = Field(
+        description="Snapshot to make current again (see the table's .snapshots or its materializations)"
+    )
     reason: str = Field(description="Why: recorded in audit.table_changes")
 
 
@@ -41,11 +43,18 @@ def rollback_table_op(context: OpExecutionContext, config: RollbackConfig, lake:
         raise ValueError(f"snapshot_id {config.snapshot_id!r} is not a snapshot id (digits only)")
     try:
         record = rollback(
-            lake.session(), lake.catalog, spec.qualified(lake.catalog), int(config.snapshot_id), config.reason, context.run_id
+            lake.session(),
+            lake.catalog,
+            spec.qualified(lake.catalog),
+            int(config.snapshot_id),
+            config.reason,
+            context.run_id,
         )
     except (NoSuchSnapshot, NotAnAncestor) as error:
         raise Failure(description=str(error)) from None  # one line in the run, nothing changed
-    context.log.info(f"{spec.identifier}: snapshot {record['from_snapshot_id']} -> {record['to_snapshot_id']} ({config.reason})")
+    context.log.info(
+        f"{spec.identifier}: snapshot {record['from_snapshot_id']} -> {record['to_snapshot_id']} ({config.reason})"
+    )
 
 
 @job(
@@ -58,21 +67,33 @@ def rollback_table():
 
 class AbandonBatchConfig(Config):
     endpoint: str = Field(description="Endpoint of the batch: " + ", ".join(RAW_FEEDS))
-    batch_id: str = Field(description="The pending batch, e.g. 2025-01-03_20250104T020000000000Z_a1b2c3 (named by the "
-                          "failed run, the bronze materialization's refused_pending_batches, or the pending-batch sensor)")
+    batch_id: str = Field(
+        description="The pending batch, e.g. 2025-01-03_20250104T020000000000Z_a1b2c3 (named by the "
+        "failed run, the bronze materialization's refused_pending_batches, or the pending-batch sensor)"
+    )
     reason: str = Field(description="Why it will not be loaded: recorded in audit.table_changes")
 
 
-@op(description="Closes a pending raw batch without loading it and records why in audit.table_changes; later runs "
-    "no longer wait for it, and its day keeps what bronze holds until a new download of the day.")
+@op(
+    description="Closes a pending raw batch without loading it and records why in audit.table_changes; later runs "
+    "no longer wait for it, and its day keeps what bronze holds until a new download of the day."
+)
 def abandon_raw_batch_op(
     context: OpExecutionContext, config: AbandonBatchConfig, lake: LakeResource, raw_zone: RawZoneResource
 ) -> None:
     if config.endpoint not in RAW_FEEDS:
         raise Failure(description=f"unknown endpoint {config.endpoint!r}; known: {', '.join(RAW_FEEDS)}")
     try:
-        record = abandon_batch(lake.session(), lake.catalog, raw_zone.zone(), RAW_FEEDS[config.endpoint],
-                               config.batch_id, config.reason, TABLE_CHANGES, context.run_id)
+        record = abandon_batch(
+            lake.session(),
+            lake.catalog,
+            raw_zone.zone(),
+            RAW_FEEDS[config.endpoint],
+            config.batch_id,
+            config.reason,
+            TABLE_CHANGES,
+            context.run_id,
+        )
     except (BadInputError, ValueError) as error:
         raise Failure(description=str(error)) from None
     context.log.info(record["reason"])
@@ -96,8 +117,10 @@ def silver_daily_growth(context: AssetCheckExecutionContext, lake: LakeResource)
     record_metrics(
         spark,
         lake.catalog,
-        [Metric(SILVER_TRANSACTIONS.identifier, "row_count", growth.rows_now, passed),
-         Metric(SILVER_TRANSACTIONS.identifier, "daily_growth", growth.added, passed)],
+        [
+            Metric(SILVER_TRANSACTIONS.identifier, "row_count", growth.rows_now, passed),
+            Metric(SILVER_TRANSACTIONS.identifier, "daily_growth", growth.added, passed),
+        ],
         context.run.run_id,
     )
     return AssetCheckResult(

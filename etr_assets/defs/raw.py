@@ -27,7 +27,9 @@ def _raw_asset(settings: Settings, endpoint: str) -> AssetsDefinition:
         kinds={"python", "json"},
         description=f"Fetches {what} from the BNPL API into the raw zone as a new batch, exactly as received.",
     )
-    def fetch(context: AssetExecutionContext, bnpl_api: BnplApiResource, raw_zone: RawZoneResource) -> MaterializeResult:
+    def fetch(
+        context: AssetExecutionContext, bnpl_api: BnplApiResource, raw_zone: RawZoneResource
+    ) -> MaterializeResult:
         client, zone = bnpl_api.client(), raw_zone.zone()
         batches, records = {}, {}
         for day in days_of(context):

@@ -64,7 +64,8 @@ def reap_dead_runs(instance, current_run_id: str | None = None) -> list[str]:
         instance.report_run_failed(
             run,
             f"run worker process {run.tags[PID_TAG]} on {run.tags[HOST_TAG]} is gone (killed or crashed): marked "
-            f"failed and its pool slots freed by {'run ' + current_run_id if current_run_id else 'the dead_runs sensor'}",
+            "failed and its pool slots freed by "
+            f"{'run ' + current_run_id if current_run_id else 'the dead_runs sensor'}",
         )
         if instance.event_log_storage.supports_global_concurrency_limits:
             instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
@@ -104,10 +105,14 @@ def in_process_executor(init_context) -> Executor:
     return GuardedExecutor(dagster_in_process_executor.executor_creation_fn(init_context))
 
 
-@sensor(name="dead_runs", minimum_interval_seconds=60, description=(
-    "Every minute: runs of this host whose worker process is gone (killed, crashed) are marked failed and their "
-    "pool slots freed, so the runs waiting for those slots go on."
-))
+@sensor(
+    name="dead_runs",
+    minimum_interval_seconds=60,
+    description=(
+        "Every minute: runs of this host whose worker process is gone (killed, crashed) are marked failed and their "
+        "pool slots freed, so the runs waiting for those slots go on."
+    ),
+)
 def dead_runs_sensor(context: SensorEvaluationContext):
     reaped = reap_dead_runs(context.instance)
     return SkipReason(f"failed and freed {len(reaped)} dead run(s): {', '.join(reaped)}" if reaped else "no dead run")

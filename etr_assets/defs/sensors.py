@@ -14,8 +14,11 @@ from etr_assets.sources.fetch import ENDPOINTS, SOURCE
 def _downstream_of_raw(endpoint: str) -> list[AssetKey]:
     """What must run again for a day whose raw batch was not loaded."""
     if endpoint == "transactions":
-        return [AssetKey(["bronze", "bnpl_transactions_raw"]), AssetKey(["silver", "bnpl_transactions_clean"]),
-                AssetKey(["gold", "bnpl_daily_summary"])]
+        return [
+            AssetKey(["bronze", "bnpl_transactions_raw"]),
+            AssetKey(["silver", "bnpl_transactions_clean"]),
+            AssetKey(["gold", "bnpl_daily_summary"]),
+        ]
     return [AssetKey(["bronze", f"bnpl_{endpoint}_raw"]), AssetKey(["landing", endpoint])]
 
 
@@ -33,12 +36,14 @@ def build_pending_batches_sensor(settings: Settings):
     )
     def raw_pending_batches(context: SensorEvaluationContext, raw_zone: RawZoneResource):
         zone = raw_zone.zone()
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         requests, seen = [], []
         for endpoint in ENDPOINTS:
             for stale in zone.stale(SOURCE, endpoint, now, threshold):
-                seen.append(f"{stale.batch.key} ({stale.age.total_seconds() / 3600:.1f} h, "
-                            f"{'downloaded' if stale.sealed else 'download incomplete'})")
+                seen.append(
+                    f"{stale.batch.key} ({stale.age.total_seconds() / 3600:.1f} h, "
+                    f"{'downloaded' if stale.sealed else 'download incomplete'})"
+                )
                 selection = _downstream_of_raw(endpoint)
                 if not stale.sealed:
                     selection = [raw_key(endpoint), *selection]

@@ -57,8 +57,12 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
             yield from layer_runner.run(context, "bronze/bnpl_transactions_raw")
             return
         layer = pipeline.load_bronze(
-            lake.session(), lake.catalog, raw_zone.zone(), days_of(context), raw_zone.max_reject_rate,
-            raw_zone.max_day_shrink
+            lake.session(),
+            lake.catalog,
+            raw_zone.zone(),
+            days_of(context),
+            raw_zone.max_reject_rate,
+            raw_zone.max_day_shrink,
         )
         yield table_result(context, lake, BRONZE_TRANSACTIONS, layer)
 
@@ -136,7 +140,11 @@ def audited(context: AssetExecutionContext, lake: LakeResource, spec, build):
         yield from check_results(failed.results)
         raise Failure(
             description=str(failed),
-            metadata={"audit_branch": failed.branch, "inspect": MetadataValue.md(
-                f"`etr sql \"SELECT * FROM {spec.identifier} VERSION AS OF '{failed.branch}'\"`")},
+            metadata={
+                "audit_branch": failed.branch,
+                "inspect": MetadataValue.md(
+                    f"`etr sql \"SELECT * FROM {spec.identifier} VERSION AS OF '{failed.branch}'\"`"
+                ),
+            },
         ) from None
     yield table_result(context, lake, spec, layer)

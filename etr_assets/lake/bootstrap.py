@@ -99,8 +99,13 @@ def _transform(text: str, where: str):
     if match.group(6):
         return X.IdentityTransform(), match.group(6)
     if match.group(1):
-        kind = {"identity": X.IdentityTransform, "years": X.YearTransform, "months": X.MonthTransform,
-                "days": X.DayTransform, "hours": X.HourTransform}[match.group(1)]
+        kind = {
+            "identity": X.IdentityTransform,
+            "years": X.YearTransform,
+            "months": X.MonthTransform,
+            "days": X.DayTransform,
+            "hours": X.HourTransform,
+        }[match.group(1)]
         return kind(), match.group(2)
     width, column = int(match.group(4)), match.group(5)
     return (X.BucketTransform(width) if match.group(3) == "bucket" else X.TruncateTransform(width)), column

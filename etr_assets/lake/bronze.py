@@ -100,15 +100,19 @@ def _shrinking_days(spark, catalog: str, feed: RawFeed, chosen, checked, max_day
     refused = {}
     before = {
         r[0]: r[1]
-        for r in spark.table(qualified).where(F.col(feed.day_column).isin(sorted(chosen)))
-        .groupBy(feed.day_column).count().collect()
+        for r in spark.table(qualified)
+        .where(F.col(feed.day_column).isin(sorted(chosen)))
+        .groupBy(feed.day_column)
+        .count()
+        .collect()
     }
     for day, result in checked.items():
         loaded, arriving = before.get(day, 0), result.accepted_count
         if loaded and arriving < loaded * (1 - max_day_shrink):
             refused[day] = (
                 f"raw batch {chosen[day].key}: reloading {day} would shrink {feed.bronze.identifier} from {loaded} to "
-                f"{arriving} rows ({1 - arriving / loaded:.0%} fewer; at most {max_day_shrink:.0%} allowed); nothing was "
+                f"{arriving} rows ({1 - arriving / loaded:.0%} fewer; at most {max_day_shrink:.0%} "
+                "allowed); nothing was "
                 f"written and the batch stays pending. If the source really dropped those records, re-run with "
                 f"max_day_shrink 1.0 (run config resources.raw_zone.config.max_day_shrink)"
             )
@@ -126,7 +130,9 @@ def _refused_batches(spark, catalog, feed, chosen, checked, max_reject_rate, max
         for day, result in checked.items()
         if result.reject_rate > max_reject_rate
     }
-    shrinking = _shrinking_days(spark, catalog, feed, chosen, {d: r for d, r in checked.items() if d not in refused}, max_day_shrink)
+    shrinking = _shrinking_days(
+        spark, catalog, feed, chosen, {d: r for d, r in checked.items() if d not in refused}, max_day_shrink
+    )
     return refused | shrinking
 
 
@@ -183,24 +189,38 @@ def load_bronze_days(
                 batch_columns[feed.day_column] = F.lit(day)
             rows = result.accepted.withColumns(batch_columns)
             bad = result.quarantined.withColumns(
-                {"_batch_id": F.lit(chosen[day].batch_id), "_batch_day": F.lit(day), "quarantined_at": F.current_timestamp()}
+                {
+                    "_batch_id": F.lit(chosen[day].batch_id),
+                    "_batch_day": F.lit(day),
+                    "quarantined_at": F.current_timestamp(),
+                }
             )
             if feed.key_column:
                 key = F.col(feed.key_column)
-                held = F.concat(F.lit(f"; {feed.key_column} "), key.cast("string"), F.lit(" is in the snapshot: its history stays as it was"))
-                bad = bad.withColumn("reason", F.when(key.isNotNull(), F.concat("reason", held)).otherwise(F.col("reason")))
+                held = F.concat(
+                    F.lit(f"; {feed.key_column} "),
+                    key.cast("string"),
+                    F.lit(" is in the snapshot: its history stays as it was"),
+                )
+                bad = bad.withColumn(
+                    "reason", F.when(key.isNotNull(), F.concat("reason", held)).otherwise(F.col("reason"))
+                )
             accepted = rows if accepted is None else accepted.unionByName(rows)
             quarantined = bad if quarantined is None else quarantined.unionByName(bad)
 
         changes = ensure_table(spark, catalog, feed.bronze)
         ensure_table(spark, catalog, feed.quarantine)
-        commit = _write_days(spark, feed.bronze.qualified(catalog), conform(accepted, feed.bronze), feed.day_column, days)
-        replace_days(spark, feed.quarantine.qualified(catalog), conform(quarantined, feed.quarantine), "_batch_day", days)
+        commit = _write_days(
+            spark, feed.bronze.qualified(catalog), conform(accepted, feed.bronze), feed.day_column, days
+        )
+        replace_days(
+            spark, feed.quarantine.qualified(catalog), conform(quarantined, feed.quarantine), "_batch_day", days
+        )
     finally:
         for result in checked.values():
             result.release()
 
-    for day, batch in chosen.items():
+    for batch in chosen.values():
         raw.settle(batch, {"snapshot_id": str(commit.snapshot_id), "table": feed.bronze.qualified(catalog)})
 
     unknown: dict[str, int] = {}
@@ -263,7 +283,8 @@ def abandon_batch(
     batch = pending.get(batch_id.rsplit("/", 1)[-1])
     if batch is None:
         raise BadInputError(
-            f"no pending raw batch {batch_id!r} under {feed.source}/{feed.endpoint}; pending: {', '.join(pending) or 'none'}"
+            f"no pending raw batch {batch_id!r} under {feed.source}/{feed.endpoint}; pending: "
+            f"{', '.join(pending) or 'none'}"
         )
     raw.abandon(batch, reason, {"run_id": run_id})
     bronze = feed.bronze.qualified(catalog)
@@ -275,7 +296,7 @@ def abandon_batch(
         "to_snapshot_id": str(snapshot) if snapshot is not None else "none",
         "reason": f"raw batch {batch.key} abandoned: {reason}",
         "run_id": run_id,
-        "executed_at": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+        "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
     }
     ensure_table(spark, catalog, audit)
     append(spark, audit.qualified(catalog), spark.createDataFrame([record], schema=spark_schema(audit.columns)))

@@ -88,7 +88,9 @@ def bounds_naming(spark, qualified: str, column: str, ids) -> dict[str, set[int]
         named = {int(v) for v in (row["lower"], row["upper"]) if v is not None} & wanted
         if named:
             state = {0: "EXISTING", 1: "ADDED", 2: "DELETED"}.get(row["status"], str(row["status"]))
-            found.setdefault(f"manifest entry ({state}) of {row['path']}: a bound of {column} names {len(named)} subject(s)", set()).update(named)
+            found.setdefault(
+                f"manifest entry ({state}) of {row['path']}: a bound of {column} names {len(named)} subject(s)", set()
+            ).update(named)
     return found
 
 
@@ -114,6 +116,7 @@ def catalog_tables(spark, catalog: str) -> list[CatalogTable]:
 
 def subject_like_columns(columns, subject_columns) -> list[str]:
     """Columns named like a subject column (`customer_id`, `CustomerId`, `buyer_customer_id`...)."""
+
     def squash(name: str) -> str:
         return name.lower().replace("_", "")
 

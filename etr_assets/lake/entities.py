@@ -89,7 +89,9 @@ def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], fu
     ensure_table(spark, catalog, feed.landing)
     bronze = feed.raw.bronze.qualified(catalog)
     to_records = lambda rows: scd2_records(rows, feed)  # noqa: E731
-    return apply_log(spark, catalog, feed.landing, bronze, to_records, feed.mode, full_refresh, held_keys(spark, catalog, feed))
+    return apply_log(
+        spark, catalog, feed.landing, bronze, to_records, feed.mode, full_refresh, held_keys(spark, catalog, feed)
+    )
 
 
 def held_keys(spark, catalog: str, feed: EntityFeed):
@@ -120,7 +122,9 @@ def customer_profiles(spark, catalog: str, days: list[dt.date]):
         .groupBy("as_of_date", "customer_id")
         .agg(
             F.count(F.lit(1)).alias("transactions"),
-            F.coalesce(F.sum(F.when(approved, F.col("amount"))), F.lit(0)).cast("decimal(18,2)").alias("approved_amount"),
+            F.coalesce(F.sum(F.when(approved, F.col("amount"))), F.lit(0))
+            .cast("decimal(18,2)")
+            .alias("approved_amount"),
             F.max("transaction_date").alias("last_transaction_date"),
         )
     )

@@ -3,8 +3,8 @@
 Which tables: every spec that marks personal data (`personal_data_specs()`), erased by its `subject_column`;
 tables with a `raw_text` column (quarantine) also match ids written inside the stored line, since a refused
 record may hold the id only there. Which raw files: every batch file of a feed whose bronze spec has a subject
-column (the rewriting itself is `sources/raw_erasure.py`). Ids are validated positive integers and never formatted into SQL: they travel as a temp view that the
-DELETE condition reads through a subquery.
+column (the rewriting itself is `sources/raw_erasure.py`). Ids are validated positive integers and never formatted
+into SQL: they travel as a temp view that the DELETE condition reads through a subquery.
 
 History: Iceberg keeps deleted rows in older snapshots until they expire, so each affected table then expires
 every snapshot older than now (keeping the current one). Refs would keep old snapshots alive: failed
@@ -170,7 +170,9 @@ def files_holding(spark, spec: TableSpec, paths: list[str], ids_df) -> dict[str,
     return _files_naming(spark, spec.identifier, paths, subject_keys_sql(spec), _match_columns(spec), ids_df)
 
 
-def _files_naming(spark, label: str, paths: list[str], keys_sql: str, columns: list[str], ids_df) -> dict[str, dict[int, int]]:
+def _files_naming(
+    spark, label: str, paths: list[str], keys_sql: str, columns: list[str], ids_df
+) -> dict[str, dict[int, int]]:
     from pyspark.sql import functions as F
 
     if not paths:
@@ -179,7 +181,9 @@ def _files_naming(spark, label: str, paths: list[str], keys_sql: str, columns: l
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ErasureError(f"data files of {label} lack {missing}: cannot scan them for subjects")
-    named = df.select(F.input_file_name().alias("_file"), F.explode(F.array_distinct(F.expr(keys_sql))).alias("_erase_id"))
+    named = df.select(
+        F.input_file_name().alias("_file"), F.explode(F.array_distinct(F.expr(keys_sql))).alias("_erase_id")
+    )
     found: dict[str, dict[int, int]] = {}
     for r in named.join(F.broadcast(ids_df), "_erase_id").groupBy("_file", "_erase_id").count().collect():
         found.setdefault(r["_file"], {})[r["_erase_id"]] = r["count"]
@@ -188,7 +192,9 @@ def _files_naming(spark, label: str, paths: list[str], keys_sql: str, columns: l
 
 def data_files(spark, qualified: str) -> list[str]:
     """Every data file a remaining snapshot of any branch or tag references (`all_data_files`, content 0)."""
-    return sorted({r[0] for r in spark.sql(f"SELECT file_path FROM {qualified}.all_data_files WHERE content = 0").collect()})
+    return sorted(
+        {r[0] for r in spark.sql(f"SELECT file_path FROM {qualified}.all_data_files WHERE content = 0").collect()}
+    )
 
 
 def table_exists(spark, qualified: str) -> bool:
@@ -236,7 +242,9 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         return TableErasure(spec.identifier, frozenset(), {})
     ids_df = _ids_frame(spark, request.customer_ids)
     in_orphans = _orphans_holding(spark, spec, qualified, ids_df)
-    held_ids = frozenset(i for hits in files_holding(spark, spec, data_files(spark, qualified), ids_df).values() for i in hits)
+    held_ids = frozenset(
+        i for hits in files_holding(spark, spec, data_files(spark, qualified), ids_df).values() for i in hits
+    )
     held_ids |= {i for _, hits in in_orphans for i in hits}
     if not held_ids:  # never held them (in any snapshot still kept): leave the table and its history alone
         return TableErasure(spec.identifier, held_ids, {}, snapshot_id=current_snapshot_id(spark, qualified))
@@ -246,7 +254,10 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
     try:
         removed = matches_by_id(spark.table(qualified), spec, ids_df)
         if removed:
-            run_with_retries(lambda: spark.sql(f"DELETE FROM {qualified} WHERE {_delete_condition(spec, view)}"), f"erasing from {qualified}")
+            run_with_retries(
+                lambda: spark.sql(f"DELETE FROM {qualified} WHERE {_delete_condition(spec, view)}"),
+                f"erasing from {qualified}",
+            )
         branches_erased, dropped = {}, []
         for ref in spark.sql(f"SELECT name, type FROM {qualified}.refs WHERE name <> 'main'").collect():
             name, kind = ref["name"], ref["type"]
@@ -254,12 +265,19 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
                 spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS {_quoted(name)}")
                 dropped.append(f"branch {name}")
                 continue
-            held = matches_by_id(spark.read.format("iceberg").option("branch" if kind == "BRANCH" else "tag", name).load(qualified), spec, ids_df)
+            held = matches_by_id(
+                spark.read.format("iceberg").option("branch" if kind == "BRANCH" else "tag", name).load(qualified),
+                spec,
+                ids_df,
+            )
             if not held:
                 continue
             if kind == "BRANCH":
                 target = f"{qualified}.{_quoted('branch_' + name)}"
-                run_with_retries(lambda t=target: spark.sql(f"DELETE FROM {t} WHERE {_delete_condition(spec, view)}"), f"erasing from {target}")
+                run_with_retries(
+                    lambda t=target: spark.sql(f"DELETE FROM {t} WHERE {_delete_condition(spec, view)}"),
+                    f"erasing from {target}",
+                )
                 branches_erased[name] = sum(held.values())
             else:
                 spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS {_quoted(name)}")
@@ -284,8 +302,16 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         _restore_branch_retention(spark, qualified, overridden)
     deleted, left = _erase_orphans(spark, in_orphans)
     return TableErasure(
-        spec.identifier, held_ids, removed, branches_erased, tuple(dropped), expired, current_snapshot_id(spark, qualified),
-        tuple(f"branch {name} ({_retention_text(r)})" for name, r in overridden.items()), deleted, left,
+        spec.identifier,
+        held_ids,
+        removed,
+        branches_erased,
+        tuple(dropped),
+        expired,
+        current_snapshot_id(spark, qualified),
+        tuple(f"branch {name} ({_retention_text(r)})" for name, r in overridden.items()),
+        deleted,
+        left,
     )
 
 
@@ -376,7 +402,9 @@ def pipeline_feeds() -> tuple:
 def raw_feeds_with_subjects() -> tuple[RawFeedSubject, ...]:
     """Raw endpoints holding personal data: the feeds whose bronze spec names a subject column."""
     return tuple(
-        RawFeedSubject(f.source, f.endpoint, f.bronze.subject_column) for f in pipeline_feeds() if f.bronze.subject_column
+        RawFeedSubject(f.source, f.endpoint, f.bronze.subject_column)
+        for f in pipeline_feeds()
+        if f.bronze.subject_column
     )
 
 
@@ -453,7 +481,9 @@ def _unlisted_copies(spark, catalog: str, specs, ids_df) -> tuple[int, int, list
         paths = data_files(spark, table.qualified)
         orphans = {normalized(o.path) for o in orphan_files(spark, table.qualified)}
         files += len(paths) + len(orphans)
-        for path, hits in _files_naming(spark, table.identifier, paths + sorted(orphans), keys, columns, ids_df).items():
+        for path, hits in _files_naming(
+            spark, table.identifier, paths + sorted(orphans), keys, columns, ids_df
+        ).items():
             where = "orphan file" if normalized(path) in orphans else "data file"
             findings.append(
                 f"{table.identifier} (a table without a spec: drop it or erase the customers from it) {where} {path}: "
@@ -463,7 +493,9 @@ def _unlisted_copies(spark, catalog: str, specs, ids_df) -> tuple[int, int, list
     return tables, files, findings, found
 
 
-def prove_erased(spark, catalog: str, raw: RawZone | None, request: ErasureRequest, specs: tuple[TableSpec, ...] | None = None) -> Proof:
+def prove_erased(
+    spark, catalog: str, raw: RawZone | None, request: ErasureRequest, specs: tuple[TableSpec, ...] | None = None
+) -> Proof:
     """Scan every data file and orphan of every personal-data table, its manifests' bounds, every raw file, each
     table as of before the erasure, and every other table of the catalog with a subject-like column."""
     specs = personal_data_specs() if specs is None else specs
@@ -480,7 +512,9 @@ def prove_erased(spark, catalog: str, raw: RawZone | None, request: ErasureReque
         paths = data_files(spark, qualified)
         files += len(paths)
         for path, hits in files_holding(spark, spec, paths, ids_df).items():
-            findings.append(f"{spec.identifier} data file {path}: {sum(hits.values())} row(s) of {len(hits)} subject(s)")
+            findings.append(
+                f"{spec.identifier} data file {path}: {sum(hits.values())} row(s) of {len(hits)} subject(s)"
+            )
             found_ids.update(hits)
         orphans = _orphans_holding(spark, spec, qualified, ids_df)
         files += len(orphans)
@@ -513,7 +547,15 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
-def _row(request: ErasureRequest, customer_id: int, action: str, table: str | None, rows: int | None, outcome: str, detail: str) -> dict:
+def _row(
+    request: ErasureRequest,
+    customer_id: int,
+    action: str,
+    table: str | None,
+    rows: int | None,
+    outcome: str,
+    detail: str,
+) -> dict:
     return {
         "request_id": request.request_id,
         "subject_hash": request.hash_of(customer_id),
@@ -534,7 +576,9 @@ def table_audit_rows(request: ErasureRequest, result: TableErasure) -> list[dict
     refs = f"; dropped {', '.join(result.refs_dropped)}" if result.refs_dropped else ""
     branches = f"; erased on branches {result.branches_erased}" if result.branches_erased else ""
     expiry = result.expired or ExpireResult()
-    expired = f"expired {expiry.expired_snapshots} older snapshot(s), deleting {expiry.deleted_data_files} data file(s){refs}"
+    expired = (
+        f"expired {expiry.expired_snapshots} older snapshot(s), deleting {expiry.deleted_data_files} data file(s){refs}"
+    )
     if result.retention_overridden:
         expired += "; " + "; ".join(result.retention_overridden)
     if result.orphans_deleted:
@@ -547,15 +591,32 @@ def table_audit_rows(request: ErasureRequest, result: TableErasure) -> list[dict
             continue
         count = result.removed.get(customer_id, 0)
         where = "" if count else " (held only in older snapshots or refs)"
-        rows.append(_row(request, customer_id, DELETE, result.table, count, DONE, f"{count} row(s) deleted from main{where}{branches}"))
+        rows.append(
+            _row(
+                request,
+                customer_id,
+                DELETE,
+                result.table,
+                count,
+                DONE,
+                f"{count} row(s) deleted from main{where}{branches}",
+            )
+        )
         rows.append(_row(request, customer_id, EXPIRE, result.table, None, DONE, expired))
     return rows
 
 
 def raw_audit_rows(request: ErasureRequest, result: RawErasure, location: str) -> list[dict]:
     return [
-        _row(request, customer_id, DELETE, location, result.removed[customer_id], DONE,
-             f"{len(result.files_rewritten)} raw file(s) rewritten, {result.manifests_updated} manifest(s) updated")
+        _row(
+            request,
+            customer_id,
+            DELETE,
+            location,
+            result.removed[customer_id],
+            DONE,
+            f"{len(result.files_rewritten)} raw file(s) rewritten, {result.manifests_updated} manifest(s) updated",
+        )
         for customer_id in request.customer_ids
         if result.removed.get(customer_id)
     ]
@@ -566,7 +627,9 @@ def proof_audit_rows(request: ErasureRequest, proof: Proof, held_anywhere: set[i
     rows = []
     for customer_id in request.customer_ids:
         if customer_id not in held_anywhere:
-            rows.append(_row(request, customer_id, DELETE, None, 0, NOT_FOUND, "no table or raw file held this customer"))
+            rows.append(
+                _row(request, customer_id, DELETE, None, 0, NOT_FOUND, "no table or raw file held this customer")
+            )
         failed = customer_id in proof.found_ids
         detail = proof.summary() if failed or proof.passed else "this customer: none found; " + proof.summary()
         rows.append(_row(request, customer_id, VERIFY, None, None, FAILED if failed else VERIFIED, detail[:2000]))

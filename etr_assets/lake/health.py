@@ -58,9 +58,22 @@ class TableHealth:
 
     def figures(self) -> dict[str, float]:
         """The numeric figures, by name (what a check plots and the maintenance log keeps)."""
-        names = ("rows", "data_files", "data_bytes", "average_file_bytes", "small_files", "small_file_share",
-                 "mergeable_small_files", "mergeable_small_file_share", "partitions", "delete_files", "snapshots",
-                 "oldest_snapshot_age_days", "manifests", "metadata_file_bytes")
+        names = (
+            "rows",
+            "data_files",
+            "data_bytes",
+            "average_file_bytes",
+            "small_files",
+            "small_file_share",
+            "mergeable_small_files",
+            "mergeable_small_file_share",
+            "partitions",
+            "delete_files",
+            "snapshots",
+            "oldest_snapshot_age_days",
+            "manifests",
+            "metadata_file_bytes",
+        )
         return {name: getattr(self, name) for name in names}
 
     def describe(self) -> str:
@@ -85,7 +98,9 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
     metadata = table.metadata
     snapshot = table.current_snapshot()
     # Manifests whose entries are all deleted are skipped by planning (the manifest list says so): not counted.
-    manifests = [m for m in snapshot.manifests(table.io) if m.has_added_files() or m.has_existing_files()] if snapshot else []
+    manifests = (
+        [m for m in snapshot.manifests(table.io) if m.has_added_files() or m.has_existing_files()] if snapshot else []
+    )
     # Manifests are independent files: read them side by side (they are remote objects on S3).
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(manifests)))) as pool:
         entries = list(pool.map(lambda m: (m, m.fetch_manifest_entry(table.io, discard_deleted=True)), manifests))
@@ -156,8 +171,12 @@ def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
         level = ERROR if errors and value > limit * limits.error_factor else WARN
         findings.append((level, f"{figure} {value:g}{unit} > {limit:g}{unit}"))
 
-    over("mergeable small-file share", round(health.mergeable_small_file_share, 3), limits.max_small_file_share,
-         errors=False)
+    over(
+        "mergeable small-file share",
+        round(health.mergeable_small_file_share, 3),
+        limits.max_small_file_share,
+        errors=False,
+    )
     over("delete files", health.delete_files, limits.max_delete_files)
     over("snapshots", health.snapshots, limits.max_snapshots)
     if health.snapshots > retained_snapshots(spec):  # expiry keeps that many, however old: nothing to fix below it

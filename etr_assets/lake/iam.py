@@ -74,7 +74,9 @@ def iam_policy(
             "Effect": "Allow",
             "Action": ["s3:ListBucket"],
             "Resource": [bucket_arn],
-            "Condition": {"StringLike": {"s3:prefix": sorted(p for prefix in prefixes for p in (prefix, f"{prefix}/*"))}},
+            "Condition": {
+                "StringLike": {"s3:prefix": sorted(p for prefix in prefixes for p in (prefix, f"{prefix}/*"))}
+            },
         },
         {"Sid": "LocateTheBucket", "Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": [bucket_arn]},
         {
@@ -89,7 +91,12 @@ def iam_policy(
             "Action": OBJECT_READ + OBJECT_WRITE + OBJECT_DELETE,
             "Resource": tables,
         },
-        {"Sid": "JobCodeReadOnly", "Effect": "Allow", "Action": OBJECT_READ, "Resource": [f"{bucket_arn}/{CODE_PREFIX}/*"]},
+        {
+            "Sid": "JobCodeReadOnly",
+            "Effect": "Allow",
+            "Action": OBJECT_READ,
+            "Resource": [f"{bucket_arn}/{CODE_PREFIX}/*"],
+        },
         {
             "Sid": "PipesExchange",
             "Effect": "Allow",

@@ -61,7 +61,10 @@ class ReadPlan:
 
 
 def _snapshots(spark, qualified: str) -> dict[int, tuple[int | None, str]]:
-    return {r[0]: (r[1], r[2]) for r in spark.sql(f"SELECT snapshot_id, parent_id, operation FROM {qualified}.snapshots").collect()}
+    return {
+        r[0]: (r[1], r[2])
+        for r in spark.sql(f"SELECT snapshot_id, parent_id, operation FROM {qualified}.snapshots").collect()
+    }
 
 
 def lineage_since(snapshots: dict[int, tuple[int | None, str]], head: int, since: int) -> list[tuple[int, str]] | None:
@@ -98,9 +101,15 @@ def days_changed_by(spark, qualified: str, snapshot_ids: list[int], day_column: 
     changed: dict[int, set[dt.date | None]] = {sid: set() for sid in snapshot_ids}
     if not snapshot_ids:
         return changed
-    entries = spark.table(f"{qualified}.all_entries").where(F.col("snapshot_id").isin(snapshot_ids) & (F.col("status") > 0))
+    entries = spark.table(f"{qualified}.all_entries").where(
+        F.col("snapshot_id").isin(snapshot_ids) & (F.col("status") > 0)
+    )
     field = f"{day_column}_day"  # the days(...) partition field; after partition evolution old files may lack it
-    day = F.col(f"data_file.partition.{field}") if field in entries.select("data_file.partition.*").columns else F.lit(None)
+    day = (
+        F.col(f"data_file.partition.{field}")
+        if field in entries.select("data_file.partition.*").columns
+        else F.lit(None)
+    )
     for row in entries.select("snapshot_id", day.alias("day")).distinct().collect():
         changed[row[0]].add(row[1])
     return changed
@@ -137,17 +146,32 @@ def plan_reads(
             downstream_head is None
             or lineage_since(downstream_snapshots, downstream_head, cursor.downstream_snapshot_id) is None
         ):
-            return DayRead(day, FULL, f"{downstream} no longer descends from snapshot {cursor.downstream_snapshot_id} (rolled back, or history expired)")
+            return DayRead(
+                day,
+                FULL,
+                f"{downstream} no longer descends from snapshot {cursor.downstream_snapshot_id} "
+                "(rolled back, or history expired)",
+            )
         chain = lineage_since(snapshots, head, cursor.upstream_snapshot_id)
         if chain is None:
-            return DayRead(day, FULL, f"cursor snapshot {cursor.upstream_snapshot_id} is not in the upstream history (expired or rolled back)")
+            return DayRead(
+                day,
+                FULL,
+                f"cursor snapshot {cursor.upstream_snapshot_id} is not in the upstream history "
+                "(expired or rolled back)",
+            )
         touching = touched(chain, day)  # compaction (replace) snapshots change no rows
         rewrites = [(sid, op) for sid, op in touching if op != "append"]
         if rewrites:
             return DayRead(day, FULL, f"snapshot {rewrites[0][0]} ({rewrites[0][1]}) rewrote rows of the day")
         if not touching:
             return DayRead(day, UNCHANGED, f"no snapshot since {cursor.upstream_snapshot_id} changed the day")
-        return DayRead(day, INCREMENTAL, f"{len(touching)} append snapshot(s) since {cursor.upstream_snapshot_id}", cursor.upstream_snapshot_id)
+        return DayRead(
+            day,
+            INCREMENTAL,
+            f"{len(touching)} append snapshot(s) since {cursor.upstream_snapshot_id}",
+            cursor.upstream_snapshot_id,
+        )
 
     return ReadPlan(head, tuple(decide(day, cursors.get(day)) for day in sorted(cursors)))
 

@@ -107,10 +107,15 @@ class MaintenanceResult:
             "status_after": after.status,
             "reasons_before": "; ".join(before.reasons) or None,
         }
-        for figure, column in (("data_files", "data_files"), ("small_files", "small_files"),
-                               ("delete_files", "delete_files"), ("snapshots", "snapshots"),
-                               ("manifests", "manifests"), ("metadata_file_bytes", "metadata_bytes"),
-                               ("data_bytes", "data_bytes")):
+        for figure, column in (
+            ("data_files", "data_files"),
+            ("small_files", "small_files"),
+            ("delete_files", "delete_files"),
+            ("snapshots", "snapshots"),
+            ("manifests", "manifests"),
+            ("metadata_file_bytes", "metadata_bytes"),
+            ("data_bytes", "data_bytes"),
+        ):
             row[f"{column}_before"] = getattr(before, figure)
             row[f"{column}_after"] = getattr(after, figure)
         return row | {
@@ -163,9 +168,14 @@ def compaction_options(spec: TableSpec) -> dict[str, str]:
 
 def compact(spark, catalog: str, spec: TableSpec, has_delete_files: bool = True, attempts: int = 5) -> CompactionResult:
     """rewrite_data_files toward the spec's target file size, applying delete files (then dropping them)."""
+
     def run() -> CompactionResult:
-        rows = _call(spark, catalog, "rewrite_data_files",
-                     {"table": _table_argument(spec), "options": _sql_map(compaction_options(spec))})
+        rows = _call(
+            spark,
+            catalog,
+            "rewrite_data_files",
+            {"table": _table_argument(spec), "options": _sql_map(compaction_options(spec))},
+        )
         row = rows[0] if rows else {}
         return CompactionResult(
             rewritten_data_files=int(row.get("rewritten_data_files_count") or 0),
@@ -185,9 +195,14 @@ def compact(spark, catalog: str, spec: TableSpec, has_delete_files: bool = True,
 
 def rewrite_position_deletes(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> int:
     """rewrite_position_delete_files over every delete file; returns how many delete files fewer there are."""
+
     def run() -> int:
-        rows = _call(spark, catalog, "rewrite_position_delete_files",
-                     {"table": _table_argument(spec), "options": _sql_map({"rewrite-all": "true"})})
+        rows = _call(
+            spark,
+            catalog,
+            "rewrite_position_delete_files",
+            {"table": _table_argument(spec), "options": _sql_map({"rewrite-all": "true"})},
+        )
         row = rows[0] if rows else {}
         return int(row.get("rewritten_delete_files_count") or 0) - int(row.get("added_delete_files_count") or 0)
 
@@ -237,11 +252,16 @@ def expire_snapshots(
 
     def run() -> ExpireResult:
         before = _snapshot_ids(spark, qualified)
-        rows = _call(spark, catalog, "expire_snapshots", {
-            "table": _table_argument(spec),
-            "older_than": _timestamp_literal(older_than),
-            "retain_last": str(int(retain_last)),
-        })
+        rows = _call(
+            spark,
+            catalog,
+            "expire_snapshots",
+            {
+                "table": _table_argument(spec),
+                "older_than": _timestamp_literal(older_than),
+                "retain_last": str(int(retain_last)),
+            },
+        )
         row = rows[0] if rows else {}
         return ExpireResult(
             expired_snapshot_ids=tuple(sorted(before - _snapshot_ids(spark, qualified))),
@@ -298,8 +318,9 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "",
     orphans = remove_orphan_files(spark, catalog, spec)
     after = table_health(settings, spec)
     finished_at = started_at + dt.timedelta(seconds=time.perf_counter() - clock)
-    result = MaintenanceResult(spec.identifier, before, after, compaction, manifests, expiry, orphans, started_at,
-                               finished_at, dropped)
+    result = MaintenanceResult(
+        spec.identifier, before, after, compaction, manifests, expiry, orphans, started_at, finished_at, dropped
+    )
     if log:
         record_maintenance(spark, catalog, [result], run_id)
     return result
@@ -330,5 +351,8 @@ def record_maintenance(spark, catalog: str, results: list[MaintenanceResult], ru
         return
     ensure_table(spark, catalog, TABLE_MAINTENANCE_LOG)
     rows = [result.log_row(run_id) for result in results]
-    append(spark, TABLE_MAINTENANCE_LOG.qualified(catalog),
-           spark.createDataFrame(rows, spark_schema(TABLE_MAINTENANCE_LOG.columns)))
+    append(
+        spark,
+        TABLE_MAINTENANCE_LOG.qualified(catalog),
+        spark.createDataFrame(rows, spark_schema(TABLE_MAINTENANCE_LOG.columns)),
+    )

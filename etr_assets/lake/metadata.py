@@ -61,13 +61,17 @@ def _local_metadata_file(settings: Settings, spec: TableSpec | TableName) -> Pat
     hint = folder / "version-hint.text"
     if not hint.exists():  # listed only then: the hint is the normal case and `etr tables` reads every table
         versions = sorted(
-            (int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ()) if (m := _VERSION_FILE.match(p.name))
+            (int(m.group(1)), p)
+            for p in (folder.iterdir() if folder.is_dir() else ())
+            if (m := _VERSION_FILE.match(p.name))
         )
         return versions[-1][1] if versions else None
     version = hint.read_text().strip()
     path = folder / f"v{version}.metadata.json"
     if not path.exists():
-        raise MetadataUnreadable(f"metadata file missing: {path} (named by {hint.name}; the table's history is damaged)")
+        raise MetadataUnreadable(
+            f"metadata file missing: {path} (named by {hint.name}; the table's history is damaged)"
+        )
     return path
 
 
@@ -156,7 +160,9 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
     except MetadataUnreadable as error:
         return TableStats(spec.identifier, exists=True, has_spec=has_spec, problem=str(error))
     except Exception as error:  # a catalog that answers with garbage: one line, the other tables still listed
-        return TableStats(spec.identifier, exists=True, has_spec=has_spec, problem=f"metadata unreadable: {_first_line(error)}")
+        return TableStats(
+            spec.identifier, exists=True, has_spec=has_spec, problem=f"metadata unreadable: {_first_line(error)}"
+        )
     if table is None:
         return TableStats(spec.identifier, exists=False, has_spec=has_spec)
     metadata = table.metadata
@@ -175,7 +181,7 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
         delete_files=num("total-delete-files"),
         bytes=num("total-files-size"),
         current_snapshot_id=snapshot.snapshot_id if snapshot else None,
-        last_updated=dt.datetime.fromtimestamp(metadata.last_updated_ms / 1000, dt.timezone.utc),
+        last_updated=dt.datetime.fromtimestamp(metadata.last_updated_ms / 1000, dt.UTC),
         location=metadata.location,
         has_spec=has_spec,
     )
@@ -188,6 +194,8 @@ def all_table_stats(settings: Settings, specs) -> list[TableStats]:
         others = [t for t in catalog_tables(settings) if (t.namespace, t.name) not in declared]
     except Exception as error:  # the catalog cannot be listed: still report the declared tables
         return [table_stats(settings, s) for s in specs] + [
-            TableStats("(catalog)", exists=False, has_spec=False, problem=f"cannot list the catalog: {_first_line(error)}")
+            TableStats(
+                "(catalog)", exists=False, has_spec=False, problem=f"cannot list the catalog: {_first_line(error)}"
+            )
         ]
     return [table_stats(settings, s) for s in specs] + [table_stats(settings, t) for t in others]

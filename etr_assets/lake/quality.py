@@ -51,11 +51,20 @@ def record_metrics(spark, catalog: str, metrics: list[Metric], run_id: str = "")
         return
     measured_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     rows = [
-        {**dataclasses.asdict(m), "value": None if m.value is None else float(m.value), "measured_at": measured_at, "run_id": run_id}
+        {
+            **dataclasses.asdict(m),
+            "value": None if m.value is None else float(m.value),
+            "measured_at": measured_at,
+            "run_id": run_id,
+        }
         for m in metrics
     ]
     ensure_table(spark, catalog, DATA_QUALITY_METRICS)
-    append(spark, DATA_QUALITY_METRICS.qualified(catalog), spark.createDataFrame(rows, spark_schema(DATA_QUALITY_METRICS.columns)))
+    append(
+        spark,
+        DATA_QUALITY_METRICS.qualified(catalog),
+        spark.createDataFrame(rows, spark_schema(DATA_QUALITY_METRICS.columns)),
+    )
 
 
 def metrics_of(spec: TableSpec, outcomes: list[CheckOutcome]) -> list[Metric]:
@@ -100,7 +109,11 @@ def record_quarantine_outcome(quarantine_df, day_column: str, days: list[dt.date
     rows = quarantine_df.where(F.col(day_column).isin(sorted(days)))
     by_day = _per_day(rows, day_column, days)
     count = int(sum(by_day.values()))
-    reasons = [f"{r['reason']} ({r['count']})" for r in rows.groupBy("reason").count().orderBy("reason").collect()] if count else []
+    reasons = (
+        [f"{r['reason']} ({r['count']})" for r in rows.groupBy("reason").count().orderBy("reason").collect()]
+        if count
+        else []
+    )
     return CheckOutcome(
         "records_quarantined",
         f"no row of the day breaks a per-record expectation (broken rows wait in {table})",
@@ -172,7 +185,10 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
     first = min(days) - dt.timedelta(days=rules.row_count_window_days)
     counts = {
         r[0]: r[1]
-        for r in df.where((F.col(day_column) >= first) & (F.col(day_column) <= max(days))).groupBy(day_column).count().collect()
+        for r in df.where((F.col(day_column) >= first) & (F.col(day_column) <= max(days)))
+        .groupBy(day_column)
+        .count()
+        .collect()
     }
     by_day, anomalies, notes = {}, [], []
     for day in sorted(days):
@@ -187,7 +203,8 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
             anomalies.append(f"{day}: {rows} rows against a median of {median:g}")
     return CheckOutcome(
         "row_count_anomaly",
-        f"each day's rows within {rules.row_count_tolerance:.0%} of the median of the {rules.row_count_window_days} days before",
+        f"each day's rows within {rules.row_count_tolerance:.0%} of the median of the "
+        f"{rules.row_count_window_days} days before",
         not anomalies,
         len(anomalies),
         "; ".join(anomalies or notes)[:400],
@@ -223,7 +240,9 @@ def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.
     )
 
 
-def post_write_outcomes(spark, catalog: str, spec: TableSpec, days: list[dt.date], expectations: bool) -> list[CheckOutcome]:
+def post_write_outcomes(
+    spark, catalog: str, spec: TableSpec, days: list[dt.date], expectations: bool
+) -> list[CheckOutcome]:
     """The checks run after a table's days were written: expectations (unless already run on an audit branch),
     references and the row-count anomaly, over what main now holds."""
     table = spark.table(spec.qualified(catalog))
@@ -233,8 +252,16 @@ def post_write_outcomes(spark, catalog: str, spec: TableSpec, days: list[dt.date
         if spark.catalog.tableExists(referenced):
             outcomes.append(reference_outcome(table, spec, reference, spark.table(referenced), days))
         else:
-            outcomes.append(CheckOutcome(reference.name, f"{reference.table} exists", False, 0,
-                                         f"{reference.table} was never written: nothing to check against", WARN))
+            outcomes.append(
+                CheckOutcome(
+                    reference.name,
+                    f"{reference.table} exists",
+                    False,
+                    0,
+                    f"{reference.table} was never written: nothing to check against",
+                    WARN,
+                )
+            )
     if spec.day_column:
         outcomes.append(row_count_outcome(table, spec, days))
     return outcomes

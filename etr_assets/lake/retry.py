@@ -62,7 +62,8 @@ def run_with_retries(
                 raise
             if attempt == attempts:
                 raise CommitConflictError(
-                    f"{what}: lost to concurrent writers {attempts} times; last conflict: {_error_text(error).splitlines()[0][:300]}"
+                    f"{what}: lost to concurrent writers {attempts} times; last conflict: "
+                    f"{_error_text(error).splitlines()[0][:300]}"
                 ) from error
             if on_retry:
                 on_retry(attempt, error)

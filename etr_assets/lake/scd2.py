@@ -138,7 +138,9 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, existing=No
         .when(new_present & old_present & ~same, "update")
     )
     carried = [
-        F.col(c) if c in (scd2.key, "_valid_from") else F.coalesce(F.col(f"n.{c}"), F.col(f"e.{c}")).alias(c)
+        F.col(c)
+        if c in (scd2.key, "_valid_from")
+        else F.coalesce(F.col(f"n.{c}"), F.col(f"e.{c}")).alias(c)
         if c in ("_is_current", "_ingested_at", "_source_file", "_batch_id")
         else F.col(f"n.{c}").alias(c)
         for c in spec.column_names
@@ -161,8 +163,8 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, existing=No
             ON t.{scd2.key} = s.{scd2.key} AND t._valid_from = s._valid_from
             WHEN MATCHED AND s._action = 'delete' THEN DELETE
             WHEN MATCHED AND s._action = 'update' THEN UPDATE SET {updates}
-            WHEN NOT MATCHED AND s._action = 'insert' THEN INSERT ({', '.join(columns)})
-                VALUES ({', '.join('s.' + c for c in columns)})
+            WHEN NOT MATCHED AND s._action = 'insert' THEN INSERT ({", ".join(columns)})
+                VALUES ({", ".join("s." + c for c in columns)})
             """
         )
     finally:

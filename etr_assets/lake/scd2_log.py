@@ -25,7 +25,6 @@ import dataclasses
 import json
 
 from etr_assets.lake.incremental import changed_only_by
-from etr_assets.lake.writes import current_snapshot_id
 from etr_assets.lake.scd2 import (
     FULL,
     INCREMENTAL,
@@ -38,6 +37,7 @@ from etr_assets.lake.scd2 import (
     with_retries,
 )
 from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.writes import current_snapshot_id
 
 CURSOR_PROPERTY = "etr.scd2.cursor"
 EXTEND, RECOMPUTE, UNCHANGED = "extend", "recompute", "unchanged"
@@ -103,14 +103,22 @@ def apply_log(
                 .option("end-snapshot-id", head)
                 .load(log)
             )
-            result, why, watermark = extend(spark, catalog, spec, to_records(appended), mode, cursor.watermark_micros, held)
+            result, why, watermark = extend(
+                spark, catalog, spec, to_records(appended), mode, cursor.watermark_micros, held
+            )
             if result is not None:
                 _advance(spark, target, result, head, watermark)
                 return result
-        records = to_records(spark.read.format("iceberg").option("snapshot-id", head).load(log) if head else spark.table(log))
-        times = [F.max(F.unix_micros(F.col(sequence)))] + ([F.max(F.unix_micros("_snapshot_at"))] if mode == FULL else [])
+        records = to_records(
+            spark.read.format("iceberg").option("snapshot-id", head).load(log) if head else spark.table(log)
+        )
+        times = [F.max(F.unix_micros(F.col(sequence)))] + (
+            [F.max(F.unix_micros("_snapshot_at"))] if mode == FULL else []
+        )
         watermark = _max(records.agg(*times).first())
-        result = dataclasses.replace(recompute(spark, catalog, spec, records, mode, held=held), method=RECOMPUTE, reason=why)
+        result = dataclasses.replace(
+            recompute(spark, catalog, spec, records, mode, held=held), method=RECOMPUTE, reason=why
+        )
         if head is not None:
             _advance(spark, target, result, head, watermark)
         return result
@@ -118,7 +126,9 @@ def apply_log(
     return with_retries(spark, target, attempt)
 
 
-def _can_extend(spark, target: str, log: str, cursor: Scd2Cursor | None, full_refresh: bool) -> tuple[int | None, str | None]:
+def _can_extend(
+    spark, target: str, log: str, cursor: Scd2Cursor | None, full_refresh: bool
+) -> tuple[int | None, str | None]:
     """(the log's current snapshot, None if history can be extended from the log's new rows, else why not)."""
     head = current_snapshot_id(spark, log)
     if full_refresh:
@@ -167,12 +177,15 @@ def extend(
     # watermark, or older (history before the watermark would change: recompute). A key the table has never
     # seen counts as older too when it is not newer: a full recompute would close it at earlier snapshots.
     seq, valid_from, valid_to = F.col("n._seq"), F.col("l._valid_from"), F.col("l._valid_to")
-    same_state = F.struct(*[F.col(f"n.{c}") for c in scd2.tracked]).eqNullSafe(F.struct(*[F.col(f"l.{c}") for c in scd2.tracked]))
+    same_state = F.struct(*[F.col(f"n.{c}") for c in scd2.tracked]).eqNullSafe(
+        F.struct(*[F.col(f"l.{c}") for c in scd2.tracked])
+    )
     known = F.col(f"l.{key}").isNotNull()
     repeat = known & same_state & (seq >= valid_from) & (valid_to.isNull() | (seq < valid_to))
     kind = F.when(repeat, "repeat").when(F.unix_micros(seq) > F.lit(watermark), "new").otherwise("older")
     classified = (
-        present.alias("n").join(last.alias("l"), F.col(f"n.{key}") == F.col(f"l.{key}"), "left")
+        present.alias("n")
+        .join(last.alias("l"), F.col(f"n.{key}") == F.col(f"l.{key}"), "left")
         .select(F.col(f"n.{key}").alias(key), seq.alias("_seq"), kind.alias("_kind"), known.alias("_known"))
         .cache()
     )
@@ -187,7 +200,12 @@ def extend(
         ).first()
         if stats["older"]:
             example = stats["example"]
-            return None, f"{stats['older']} new observation(s) older than the watermark, e.g. {key} {example[0]} at {example[1]}", None
+            return (
+                None,
+                f"{stats['older']} new observation(s) older than the watermark, e.g. {key} "
+                f"{example[0]} at {example[1]}",
+                None,
+            )
         batches = records.select("_batch_id", F.unix_micros("_snapshot_at").alias("_micros")).distinct().collect()
         snapshot_times = [b["_micros"] for b in batches]
         if mode == FULL and min(snapshot_times) <= watermark:
@@ -198,7 +216,9 @@ def extend(
         if mode == FULL:
             # Deleted at a new snapshot's time: a key current in the table or seen in the new rows that the snapshot
             # lacks (a key new to the table only from its first new observation on, as `observations` does).
-            snapshots = spark.createDataFrame([(b["_batch_id"], b["_micros"]) for b in batches], "_batch_id string, _micros bigint")
+            snapshots = spark.createDataFrame(
+                [(b["_batch_id"], b["_micros"]) for b in batches], "_batch_id string, _micros bigint"
+            )
             snapshots = snapshots.select("_batch_id", F.timestamp_micros("_micros").alias("_seq"))
             seen = classified.groupBy(key).agg(F.min(F.when(~F.col("_known"), F.col("_seq"))).alias("_first"))
             current = last.where(F.col("_is_current")).select(key, F.lit(None).cast("timestamp").alias("_first"))
@@ -220,8 +240,9 @@ def extend(
         lineage = [c for c in present.columns if c not in ("_seq", "_deleted")]
         events = [
             carried_rows.select(*lineage, F.col("_valid_from").alias("_seq"), F.lit(False).alias("_deleted")),
-            carried_rows.where(F.col("_valid_to").isNotNull())  # the last version ended by a deletion
-            .select(key, "_batch_id", F.col("_valid_to").alias("_seq"), F.lit(True).alias("_deleted")),
+            carried_rows.where(F.col("_valid_to").isNotNull()).select(  # the last version ended by a deletion
+                key, "_batch_id", F.col("_valid_to").alias("_seq"), F.lit(True).alias("_deleted")
+            ),
             present.join(affected, key, "left_semi"),
         ] + ([absent] if absent is not None else [])
         union = events[0]

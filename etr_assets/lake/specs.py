@@ -137,7 +137,13 @@ class HealthThresholds:
     def __post_init__(self) -> None:
         if not 0 < self.max_small_file_share <= 1:
             raise SpecError(f"health threshold max_small_file_share={self.max_small_file_share} must be in (0, 1]")
-        for name in ("max_delete_files", "max_snapshots", "max_snapshot_age_days", "max_manifests", "max_metadata_file_mb"):
+        for name in (
+            "max_delete_files",
+            "max_snapshots",
+            "max_snapshot_age_days",
+            "max_manifests",
+            "max_metadata_file_mb",
+        ):
             if getattr(self, name) <= 0:
                 raise SpecError(f"health threshold {name}={getattr(self, name)} must be positive")
         if self.error_factor < 1:
@@ -189,7 +195,9 @@ class TableSpec:
             raise SpecError(f"{where}: duplicate column names {sorted(n for n in names if names.count(n) > 1)}")
         for column in self.columns:
             if column.renamed_from and column.renamed_from in names:
-                raise SpecError(f"{where}: column {column.name!r} is renamed from {column.renamed_from!r}, which is still a column")
+                raise SpecError(
+                    f"{where}: column {column.name!r} is renamed from {column.renamed_from!r}, which is still a column"
+                )
             if column.type not in SIMPLE_TYPES and not _DECIMAL.match(column.type):
                 raise SpecError(f"{where}: column {column.name!r} has unsupported type {column.type!r}")
         for transform in self.partition_by:
@@ -271,7 +279,8 @@ class TableSpec:
 
     def ddl_columns(self) -> str:
         return ",\n  ".join(
-            f"{c.name} {c.type}{' NOT NULL' if c.required else ''}" + (f" COMMENT {_sql_string(c.doc)}" if c.doc else "")
+            f"{c.name} {c.type}{' NOT NULL' if c.required else ''}"
+            + (f" COMMENT {_sql_string(c.doc)}" if c.doc else "")
             for c in self.columns
         )
 
@@ -289,7 +298,8 @@ class TableSpec:
         """Cluster writes by partition and sort inside each file (docs/stack.md: avoids OOM, keeps files few)."""
         if not self.write_order:
             return None
-        return f"ALTER TABLE {self.qualified(catalog)} WRITE DISTRIBUTED BY PARTITION LOCALLY ORDERED BY {', '.join(self.write_order)}"
+        order = ", ".join(self.write_order)
+        return f"ALTER TABLE {self.qualified(catalog)} WRITE DISTRIBUTED BY PARTITION LOCALLY ORDERED BY {order}"
 
 
 def _sql_string(value: str) -> str:

@@ -29,12 +29,12 @@ def ancestors_of_current(spark, qualified: str) -> list[int]:
 
 def _naive_utc(when: dt.datetime) -> dt.datetime:
     """Spark's session clock is UTC without a zone: compare like with like."""
-    return when.astimezone(dt.timezone.utc).replace(tzinfo=None) if when.tzinfo else when
+    return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo else when
 
 
 def _millis(when: dt.datetime) -> int:
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     return int(when.timestamp() * 1000)
 
 
@@ -84,9 +84,11 @@ class Growth:
         return self.rows_now / self.rows_before if self.rows_before else None
 
 
-def daily_growth(spark, qualified: str, now: dt.datetime | None = None, window: dt.timedelta = dt.timedelta(days=1)) -> Growth:
+def daily_growth(
+    spark, qualified: str, now: dt.datetime | None = None, window: dt.timedelta = dt.timedelta(days=1)
+) -> Growth:
     """Rows now against rows a day earlier, through time travel (requirement R1's validate_data_quality)."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     since = now - window
     rows_now = spark.table(qualified).count()
     try:
@@ -119,7 +121,7 @@ def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str,
         "to_snapshot_id": str(snapshot_id),
         "reason": reason,
         "run_id": run_id,
-        "executed_at": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+        "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
     }
     ensure_table(spark, catalog, TABLE_CHANGES)
     append(spark, TABLE_CHANGES.qualified(catalog), spark.createDataFrame([record], schema=_schema(TABLE_CHANGES)))

@@ -26,7 +26,7 @@ from etr_assets.lake.incremental import (
     plan_reads,
     read_plan,
 )
-from etr_assets.lake.quality import record_quarantine_outcome, split_by_record_rules
+from etr_assets.lake.quality import CheckOutcome, record_quarantine_outcome, split_by_record_rules
 from etr_assets.lake.wap import evaluate, write_audit_publish
 from etr_assets.lake.writes import CommitInfo, replace_days
 from etr_assets.sources.fetch import SOURCE
@@ -154,6 +154,7 @@ def build_silver(
         "days_read_incrementally": len(plan.of(INCREMENTAL)),
         "days_rewritten": len(rebuild),
     }
+
     def held_back() -> CheckOutcome:
         return record_quarantine_outcome(spark.table(quarantine_table), "transaction_date", days, quarantine_table)
 
@@ -180,7 +181,9 @@ def build_silver(
         # Nothing to hold and nothing held before: no commit (most days).
         held_days = F.col("transaction_date").isin(sorted(rebuild))
         if not held.isEmpty() or not spark.table(quarantine_table).where(held_days).isEmpty():
-            replace_days(spark, quarantine_table, conform(held, SILVER_QUARANTINE_TRANSACTIONS), "transaction_date", rebuild)
+            replace_days(
+                spark, quarantine_table, conform(held, SILVER_QUARANTINE_TRANSACTIONS), "transaction_date", rebuild
+            )
         commit, checks = _replace(spark, catalog, SILVER_TRANSACTIONS, kept, rebuild, audit_branch)
     finally:
         cleaned.unpersist()

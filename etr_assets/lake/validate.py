@@ -49,7 +49,10 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
 
     rules = [
         F.when(F.col("_keys").isNull(), F.lit("not a JSON object")),
-        F.when(F.col("raw_text").rlike(LONE_SURROGATE), F.lit("text that cannot be encoded: a lone UTF-16 surrogate (\\uD800-\\uDFFF)")),
+        F.when(
+            F.col("raw_text").rlike(LONE_SURROGATE),
+            F.lit("text that cannot be encoded: a lone UTF-16 surrogate (\\uD800-\\uDFFF)"),
+        ),
     ]
     for c in columns:
         text = F.col(f"_text_{c.name}")
@@ -58,16 +61,22 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
         rules.append(
             F.when(
                 text.isNotNull() & F.col(c.name).isNull(),
-                F.concat(F.lit(f"a value of the wrong type: {c.name} expects {c.type}, got "), F.substring(text, 1, 60)),
+                F.concat(
+                    F.lit(f"a value of the wrong type: {c.name} expects {c.type}, got "), F.substring(text, 1, 60)
+                ),
             )
         )
     for check in checks:
-        rules.append(F.when(~F.coalesce(F.expr(check.predicate), F.lit(True)), F.lit(f"out of range: {check.description}")))
+        rules.append(
+            F.when(~F.coalesce(F.expr(check.predicate), F.lit(True)), F.lit(f"out of range: {check.description}"))
+        )
     if day_column and day:
         rules.append(
             F.when(
                 F.col(day_column) != F.lit(day),
-                F.concat(F.lit(f"{day_column} "), F.col(day_column).cast("string"), F.lit(f" is not the batch day {day}")),
+                F.concat(
+                    F.lit(f"{day_column} "), F.col(day_column).cast("string"), F.lit(f" is not the batch day {day}")
+                ),
             )
         )
     return F.coalesce(*rules)
@@ -140,7 +149,9 @@ def read_validated(
     )
     carried = [F.col(name) for name in dict.fromkeys(carry_columns)]
     result = Validated(
-        accepted=checked.where(F.col("_reason").isNull()).select(*[c.name for c in columns], F.col("source_file").alias("_source_file")),
+        accepted=checked.where(F.col("_reason").isNull()).select(
+            *[c.name for c in columns], F.col("source_file").alias("_source_file")
+        ),
         quarantined=checked.where(F.col("_reason").isNotNull()).select(
             "source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *carried
         ),

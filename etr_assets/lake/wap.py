@@ -60,7 +60,9 @@ def publish(spark, catalog: str, qualified: str, branch: str) -> None:
 
 
 def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, days: list[dt.date], write):
-    """`write(branch)` writes to the branch; check it; publish. Returns (write's result, outcomes); raises AuditFailed."""
+    """`write(branch)` writes to the branch; check it; publish.
+
+    Returns (write's result, outcomes); raises AuditFailed."""
     qualified = spec.qualified(catalog)
     create_branch(spark, qualified, branch)
     result = write(branch)

@@ -114,6 +114,8 @@ def package_zip() -> bytes:
 
 def upload_code(s3_client, settings: Settings) -> list[str]:
     """Put the entry script and the package where the job definitions point (run on each deploy)."""
-    s3_client.put_object(Bucket=settings.bucket, Key=SCRIPT_KEY, Body=Path(__file__).with_name("run_layer.py").read_bytes())
+    s3_client.put_object(
+        Bucket=settings.bucket, Key=SCRIPT_KEY, Body=Path(__file__).with_name("run_layer.py").read_bytes()
+    )
     s3_client.put_object(Bucket=settings.bucket, Key=PACKAGE_KEY, Body=package_zip())
     return [code_uri(settings, SCRIPT_KEY), code_uri(settings, PACKAGE_KEY)]

@@ -68,7 +68,11 @@ def _silver(spark, settings: Settings, request: LayerRequest) -> LayerResult:
         for day, value in (request.options.get("cursors") or {}).items()
     }
     return transactions.build_silver(
-        spark, settings.catalog, request.dates, request.audit_branch, cursors or None,
+        spark,
+        settings.catalog,
+        request.dates,
+        request.audit_branch,
+        cursors or None,
         bool(request.options.get("full_refresh", False)),
     )
 

@@ -91,7 +91,9 @@ class ApiClient:
                 status = exc.code
                 detail = _error_detail(exc)
                 if status not in RETRYABLE_STATUS:
-                    raise ApiError(f"{endpoint} answered {status}: {detail}", endpoint=endpoint, status=status) from None
+                    raise ApiError(
+                        f"{endpoint} answered {status}: {detail}", endpoint=endpoint, status=status
+                    ) from None
                 last = f"{status}: {detail}"
                 retry_after = _retry_after_seconds(exc.headers.get("Retry-After"))
             except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as exc:
@@ -133,7 +135,9 @@ class ApiClient:
             try:
                 following = int(next_page)
             except (TypeError, ValueError):
-                raise ApiError(f"GET {path} page {page}: next_page {next_page!r} is not a page number", endpoint=path) from None
+                raise ApiError(
+                    f"GET {path} page {page}: next_page {next_page!r} is not a page number", endpoint=path
+                ) from None
             if following in seen or following < 1:
                 raise ApiError(
                     f"GET {path} page {page}: next_page {following} was already read (or is not a page): "
@@ -212,6 +216,6 @@ def _retry_after_seconds(value: str | None) -> float | None:
         except (TypeError, ValueError, IndexError):
             return None
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+            parsed = parsed.replace(tzinfo=dt.UTC)
         return max(0.0, parsed.timestamp() - time.time())
     return max(0.0, seconds) if math.isfinite(seconds) else None

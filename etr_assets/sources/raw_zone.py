@@ -127,7 +127,7 @@ class RawZone:
 
     # --- writing ------------------------------------------------------------------------------------
     def start_batch(self, source: str, endpoint: str, day: dt.date, now: dt.datetime | None = None) -> Batch:
-        now = now or dt.datetime.now(dt.timezone.utc)
+        now = now or dt.datetime.now(dt.UTC)
         batch = Batch(source, endpoint, f"{day.isoformat()}_{now:%Y%m%dT%H%M%S%fZ}_{secrets.token_hex(3)}")
         marker = {"started_at": now.isoformat(), "day": day.isoformat()}
         self.storage.write_bytes(f"{batch.key}/{PENDING}", json.dumps(marker).encode())
@@ -135,7 +135,9 @@ class RawZone:
 
     def write_part(self, batch: Batch, number: int, records: list[dict]) -> str:
         """Records serialized by us (tests, tools); a fetch stores the API's own text with `write_lines`."""
-        return self.write_lines(batch, number, [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records])
+        return self.write_lines(
+            batch, number, [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records]
+        )
 
     def write_lines(self, batch: Batch, number: int, lines: list[str]) -> str:
         """One JSON-lines part file holding `lines` (each one record's text, no line break) as given."""
@@ -144,12 +146,12 @@ class RawZone:
         return name
 
     def seal(self, batch: Batch, files: list[str], records: int) -> BatchManifest:
-        manifest = BatchManifest(tuple(files), records, dt.datetime.now(dt.timezone.utc).isoformat())
+        manifest = BatchManifest(tuple(files), records, dt.datetime.now(dt.UTC).isoformat())
         self.storage.write_bytes(f"{batch.key}/{MANIFEST}", json.dumps(dataclasses.asdict(manifest)).encode())
         return manifest
 
     def mark_complete(self, batch: Batch, detail: dict | None = None) -> None:
-        info = {"completed_at": dt.datetime.now(dt.timezone.utc).isoformat(), **(detail or {})}
+        info = {"completed_at": dt.datetime.now(dt.UTC).isoformat(), **(detail or {})}
         self.storage.write_bytes(f"{batch.key}/{COMPLETE}", json.dumps(info).encode())
 
     def settle(self, batch: Batch, detail: dict) -> None:
@@ -164,7 +166,9 @@ class RawZone:
     def abandon(self, batch: Batch, reason: str, detail: dict | None = None) -> None:
         """Close a pending batch without loading it (kept as evidence, never chosen for its day again)."""
         if self.is_complete(batch):
-            raise RawZoneError(f"raw batch {batch.key} is not pending (already {self.outcome(batch)}): nothing to abandon")
+            raise RawZoneError(
+                f"raw batch {batch.key} is not pending (already {self.outcome(batch)}): nothing to abandon"
+            )
         self.mark_complete(batch, {**(detail or {}), "outcome": ABANDONED, "reason": reason})
 
     def outcome(self, batch: Batch) -> str | None:
@@ -192,7 +196,7 @@ class RawZone:
             raw = json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))
             return dt.datetime.fromisoformat(raw["started_at"])
         stamp = batch.batch_id.split("_")[1]
-        return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.timezone.utc)
+        return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.UTC)
 
     # --- reading ------------------------------------------------------------------------------------
     def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:

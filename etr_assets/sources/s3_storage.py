@@ -68,9 +68,9 @@ class S3Storage(RawStorage):
         try:
             for page in pages:
                 for common in page.get("CommonPrefixes", []):
-                    names.add(common["Prefix"][len(folder):].rstrip("/"))
+                    names.add(common["Prefix"][len(folder) :].rstrip("/"))
                 for obj in page.get("Contents", []):
-                    names.add(obj["Key"][len(folder):])
+                    names.add(obj["Key"][len(folder) :])
         except (ClientError, BotoCoreError) as exc:
             raise RawZoneError(f"could not list {self._where(prefix)}/: {exc}") from exc
         names.discard("")  # a zero-byte "folder" object some tools create for the prefix itself

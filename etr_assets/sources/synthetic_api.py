@@ -68,17 +68,66 @@ class ApiConfig:
 
 _STATUSES = ("PENDING", "APPROVED", "PROCESSED", "DECLINED", "REFUNDED")
 _STATUS_WEIGHTS = (3, 46, 44, 4, 3)
-_FIRST = ("Aisyah", "Ahmad", "Mei Ling", "Wei Jie", "Priya", "Arjun", "Nurul", "Hafiz", "Siti", "Jun Hao",
-          "Kavitha", "Daniel", "Farah", "Ravi", "Li Ting", "Amir", "Sarah", "Hui Min", "Zul", "Chloe")
-_LAST = ("Abdullah", "Tan", "Lim", "Lee", "Wong", "Ng", "Rahman", "Ismail", "Kumar", "Raj", "Chua", "Goh",
-         "Hassan", "Ong", "Yusof", "Teo", "Pillai", "Chan", "Koh", "Aziz")
-_CITIES = {"MY": ("Kuala Lumpur", "Petaling Jaya", "Shah Alam", "George Town", "Johor Bahru", "Ipoh",
-                  "Kota Kinabalu", "Kuching", "Melaka"),
-           "SG": ("Singapore", "Tampines", "Jurong West", "Woodlands", "Ang Mo Kio", "Bedok")}
-_MCC = {"FASHION": "5651", "ELECTRONICS": "5732", "TRAVEL": "4722", "GROCERY": "5411", "BEAUTY": "5977",
-        "HOME": "5712"}
-_BRAND = ("Batik", "Lumen", "Harbour", "Kopi", "Orchid", "Nova", "Merdeka", "Jade", "Sunway", "Tiger", "Lotus",
-          "Pixel")
+_FIRST = (
+    "Aisyah",
+    "Ahmad",
+    "Mei Ling",
+    "Wei Jie",
+    "Priya",
+    "Arjun",
+    "Nurul",
+    "Hafiz",
+    "Siti",
+    "Jun Hao",
+    "Kavitha",
+    "Daniel",
+    "Farah",
+    "Ravi",
+    "Li Ting",
+    "Amir",
+    "Sarah",
+    "Hui Min",
+    "Zul",
+    "Chloe",
+)
+_LAST = (
+    "Abdullah",
+    "Tan",
+    "Lim",
+    "Lee",
+    "Wong",
+    "Ng",
+    "Rahman",
+    "Ismail",
+    "Kumar",
+    "Raj",
+    "Chua",
+    "Goh",
+    "Hassan",
+    "Ong",
+    "Yusof",
+    "Teo",
+    "Pillai",
+    "Chan",
+    "Koh",
+    "Aziz",
+)
+_CITIES = {
+    "MY": (
+        "Kuala Lumpur",
+        "Petaling Jaya",
+        "Shah Alam",
+        "George Town",
+        "Johor Bahru",
+        "Ipoh",
+        "Kota Kinabalu",
+        "Kuching",
+        "Melaka",
+    ),
+    "SG": ("Singapore", "Tampines", "Jurong West", "Woodlands", "Ang Mo Kio", "Bedok"),
+}
+_MCC = {"FASHION": "5651", "ELECTRONICS": "5732", "TRAVEL": "4722", "GROCERY": "5411", "BEAUTY": "5977", "HOME": "5712"}
+_BRAND = ("Batik", "Lumen", "Harbour", "Kopi", "Orchid", "Nova", "Merdeka", "Jade", "Sunway", "Tiger", "Lotus", "Pixel")
 
 
 def _ts(ordinal: int, seconds: int) -> str:
@@ -100,6 +149,7 @@ def _check_day(day: datetime.date) -> None:
 
 
 # --- slowly changing entities: an initial record plus change events on a few days --------------------------
+
 
 class _Timeline:
     """One entity's history, drawn lazily from its own Random so a far day costs only that entity's events.
@@ -173,8 +223,9 @@ def _new_customer(config: ApiConfig, index: int) -> _Timeline:
         "last_name": last,
         "email": None if rng.random() < 0.05 else _email(rng, first, last),
         "phone": None if rng.random() < 0.08 else _phone(rng, country),
-        "date_of_birth": datetime.date.fromordinal(datetime.date(1955, 1, 1).toordinal()
-                                                   + rng.randrange(50 * 365)).isoformat(),
+        "date_of_birth": datetime.date.fromordinal(
+            datetime.date(1955, 1, 1).toordinal() + rng.randrange(50 * 365)
+        ).isoformat(),
         "city": rng.choice(_CITIES[country]),
         "country": country,
         "credit_limit": _money(rng.randrange(1, 41) * 50000),
@@ -250,19 +301,21 @@ def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
         status = rng.choices(_STATUSES, _STATUS_WEIGHTS)[0]
         lag = 0 if status == "PENDING" else min(60 + int(rng.expovariate(1 / 7200)), 2 * 86400)
         cents = round(math.exp(rng.gauss(4.4, 1.0)) * 100)  # log-normal: many small baskets, a long tail
-        finals.append({
-            "transaction_id": int(f"{prefix}{seq:06d}"),
-            "customer_id": 100001 + int(customers * rng.random() ** 1.3),  # some customers buy more often
-            "merchant_id": 500001 + rng.randrange(config.merchants),
-            "amount": _money(min(max(cents, 500), 250000)),
-            "currency": rng.choices(("MYR", "SGD", "USD"), (80, 12, 8))[0],
-            "instalments": rng.choices((3, 4, 6, 12), (50, 25, 15, 10))[0],
-            "payment_method": rng.choices(("CARD", "FPX", "EWALLET", "DIRECT_DEBIT"), (45, 20, 25, 10))[0],
-            "status": status,
-            "transaction_date": day.isoformat(),
-            "created_at": _ts(ordinal, created),
-            "updated_at": _ts(ordinal, created + lag),
-        })
+        finals.append(
+            {
+                "transaction_id": int(f"{prefix}{seq:06d}"),
+                "customer_id": 100001 + int(customers * rng.random() ** 1.3),  # some customers buy more often
+                "merchant_id": 500001 + rng.randrange(config.merchants),
+                "amount": _money(min(max(cents, 500), 250000)),
+                "currency": rng.choices(("MYR", "SGD", "USD"), (80, 12, 8))[0],
+                "instalments": rng.choices((3, 4, 6, 12), (50, 25, 15, 10))[0],
+                "payment_method": rng.choices(("CARD", "FPX", "EWALLET", "DIRECT_DEBIT"), (45, 20, 25, 10))[0],
+                "status": status,
+                "transaction_date": day.isoformat(),
+                "created_at": _ts(ordinal, created),
+                "updated_at": _ts(ordinal, created + lag),
+            }
+        )
     # Re-sent transactions: the stale copy goes after the final one for every other pick, so consumers
     # must deduplicate on updated_at, not on position in the feed.
     eligible = [i for i, record in enumerate(finals) if record["status"] != "PENDING"]
@@ -277,8 +330,11 @@ def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
 
 # --- HTTP ---------------------------------------------------------------------------------------------------
 
-_ROUTES = {"/v1/transactions": ("date", transactions_for), "/v1/customers": ("as_of", customers_as_of),
-           "/v1/merchants": ("as_of", merchants_as_of)}
+_ROUTES = {
+    "/v1/transactions": ("date", transactions_for),
+    "/v1/customers": ("as_of", customers_as_of),
+    "/v1/merchants": ("as_of", merchants_as_of),
+}
 _ENTITIES = {"/v1/transactions": "transaction", "/v1/customers": "customer", "/v1/merchants": "merchant"}
 
 
@@ -295,13 +351,25 @@ def _feed(config: ApiConfig, path: str, day: datetime.date) -> list[dict]:
 def _served_feed(config: ApiConfig, path: str, day: datetime.date, malformed_rate: float, drift: bool) -> list:
     if not malformed_rate and not drift:
         return _feed(config, path, day)
-    return apply_record_faults(_feed(config, path, day), seed=config.seed, entity=_ENTITIES[path], day=day,
-                               malformed_rate=malformed_rate, drift=drift)
+    return apply_record_faults(
+        _feed(config, path, day),
+        seed=config.seed,
+        entity=_ENTITIES[path],
+        day=day,
+        malformed_rate=malformed_rate,
+        drift=drift,
+    )
 
 
 def _served(config: ApiConfig, faults: ApiFaults, path: str, day: datetime.date) -> list:
-    return apply_record_faults(_ROUTES[path][1](config, day), seed=config.seed, entity=_ENTITIES[path], day=day,
-                               malformed_rate=faults.malformed_rate, drift=faults.drift)
+    return apply_record_faults(
+        _ROUTES[path][1](config, day),
+        seed=config.seed,
+        entity=_ENTITIES[path],
+        day=day,
+        malformed_rate=faults.malformed_rate,
+        drift=faults.drift,
+    )
 
 
 def transactions_served(config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list:
@@ -410,8 +478,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         rows = _served_feed(config, url.path, day, faults.malformed_rate, faults.drift)
         start = (page - 1) * size
         more = start + size < len(rows)
-        body = {"data": rows[start:start + size], "page": page, "page_size": size, "total": len(rows),
-                "next_page": page + 1 if more else None}
+        body = {
+            "data": rows[start : start + size],
+            "page": page,
+            "page_size": size,
+            "total": len(rows),
+            "next_page": page + 1 if more else None,
+        }
         if truncates(faults, url.path, page):
             return self._send_truncated(body)
         return self._send(200, body)
@@ -483,19 +556,26 @@ class RunningApi:
         self.stop()
 
 
-def serve(config: ApiConfig = ApiConfig(), host: str = "127.0.0.1", port: int = 0,
-          faults: ApiFaults = ApiFaults()) -> RunningApi:
+def serve(
+    config: ApiConfig = ApiConfig(), host: str = "127.0.0.1", port: int = 0, faults: ApiFaults = ApiFaults()
+) -> RunningApi:
     """Start the server in a daemon thread and return once it accepts connections (port 0: any free port)."""
     server = _Server((host, port), config, faults)  # bound and listening here: connections queue until served
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              name=f"synthetic-api-{server.server_address[1]}", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.05},
+        name=f"synthetic-api-{server.server_address[1]}",
+        daemon=True,
+    )
     thread.start()
     return RunningApi(server, thread, config)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m etr_assets.sources.synthetic_api",
-                                     description="Serve deterministic synthetic BNPL data over HTTP.")
+    parser = argparse.ArgumentParser(
+        prog="python -m etr_assets.sources.synthetic_api",
+        description="Serve deterministic synthetic BNPL data over HTTP.",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed)")
     parser.add_argument("--seed", type=int, default=ApiConfig.seed)
@@ -504,8 +584,13 @@ def main(argv: list[str] | None = None) -> int:
     faults = parser.add_argument_group("faults (also switchable at run time: POST /admin/faults)")
     faults.add_argument("--fail-requests", type=int, default=0, metavar="N", help="fail the next N data requests")
     faults.add_argument("--fail-status", type=int, default=ApiFaults.fail_status, metavar="S")
-    faults.add_argument("--retry-after", type=float, default=ApiFaults.retry_after_seconds, metavar="S",
-                        help="Retry-After seconds sent with --fail-status 429")
+    faults.add_argument(
+        "--retry-after",
+        type=float,
+        default=ApiFaults.retry_after_seconds,
+        metavar="S",
+        help="Retry-After seconds sent with --fail-status 429",
+    )
     faults.add_argument("--fail-path-prefix", default="", metavar="PATH", help="fail only paths starting so")
     faults.add_argument("--delay", type=float, default=0.0, metavar="S", help="sleep before each data answer")
     faults.add_argument("--malformed-rate", type=float, default=0.0, metavar="R", help="fraction of bad records")
@@ -514,10 +599,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = ApiConfig(seed=args.seed, transactions_per_day=args.per_day, token=args.token)
-        initial = ApiFaults(fail_requests=args.fail_requests, fail_status=args.fail_status,
-                            retry_after_seconds=args.retry_after, fail_path_prefix=args.fail_path_prefix,
-                            delay_seconds=args.delay, malformed_rate=args.malformed_rate, drift=args.drift,
-                            truncate_after_pages=args.truncate_after_pages)
+        initial = ApiFaults(
+            fail_requests=args.fail_requests,
+            fail_status=args.fail_status,
+            retry_after_seconds=args.retry_after,
+            fail_path_prefix=args.fail_path_prefix,
+            delay_seconds=args.delay,
+            malformed_rate=args.malformed_rate,
+            drift=args.drift,
+            truncate_after_pages=args.truncate_after_pages,
+        )
     except ValueError as exc:
         parser.error(str(exc))
     stopping = threading.Event()

@@ -99,6 +99,7 @@ def _check_float(faults: ApiFaults, name: str, low: float, high: float) -> None:
 
 # --- request faults: the live, thread-safe state of one server ---------------------------------------------
 
+
 class FaultSwitch:
     """One server's current faults: replaced atomically, ``fail_requests`` counted down under a lock."""
 
@@ -174,8 +175,9 @@ def malformed_count(total: int, rate: float) -> int:
     return math.floor(total * rate + 0.5)
 
 
-def apply_record_faults(records: list, *, seed: int, entity: str, day: datetime.date, malformed_rate: float,
-                        drift: bool) -> list:
+def apply_record_faults(
+    records: list, *, seed: int, entity: str, day: datetime.date, malformed_rate: float, drift: bool
+) -> list:
     """The records as served with these faults; the input list and its dicts are left untouched.
 
     Drift is applied first (to every record), then ``malformed_count`` records are replaced. The corrupted
@@ -188,6 +190,7 @@ def apply_record_faults(records: list, *, seed: int, entity: str, day: datetime.
     served = [_drifted(record, seed, entity) for record in records] if drift else list(records)
     count = malformed_count(len(served), malformed_rate)
     if count:
+
         def rank(index: int) -> bytes:
             return hashlib.sha256(f"etr:{seed}:malformed:{entity}:{day.isoformat()}:{index}".encode()).digest()
 
@@ -239,8 +242,12 @@ def malformed_kind(record: object) -> str | None:
         if type(record["customer_id"]) is not int or not isinstance(amount, str) or not _MONEY.fullmatch(amount):
             return "wrong_type"
         created = record.get("created_at")
-        if (decimal.Decimal(amount) < 0 or record["instalments"] not in _INSTALMENTS
-                or not isinstance(created, str) or record.get("transaction_date") != created[:10]):
+        if (
+            decimal.Decimal(amount) < 0
+            or record["instalments"] not in _INSTALMENTS
+            or not isinstance(created, str)
+            or record.get("transaction_date") != created[:10]
+        ):
             return "out_of_range"
         return None
     for entity, marker in (("merchant", "mcc"), ("customer", "first_name")):

@@ -37,7 +37,10 @@ _CUSTOMER_FIELDS = (
     Column("updated_at", "timestamp", "When the provider last changed the customer (UTC)", required=True),
 )
 _CUSTOMER_CHECKS = (
-    Check("credit_limit is a non-negative decimal with 2 fraction digits at most", r"credit_limit RLIKE '^[0-9]{1,10}([.][0-9]{1,2})?$'"),
+    Check(
+        "credit_limit is a non-negative decimal with 2 fraction digits at most",
+        r"credit_limit RLIKE '^[0-9]{1,10}([.][0-9]{1,2})?$'",
+    ),
     Check("risk_segment is LOW, MEDIUM or HIGH", "risk_segment IN ('LOW', 'MEDIUM', 'HIGH')"),
 )
 
@@ -53,7 +56,17 @@ BRONZE_CUSTOMERS = TableSpec(
     checks=_CUSTOMER_CHECKS,
 )
 
-_CUSTOMER_TRACKED = ("first_name", "last_name", "email", "phone", "date_of_birth", "city", "country", "credit_limit", "risk_segment")
+_CUSTOMER_TRACKED = (
+    "first_name",
+    "last_name",
+    "email",
+    "phone",
+    "date_of_birth",
+    "city",
+    "country",
+    "credit_limit",
+    "risk_segment",
+)
 
 LANDING_CUSTOMERS = TableSpec(
     namespace="landing",
@@ -127,7 +140,9 @@ GOLD_CUSTOMER_PROFILES = TableSpec(
         Column("risk_segment", "string", "LOW, MEDIUM or HIGH"),
         Column("credit_limit", "decimal(12,2)", "BNPL credit limit"),
         Column("transactions", "bigint", "Transactions up to and including the day", required=True),
-        Column("approved_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts up to the day", required=True),
+        Column(
+            "approved_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts up to the day", required=True
+        ),
         Column("last_transaction_date", "date", "Most recent transaction up to the day"),
         Column("credit_used_ratio", "double", "approved_amount / credit_limit"),
         Column("_computed_at", "timestamp", "When gold computed the row", required=True),

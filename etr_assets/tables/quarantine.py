@@ -10,7 +10,11 @@ def quarantine_spec(endpoint: str, subject_column: str | None = None, key_column
     `key_column`: the endpoint's entity key, kept when it could be read: a full snapshot's refused record still says
     its key was in the snapshot, so SCD2 keeps the key's current version instead of closing it.
     """
-    subject = (Column(subject_column, "bigint", "Data subject, when it could be read from the record", pii=True),) if subject_column else ()
+    subject = (
+        (Column(subject_column, "bigint", "Data subject, when it could be read from the record", pii=True),)
+        if subject_column
+        else ()
+    )
     if key_column and key_column != subject_column:
         subject += (Column(key_column, "bigint", "The record's key, when it could be read (present in the snapshot)"),)
     return TableSpec(
@@ -22,7 +26,13 @@ def quarantine_spec(endpoint: str, subject_column: str | None = None, key_column
             Column("_batch_day", "date", "Business day of the batch", required=True),
             Column("source_file", "string", "Raw-zone file", required=True),
             Column("line_number", "bigint", "1-based line in the file", required=True),
-            Column("raw_text", "string", "The record exactly as stored in the raw zone", required=True, pii=subject_column is not None),
+            Column(
+                "raw_text",
+                "string",
+                "The record exactly as stored in the raw zone",
+                required=True,
+                pii=subject_column is not None,
+            ),
             Column("reason", "string", "Why the record was refused", required=True),
             *subject,
             Column("quarantined_at", "timestamp", "When it was quarantined", required=True),

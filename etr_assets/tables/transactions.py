@@ -34,10 +34,16 @@ BRONZE_TRANSACTIONS = TableSpec(
     write_order=("transaction_date", "transaction_id"),
     subject_column="customer_id",
     checks=(
-        Check("amount is a decimal with at most 8 integer and 2 fraction digits", r"amount RLIKE '^[0-9]{1,8}([.][0-9]{1,2})?$'"),
+        Check(
+            "amount is a decimal with at most 8 integer and 2 fraction digits",
+            r"amount RLIKE '^[0-9]{1,8}([.][0-9]{1,2})?$'",
+        ),
         Check("amount is positive", "CAST(amount AS DECIMAL(10,2)) > 0"),
         Check("instalments is one of 3, 4, 6, 12", "instalments IN (3, 4, 6, 12)"),
-        Check("status is one of " + ", ".join(STATUSES), "upper(status) IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"),
+        Check(
+            "status is one of " + ", ".join(STATUSES),
+            "upper(status) IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")",
+        ),
         Check("currency is a 3-letter ISO code", "currency RLIKE '^[A-Za-z]{3}$'"),
         Check("updated_at is not before created_at", "updated_at >= created_at"),
     ),
@@ -69,8 +75,14 @@ SILVER_TRANSACTIONS = TableSpec(
     # Per record: a transaction that breaks one goes to silver.quarantine_transactions and its day publishes without
     # it. Per day (blocking): transaction_id unique in the whole table.
     expectations=(
-        Check("keys are present", "transaction_id IS NOT NULL AND customer_id IS NOT NULL AND merchant_id IS NOT NULL", per_record=True),
-        Check("status is an accepted value", "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")", per_record=True),
+        Check(
+            "keys are present",
+            "transaction_id IS NOT NULL AND customer_id IS NOT NULL AND merchant_id IS NOT NULL",
+            per_record=True,
+        ),
+        Check(
+            "status is an accepted value", "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")", per_record=True
+        ),
         Check("amount is between 0.01 and 100000", "amount BETWEEN 0.01 AND 100000", per_record=True),
     ),
     unique_key="transaction_id",

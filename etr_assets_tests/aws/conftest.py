@@ -27,6 +27,10 @@ def aws_settings(aws_env, moto_endpoint, tmp_path, request) -> Settings:  # noqa
     bucket = "etr-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     create_bucket(s3_client(moto_endpoint, REGION), bucket)
     return Settings(
-        profile="aws", home=tmp_path / "etr", bucket=bucket, region=REGION,
-        s3_endpoint=moto_endpoint, glue_endpoint=moto_endpoint,
+        profile="aws",
+        home=tmp_path / "etr",
+        bucket=bucket,
+        region=REGION,
+        s3_endpoint=moto_endpoint,
+        glue_endpoint=moto_endpoint,
     )

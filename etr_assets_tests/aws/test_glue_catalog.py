@@ -95,6 +95,12 @@ def _value(type_name: str, i: int):
     if type_name.startswith("decimal"):
         return Decimal("1.50")
     return {
-        "string": f"v{i}", "bigint": i, "int": i, "double": 0.5 * i, "float": 0.5 * i, "boolean": True,
-        "date": dt.date(2025, 1, 1), "timestamp": dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
+        "string": f"v{i}",
+        "bigint": i,
+        "int": i,
+        "double": 0.5 * i,
+        "float": 0.5 * i,
+        "boolean": True,
+        "date": dt.date(2025, 1, 1),
+        "timestamp": dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
     }[type_name]

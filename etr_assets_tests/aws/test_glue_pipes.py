@@ -48,8 +48,14 @@ class GlueRunsJobsHere:
     def start_job_run(self, JobName: str, Arguments: dict, WorkerType: str, NumberOfWorkers: int):
         assert Arguments.pop("--datalake-formats") == "iceberg", "the job needs Glue's Iceberg"
         conf = [pair for pair in Arguments.pop("--conf").split(" --conf ")]
-        local = ["spark.master=local[1]", "spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
-                 "spark.ui.enabled=false", f"spark.local.dir={self.work}", "spark.driver.memory=512m"]
+        local = [
+            "spark.master=local[1]",
+            "spark.driver.host=127.0.0.1",
+            "spark.driver.bindAddress=127.0.0.1",
+            "spark.ui.enabled=false",
+            f"spark.local.dir={self.work}",
+            "spark.driver.memory=512m",
+        ]
         script = self._fetch(jobs.code_uri(SimpleNamespace(bucket=self.bucket), jobs.SCRIPT_KEY))
         package = self._fetch(Arguments.pop("--extra-py-files"))
         Arguments.pop("--additional-python-modules"), Arguments.pop("--enable-glue-datacatalog")
@@ -106,23 +112,39 @@ def test_gold_runs_as_a_glue_job_run_through_pipes(aws_env, moto_endpoint, setti
     instance = DagsterInstance.ephemeral()
     resources = defs.get_repository_def().get_top_level_resources()
     upstream = ["raw/bnpl_transactions", "bronze/bnpl_transactions_raw", "silver/bnpl_transactions_clean"]
-    assert materialize(list(defs.assets), selection=upstream, resources=resources, partition_key=DAY,
-                       instance=instance).success
+    assert materialize(
+        list(defs.assets), selection=upstream, resources=resources, partition_key=DAY, instance=instance
+    ).success
 
-    glue_settings = dataclasses.replace(settings, bucket=bucket, glue_job_name=JOB, glue_worker_type="G.1X", glue_workers=2)
+    glue_settings = dataclasses.replace(
+        settings, bucket=bucket, glue_job_name=JOB, glue_worker_type="G.1X", glue_workers=2
+    )
     # The job's Python has dagster-pipes (what --additional-python-modules installs on Glue): this venv's.
-    env = dict(os.environ) | {"AWS_ENDPOINT_URL_S3": moto_endpoint, "PYTHONWARNINGS": "ignore",
-                              "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = dict(os.environ) | {
+        "AWS_ENDPOINT_URL_S3": moto_endpoint,
+        "PYTHONWARNINGS": "ignore",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
     glue = GlueRunsJobsHere(s3, bucket, tmp_path, env)
     STAND_INS[bucket] = glue
     runner = GlueHereRunner(
-        compute="glue", settings_env=jobs.settings_env(settings),
-        start_job_run_params=jobs.glue_job_run_params(glue_settings), bucket=bucket, region=REGION,
+        compute="glue",
+        settings_env=jobs.settings_env(settings),
+        start_job_run_params=jobs.glue_job_run_params(glue_settings),
+        bucket=bucket,
+        region=REGION,
         s3_endpoint=moto_endpoint,
     )
     try:
-        result = materialize(list(defs.assets), selection=["gold/bnpl_daily_summary"], partition_key=DAY,
-                             resources=resources | {"layer_runner": runner}, instance=instance, raise_on_error=False)
+        result = materialize(
+            list(defs.assets),
+            selection=["gold/bnpl_daily_summary"],
+            partition_key=DAY,
+            resources=resources | {"layer_runner": runner},
+            instance=instance,
+            raise_on_error=False,
+        )
     finally:
         glue.stop_all()
     logs = "\n".join(Path(run["log"]).read_text()[-3000:] for run in glue.runs.values())

@@ -23,7 +23,9 @@ def statements(policy: dict) -> dict[str, dict]:
 def allowed(policy: dict, action: str, resource: str) -> bool:
     """Does an Allow statement (without a condition) grant `action` on `resource`? IAM's wildcard matching."""
     return any(
-        s["Effect"] == "Allow" and "Condition" not in s and action in s["Action"]
+        s["Effect"] == "Allow"
+        and "Condition" not in s
+        and action in s["Action"]
         and any(fnmatch.fnmatchcase(resource, pattern) for pattern in s["Resource"])
         for s in policy["Statement"]
     )

@@ -43,9 +43,12 @@ def test_definitions_load_with_the_expected_assets_and_groups():
     assert graph.get(AssetKey(["gold", "bnpl_daily_summary"])).parent_keys == {
         AssetKey(["silver", "bnpl_transactions_clean"])
     }
-    assert graph.get(AssetKey(["bronze", "bnpl_transactions_raw"])).parent_keys == {AssetKey(["raw", "bnpl_transactions"])}
+    assert graph.get(AssetKey(["bronze", "bnpl_transactions_raw"])).parent_keys == {
+        AssetKey(["raw", "bnpl_transactions"])
+    }
     assert graph.get(AssetKey(["gold", "customer_profiles"])).parent_keys == {
-        AssetKey(["landing", "customers"]), AssetKey(["silver", "bnpl_transactions_clean"])
+        AssetKey(["landing", "customers"]),
+        AssetKey(["silver", "bnpl_transactions_clean"]),
     }
 
 
@@ -72,8 +75,11 @@ def test_local_profile_serializes_writers_per_table_with_pools(tmp_path):
     # Glue and PostgreSQL arbitrate commits; only SCD2 MERGEs, which conflict with any commit, and bronze, whose
     # first load of a day is an unchecked append, still queue.
     assert {k for k, pool in shared_pools.items() if pool} == {
-        "landing/customers", "landing/merchants",
-        "bronze/bnpl_transactions_raw", "bronze/bnpl_customers_raw", "bronze/bnpl_merchants_raw",
+        "landing/customers",
+        "landing/merchants",
+        "bronze/bnpl_transactions_raw",
+        "bronze/bnpl_customers_raw",
+        "bronze/bnpl_merchants_raw",
     }
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-
 from dagster import DagsterInstance
 
 from etr_assets.definitions import build_definitions
@@ -55,7 +54,9 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(lake
     invalid = run_erasure(defs, [customer, -3])
     assert not invalid.success
     failure = next(e for e in invalid.all_events if e.event_type_value == "STEP_FAILURE")
-    assert failure.step_key == "gdpr_request" and "customer_ids[1]: -3 is not a customer id" in str(failure.event_specific_data.error)
+    assert failure.step_key == "gdpr_request" and "customer_ids[1]: -3 is not a customer id" in str(
+        failure.event_specific_data.error
+    )
     assert spark.table(silver).count() == total  # nothing was touched
 
     result = run_erasure(defs, [customer, 888_888_888])
@@ -78,14 +79,22 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(lake
     assert order[:2] == ["gdpr_request", "erase_raw_zone"] and order[-1] == "prove_erasure"
     assert order.index("erase_bronze_bnpl_transactions_raw") < order.index("erase_silver_bnpl_transactions_clean")
     job = defs.get_job_def("gdpr_erasure")
-    assert job.graph.node_named("erase_bronze_quarantine_transactions").definition.pool == "iceberg_bronze_bnpl_transactions_raw"
+    assert (
+        job.graph.node_named("erase_bronze_quarantine_transactions").definition.pool
+        == "iceberg_bronze_bnpl_transactions_raw"
+    )
     assert {n.name for n in job.graph.nodes} >= {f"erase_{s.namespace}_{s.name}" for s in personal_data_specs()}
 
     observed = {
-        e.asset_key.to_user_string(): e.asset_observation_data.asset_observation for e in result.get_asset_observation_events()
+        e.asset_key.to_user_string(): e.asset_observation_data.asset_observation
+        for e in result.get_asset_observation_events()
     }
-    assert set(observed) == {"bronze/bnpl_transactions_raw", "silver/bnpl_transactions_clean",
-                             "bronze/bnpl_customers_raw", "landing/customers"}  # the table assets it changed
+    assert set(observed) == {
+        "bronze/bnpl_transactions_raw",
+        "silver/bnpl_transactions_clean",
+        "bronze/bnpl_customers_raw",
+        "landing/customers",
+    }  # the table assets it changed
     assert observed["silver/bnpl_transactions_clean"].metadata["rows_removed"].value == counts[customer]
 
     audit = spark.table(GDPR_ACTIONS.qualified(catalog)).where("request_id = 'GDPR-TEST-1'").collect()

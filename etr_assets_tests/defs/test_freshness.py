@@ -12,9 +12,11 @@ from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTI
 def test_the_freshness_job_warns_for_tables_never_written_and_passes_fresh_ones(lake, settings):
     ensure_table(lake, settings.catalog, SILVER_TRANSACTIONS)  # created: no commit of data yet
     ensure_table(lake, settings.catalog, BRONZE_TRANSACTIONS)
-    lake.sql(f"INSERT INTO {BRONZE_TRANSACTIONS.qualified(settings.catalog)} "
-             "SELECT 1, 2, 3, '1.00', 'MYR', 3, 'CARD', 'APPROVED', DATE'2025-01-01', current_timestamp(), "
-             "current_timestamp(), 'b', 'f', current_timestamp()")
+    lake.sql(
+        f"INSERT INTO {BRONZE_TRANSACTIONS.qualified(settings.catalog)} "
+        "SELECT 1, 2, 3, '1.00', 'MYR', 3, 'CARD', 'APPROVED', DATE'2025-01-01', current_timestamp(), "
+        "current_timestamp(), 'b', 'f', current_timestamp()"
+    )
 
     defs = build_definitions(settings)
     result = defs.resolve_job_def("freshness_checks").execute_in_process(instance=DagsterInstance.ephemeral())
@@ -28,8 +30,10 @@ def test_the_freshness_job_warns_for_tables_never_written_and_passes_fresh_ones(
     assert verdicts["silver/bnpl_transactions_clean"].severity.value == "WARN"
     recorded = {
         r[0]: r[1]
-        for r in lake.sql(f"SELECT table_name, passed FROM {settings.catalog}.monitoring.data_quality_metrics "
-                          "WHERE metric = 'freshness'").collect()
+        for r in lake.sql(
+            f"SELECT table_name, passed FROM {settings.catalog}.monitoring.data_quality_metrics "
+            "WHERE metric = 'freshness'"
+        ).collect()
     }
     assert recorded["bronze.bnpl_transactions_raw"] is True and recorded["silver.bnpl_transactions_clean"] is False
     assert len(recorded) == 8

@@ -30,8 +30,8 @@ from etr_assets.defs.maintenance import (
     maintenance_pool,
     tables_config,
 )
-from etr_assets.instance import pool_names
 from etr_assets.defs.resources import build_resources
+from etr_assets.instance import pool_names
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.session import attach_catalog
 from etr_assets.lake.specs import Column, TableSpec
@@ -48,8 +48,11 @@ TEST_SPECS = (MESSY, TIDY)
 
 @pytest.fixture(scope="module")
 def lake_settings(spark, tmp_path_factory) -> Settings:
-    settings = Settings(home=tmp_path_factory.mktemp("maintenance") / "etr", catalog=f"t{uuid.uuid4().hex[:12]}",
-                        api_transactions_per_day=TRANSACTIONS_PER_DAY)
+    settings = Settings(
+        home=tmp_path_factory.mktemp("maintenance") / "etr",
+        catalog=f"t{uuid.uuid4().hex[:12]}",
+        api_transactions_per_day=TRANSACTIONS_PER_DAY,
+    )
     attach_catalog(spark, settings)
     for spec in TEST_SPECS:
         ensure_table(spark, settings.catalog, spec)
@@ -79,7 +82,9 @@ def test_every_table_asset_gets_a_health_check_and_every_table_a_pooled_maintena
     shared = Settings(profile="aws", bucket="b", api_url="https://api.example.test")
     silver = next(s for s in ALL_SPECS if s.identifier == "silver.bnpl_transactions_clean")
     assert table_pool(shared, silver) is None  # writers run concurrently on Glue...
-    assert maintenance_pool(shared, silver) == "iceberg_maintenance_silver_bnpl_transactions_clean"  # ...maintenance not
+    assert (
+        maintenance_pool(shared, silver) == "iceberg_maintenance_silver_bnpl_transactions_clean"
+    )  # ...maintenance not
 
     sensor = defs.resolve_sensor_def("table_health_maintenance")
     schedule = defs.resolve_schedule_def("table_maintenance_weekly")
@@ -131,18 +136,23 @@ def test_a_sensor_tick_requests_maintenance_for_exactly_the_unhealthy_table(lake
 def test_the_maintenance_job_maintains_the_chosen_table_and_the_sensor_then_rests(lake_settings, spark):
     defs = health_checks_definitions(lake_settings)
     job = defs.resolve_job_def("table_maintenance")
-    bad = job.execute_in_process(run_config=tables_config(["silver.nope"]), instance=DagsterInstance.ephemeral(),
-                                 raise_on_error=False)
+    bad = job.execute_in_process(
+        run_config=tables_config(["silver.nope"]), instance=DagsterInstance.ephemeral(), raise_on_error=False
+    )
     assert not bad.success
     failure = next(e for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
-    assert "unknown table(s) silver.nope; known tables: silver.messy, silver.tidy" in str(failure.event_specific_data.error)
+    assert "unknown table(s) silver.nope; known tables: silver.messy, silver.tidy" in str(
+        failure.event_specific_data.error
+    )
 
     result = job.execute_in_process(run_config=tables_config(["silver.messy"]), instance=DagsterInstance.ephemeral())
     assert result.success
     executed = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
     skipped = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"}
     assert "maintain__silver__messy" in executed and skipped == {"maintain__silver__tidy"}
-    output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT" and e.step_key == "maintain__silver__messy")
+    output = next(
+        e for e in result.all_events if e.event_type_value == "STEP_OUTPUT" and e.step_key == "maintain__silver__messy"
+    )
     metadata = {k: v.value for k, v in output.event_specific_data.metadata.items()}
     assert (metadata["data_files_before"], metadata["data_files_after"], metadata["files_rewritten"]) == (6, 1, 6)
     assert (metadata["status_before"], metadata["status_after"]) == ("WARN", "OK")
@@ -151,7 +161,9 @@ def test_the_maintenance_job_maintains_the_chosen_table_and_the_sensor_then_rest
 
     table = MESSY.qualified(lake_settings.catalog)
     assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {table}").collect()) == list(range(6))
-    log = spark.sql(f"SELECT table_name, run_id, data_files_after FROM {TABLE_MAINTENANCE_LOG.qualified(lake_settings.catalog)}").collect()
+    log = spark.sql(
+        f"SELECT table_name, run_id, data_files_after FROM {TABLE_MAINTENANCE_LOG.qualified(lake_settings.catalog)}"
+    ).collect()
     assert [tuple(r) for r in log] == [("silver.messy", result.run_id, 1)]
     with instance_for_test() as instance:
         tick = build_maintenance(lake_settings, [], specs=TEST_SPECS).sensor(build_sensor_context(instance=instance))

@@ -39,15 +39,19 @@ def test_daily_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings,
     assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {d: per_day for d in DAYS}
     bronze = counts_by_day(lake, settings, BRONZE_TRANSACTIONS)
     assert set(bronze) == set(DAYS) and all(n >= per_day for n in bronze.values())
-    gold_totals = dict(lake.sql(
-        f"SELECT CAST(transaction_date AS STRING), sum(transactions) FROM {GOLD_DAILY_SUMMARY.qualified(settings.catalog)} GROUP BY 1"
-    ).collect())
+    gold_totals = dict(
+        lake.sql(
+            "SELECT CAST(transaction_date AS STRING), sum(transactions) FROM "
+            f"{GOLD_DAILY_SUMMARY.qualified(settings.catalog)} GROUP BY 1"
+        ).collect()
+    )
     assert gold_totals == {d: per_day for d in DAYS}
 
     # The last materialization's metadata describes the commit that Iceberg recorded.
     silver = metadata["silver/bnpl_transactions_clean"]
     current = lake.sql(
-        f"SELECT snapshot_id FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.snapshots ORDER BY committed_at DESC LIMIT 1"
+        f"SELECT snapshot_id FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.snapshots ORDER "
+        "BY committed_at DESC LIMIT 1"
     ).first()[0]
     assert silver["snapshot_id"].value == str(current)  # a string: ids exceed 32 bits
     assert silver["dagster/row_count"].value == per_day
@@ -61,7 +65,8 @@ def test_daily_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings,
 
     # Every check of every layer recorded its figure per partition, with the run that measured it.
     metrics = lake.sql(
-        f"SELECT table_name, metric, partition_key, value, passed, run_id FROM {settings.catalog}.monitoring.data_quality_metrics"
+        "SELECT table_name, metric, partition_key, value, passed, run_id FROM "
+        f"{settings.catalog}.monitoring.data_quality_metrics"
     ).collect()
     recorded = {(m[0], m[1], m[2]): (m[3], m[4]) for m in metrics}
     for day in DAYS:
@@ -73,9 +78,15 @@ def test_daily_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings,
     assert ("landing.customers", "exactly_the_open_versions_are_current", None) in recorded
     assert all(m[5] for m in metrics)
 
-    before = {spec.name: counts_by_day(lake, settings, spec) for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)}
+    before = {
+        spec.name: counts_by_day(lake, settings, spec)
+        for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)
+    }
     rerun = materialize_day(pipeline_defs, DAYS[1], instance)
-    after = {spec.name: counts_by_day(lake, settings, spec) for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)}
+    after = {
+        spec.name: counts_by_day(lake, settings, spec)
+        for spec in (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)
+    }
     assert before == after
     assert rerun["silver/bnpl_transactions_clean"]["records_removed"].value == per_day  # replaced, not appended
     # The reload overwrote a bronze day: history is recomputed (and unchanged), saying why.
@@ -90,8 +101,12 @@ def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lak
     from dagster import AssetKey
 
     job = pipeline_defs.resolve_job_def("etr_pipeline")
-    lineage = [AssetKey(["raw", "bnpl_transactions"]), AssetKey(["bronze", "bnpl_transactions_raw"]),
-               AssetKey(["silver", "bnpl_transactions_clean"]), AssetKey(["gold", "bnpl_daily_summary"])]
+    lineage = [
+        AssetKey(["raw", "bnpl_transactions"]),
+        AssetKey(["bronze", "bnpl_transactions_raw"]),
+        AssetKey(["silver", "bnpl_transactions_clean"]),
+        AssetKey(["gold", "bnpl_daily_summary"]),
+    ]
     result = job.execute_in_process(
         instance=DagsterInstance.ephemeral(),
         tags={ASSET_PARTITION_RANGE_START_TAG: DAYS[0], ASSET_PARTITION_RANGE_END_TAG: DAYS[-1]},
@@ -111,7 +126,11 @@ def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lak
 def test_the_rollback_job_and_the_daily_growth_check(pipeline_defs, settings, lake):
     instance = DagsterInstance.ephemeral()
     resources = pipeline_defs.get_repository_def().get_top_level_resources()
-    selection = [a for a in pipeline_defs.assets if any(k.path[0] in ("raw", "bronze", "silver") and "transactions" in k.path[-1] for k in a.keys)]
+    selection = [
+        a
+        for a in pipeline_defs.assets
+        if any(k.path[0] in ("raw", "bronze", "silver") and "transactions" in k.path[-1] for k in a.keys)
+    ]
     checks = list(pipeline_defs.asset_checks)
     first = materialize(selection + checks, resources=resources, partition_key=DAYS[0], instance=instance)
     (check,) = [c for c in first.get_asset_check_evaluations() if c.check_name == "daily_growth"]
@@ -124,8 +143,17 @@ def test_the_rollback_job_and_the_daily_growth_check(pipeline_defs, settings, la
 
     result = pipeline_defs.resolve_job_def("rollback_table").execute_in_process(
         instance=instance,
-        run_config={"ops": {"rollback_table_op": {"config": {
-            "table": "silver.bnpl_transactions_clean", "snapshot_id": str(snapshot), "reason": "day 2 was loaded twice"}}}},
+        run_config={
+            "ops": {
+                "rollback_table_op": {
+                    "config": {
+                        "table": "silver.bnpl_transactions_clean",
+                        "snapshot_id": str(snapshot),
+                        "reason": "day 2 was loaded twice",
+                    }
+                }
+            }
+        },
     )
     assert result.success
     assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {DAYS[0]: settings.api_transactions_per_day}
@@ -135,7 +163,9 @@ def test_the_rollback_job_and_the_daily_growth_check(pipeline_defs, settings, la
     assert ("daily_growth", float(settings.api_transactions_per_day)) in [(m[0], m[1]) for m in metrics]
 
 
-def test_a_bad_record_waits_in_quarantine_and_a_bad_day_fails_the_run_and_leaves_main_alone(pipeline_defs, settings, lake):
+def test_a_bad_record_waits_in_quarantine_and_a_bad_day_fails_the_run_and_leaves_main_alone(
+    pipeline_defs, settings, lake
+):
     """One transaction over silver's amount limit is held back and its day publishes; a day that repeats another
     day's transaction id breaks uniqueness (a per-day check): the run fails, main keeps what it had."""
     import datetime as dt
@@ -144,26 +174,46 @@ def test_a_bad_record_waits_in_quarantine_and_a_bad_day_fails_the_run_and_leaves
     from etr_assets.sources.raw_zone import local_raw_zone
 
     raw = local_raw_zone(settings.raw_root)
-    selection = [a for a in pipeline_defs.assets if any(k.path in (["bronze", "bnpl_transactions_raw"], ["silver", "bnpl_transactions_clean"]) for k in a.keys)]
+    selection = [
+        a
+        for a in pipeline_defs.assets
+        if any(k.path in (["bronze", "bnpl_transactions_raw"], ["silver", "bnpl_transactions_clean"]) for k in a.keys)
+    ]
     resources = pipeline_defs.get_repository_def().get_top_level_resources()
     instance = DagsterInstance.ephemeral()
 
     def run_day(day, records):
-        base = {"customer_id": 2, "merchant_id": 3, "currency": "MYR", "instalments": 3, "payment_method": "CARD",
-                "status": "APPROVED", "transaction_date": day, "created_at": f"{day}T10:00:00Z", "updated_at": f"{day}T10:00:00Z"}
+        base = {
+            "customer_id": 2,
+            "merchant_id": 3,
+            "currency": "MYR",
+            "instalments": 3,
+            "payment_method": "CARD",
+            "status": "APPROVED",
+            "transaction_date": day,
+            "created_at": f"{day}T10:00:00Z",
+            "updated_at": f"{day}T10:00:00Z",
+        }
         batch = raw.start_batch("bnpl", "transactions", dt.date.fromisoformat(day))
-        raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", "".join(json.dumps({**base, **r}) + "\n" for r in records).encode())
+        raw.storage.write_bytes(
+            f"{batch.key}/part-00001.jsonl", "".join(json.dumps({**base, **r}) + "\n" for r in records).encode()
+        )
         raw.seal(batch, ["part-00001.jsonl"], len(records))
         return materialize(selection, resources=resources, partition_key=day, instance=instance, raise_on_error=False)
 
-    held = run_day("2025-02-01", [{"transaction_id": 1, "amount": "250000.00"}, {"transaction_id": 2, "amount": "10.00"}])
+    held = run_day(
+        "2025-02-01", [{"transaction_id": 1, "amount": "250000.00"}, {"transaction_id": 2, "amount": "10.00"}]
+    )
     assert held.success
     checks = {c.check_name: c for c in held.get_asset_check_evaluations()}
     assert checks["records_quarantined"].passed is False and checks["records_quarantined"].severity.value == "WARN"
     assert checks["amount_is_between_0_01_and_100000"].passed is True  # nothing broken got through
     table = SILVER_TRANSACTIONS.qualified(settings.catalog)
     assert [r[0] for r in lake.sql(f"SELECT transaction_id FROM {table}").collect()] == [2]
-    assert [r[0] for r in lake.sql(f"SELECT transaction_id FROM {settings.catalog}.silver.quarantine_transactions").collect()] == [1]
+    assert [
+        r[0]
+        for r in lake.sql(f"SELECT transaction_id FROM {settings.catalog}.silver.quarantine_transactions").collect()
+    ] == [1]
 
     failed = run_day("2025-02-02", [{"transaction_id": 2, "amount": "12.00"}])  # id 2 again, on another day
     assert not failed.success
@@ -171,8 +221,10 @@ def test_a_bad_record_waits_in_quarantine_and_a_bad_day_fails_the_run_and_leaves
     assert checks["transaction_id_is_unique"] is False and checks["keys_are_present"] is True
     materialized = {e.asset_key.to_user_string() for e in failed.get_asset_materialization_events()}
     assert materialized == {"bronze/bnpl_transactions_raw"}  # silver was not published
-    figures = lake.sql(f"SELECT partition_key, value, passed FROM {settings.catalog}.monitoring.data_quality_metrics "
-                       "WHERE metric = 'transaction_id_is_unique' AND NOT passed").collect()
+    figures = lake.sql(
+        f"SELECT partition_key, value, passed FROM {settings.catalog}.monitoring.data_quality_metrics "
+        "WHERE metric = 'transaction_id_is_unique' AND NOT passed"
+    ).collect()
     assert [tuple(r) for r in figures] == [("2025-02-02", 1.0, False)]  # the failed figure is recorded too
     assert [r[0] for r in lake.sql(f"SELECT transaction_id FROM {table}").collect()] == [2]  # main as it was
     branches = [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()]

@@ -58,7 +58,11 @@ def test_a_dead_run_is_failed_and_its_slot_freed_and_live_or_foreign_runs_are_le
         assert instance.get_run_by_id(foreign).status == DagsterRunStatus.STARTED
         holders = {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(POOL).claimed_slots}
         assert holders == {alive, foreign}
-        failure = [e for e in instance.all_logs(dead) if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_FAILURE"]
+        failure = [
+            e
+            for e in instance.all_logs(dead)
+            if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_FAILURE"
+        ]
         assert f"run worker process {finished.pid}" in failure[0].message
         assert reap_dead_runs(instance) == []  # nothing left to do
 

@@ -13,7 +13,7 @@ from etr_assets.sources.raw_zone import local_raw_zone
 def test_reports_and_reruns_only_batches_pending_past_the_threshold(tmp_path):
     settings = Settings(home=tmp_path, pending_alert_hours=6)
     raw = local_raw_zone(settings.raw_root)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     old_sealed = raw.start_batch("bnpl", "transactions", dt.date(2025, 1, 2), now=now - dt.timedelta(hours=8))
     raw.seal(old_sealed, [], 0)
     old_cut_off = raw.start_batch("bnpl", "customers", dt.date(2025, 1, 3), now=now - dt.timedelta(hours=7))

@@ -17,8 +17,6 @@ from etr_assets_tests.models import TRACKED, in_order_history
 DAYS = [dt.date(2024, 1, 20), dt.date(2024, 2, 10), dt.date(2024, 3, 5), dt.date(2024, 4, 1)]
 
 
-
-
 def landing_history(spark, catalog):
     rows = spark.table(LANDING_CUSTOMERS.qualified(catalog)).collect()
     return rows, {(r["customer_id"], *(r[c] for c in TRACKED), r["_valid_from"], r["_valid_to"]) for r in rows}
@@ -40,7 +38,9 @@ def test_customer_history_is_the_same_whatever_order_days_arrive_in(lake, settin
     assert len(rows) > len(current)  # some customers changed between the days
     changed_to_null = {r["customer_id"] for r in rows if r["phone"] is None or r["email"] is None}
     assert changed_to_null, "the synthetic data should include NULL values in history"
-    assert all(r["_source_file"].endswith(".jsonl") and r["_batch_id"][:10] in {d.isoformat() for d in DAYS} for r in rows)
+    assert all(
+        r["_source_file"].endswith(".jsonl") and r["_batch_id"][:10] in {d.isoformat() for d in DAYS} for r in rows
+    )
 
     # Replaying a day (even as a new download) changes nothing and commits nothing.
     snapshots = lake.sql(f"SELECT count(*) FROM {LANDING_CUSTOMERS.qualified(settings.catalog)}.snapshots").first()[0]
@@ -49,7 +49,10 @@ def test_customer_history_is_the_same_whatever_order_days_arrive_in(lake, settin
     result = entities.build_landing(lake, settings.catalog, entities.CUSTOMERS, [DAYS[1]])
     assert not result.changed
     assert landing_history(lake, settings.catalog)[1] == history
-    assert lake.sql(f"SELECT count(*) FROM {LANDING_CUSTOMERS.qualified(settings.catalog)}.snapshots").first()[0] == snapshots
+    assert (
+        lake.sql(f"SELECT count(*) FROM {LANDING_CUSTOMERS.qualified(settings.catalog)}.snapshots").first()[0]
+        == snapshots
+    )
 
 
 @pytest.mark.slow
@@ -92,7 +95,9 @@ def test_a_run_first_finishes_batches_an_earlier_run_left_pending(lake, settings
     result = entities.load_bronze(lake, settings.catalog, raw, entities.MERCHANTS, [DAYS[1]])
     assert result.extra["finished_pending_days"] == DAYS[0].isoformat()
     assert raw.pending("bnpl", "merchants") == []
-    days = {r[0] for r in lake.sql(f"SELECT DISTINCT _as_of FROM {settings.catalog}.bronze.bnpl_merchants_raw").collect()}
+    days = {
+        r[0] for r in lake.sql(f"SELECT DISTINCT _as_of FROM {settings.catalog}.bronze.bnpl_merchants_raw").collect()
+    }
     assert days == set(DAYS[:2])
 
 
@@ -105,7 +110,9 @@ def test_a_customer_whose_record_is_quarantined_keeps_its_version_and_is_not_clo
     as_sets = [{tuple(sorted(c.items())) for c in snapshot} for snapshot in snapshots]
     held = sorted(dict(c)["customer_id"] for c in set.intersection(*as_sets))[1]
     for day, snapshot in zip(days, snapshots):
-        records = [dict(c, risk_segment="UNKNOWN") if day == days[1] and c["customer_id"] == held else c for c in snapshot]
+        records = [
+            dict(c, risk_segment="UNKNOWN") if day == days[1] and c["customer_id"] == held else c for c in snapshot
+        ]
         batch = raw.start_batch("bnpl", "customers", day)
         raw.seal(batch, [raw.write_part(batch, 1, records)], len(records))
         entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [day])
@@ -119,12 +126,15 @@ def test_a_customer_whose_record_is_quarantined_keeps_its_version_and_is_not_clo
 
     (version,) = versions_of(held)
     assert version["_is_current"] and version["_valid_to"] is None
-    current = lake.sql(f"SELECT count(*) FROM {LANDING_CUSTOMERS.qualified(settings.catalog)} WHERE _is_current").first()[0]
+    current = lake.sql(
+        f"SELECT count(*) FROM {LANDING_CUSTOMERS.qualified(settings.catalog)} WHERE _is_current"
+    ).first()[0]
     assert current == len(snapshots[-1])
     (quarantined,) = lake.sql(f"SELECT * FROM {settings.catalog}.bronze.quarantine_customers").collect()
     assert quarantined["customer_id"] == held
     assert quarantined["reason"] == (
-        f"out of range: risk_segment is LOW, MEDIUM or HIGH; customer_id {held} is in the snapshot: its history stays as it was"
+        f"out of range: risk_segment is LOW, MEDIUM or HIGH; customer_id {held} is in the snapshot: "
+        "its history stays as it was"
     )
 
     # The recompute from every observation (late or reloaded days take that path) agrees.
@@ -146,7 +156,9 @@ def test_a_refused_batch_waits_without_blocking_later_days_and_lands_in_place_on
     client = ApiClient(api.url, api.config.token, page_size=500)
     days = [dt.date(2024, 6, 1), dt.date(2024, 6, 2), dt.date(2024, 6, 3)]
     truth = customers_as_of(api.config, days[0])
-    broken = plant_customers(raw, days[0], [dict(c, risk_segment="?") if i % 10 == 0 else c for i, c in enumerate(truth)])
+    broken = plant_customers(
+        raw, days[0], [dict(c, risk_segment="?") if i % 10 == 0 else c for i, c in enumerate(truth)]
+    )
     with pytest.raises(BadInputError, match=f"raw batch {broken.key}: .* records refused"):
         entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [days[0]])
 
@@ -178,7 +190,16 @@ def test_abandoning_a_refused_batch_is_audited_and_later_runs_no_longer_wait_for
     with pytest.raises(BadInputError, match="needs a reason|no pending raw batch 'nope'"):
         abandon_batch(lake, settings.catalog, raw, entities.CUSTOMERS.raw, "nope", "x", TABLE_CHANGES)
 
-    abandon_batch(lake, settings.catalog, raw, entities.CUSTOMERS.raw, broken.batch_id, "provider sent junk", TABLE_CHANGES, "run-1")
+    abandon_batch(
+        lake,
+        settings.catalog,
+        raw,
+        entities.CUSTOMERS.raw,
+        broken.batch_id,
+        "provider sent junk",
+        TABLE_CHANGES,
+        "run-1",
+    )
 
     (audit,) = lake.sql(f"SELECT * FROM {TABLE_CHANGES.qualified(settings.catalog)}").collect()
     assert (audit["action"], audit["run_id"]) == ("ABANDON_BATCH", "run-1")

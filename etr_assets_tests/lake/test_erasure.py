@@ -78,7 +78,9 @@ def counts_by_customer(spark, catalog, column="customer_id"):
 
 
 def audit_rows(spark, catalog, request_id):
-    return [r.asDict() for r in spark.table(GDPR_ACTIONS.qualified(catalog)).where(f"request_id = '{request_id}'").collect()]
+    return [
+        r.asDict() for r in spark.table(GDPR_ACTIONS.qualified(catalog)).where(f"request_id = '{request_id}'").collect()
+    ]
 
 
 @pytest.mark.slow
@@ -90,8 +92,13 @@ def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, set
     silver_counts = dict(spark.table(SILVER_TRANSACTIONS.qualified(catalog)).groupBy("customer_id").count().collect())
     # Two customers: one with a refused record in quarantine, and silver's most frequent buyer.
     quarantined = min(in_quarantine)
-    day_two = dict(spark.table(SILVER_TRANSACTIONS.qualified(catalog)).where(f"transaction_date = DATE'{DAYS[1]}'")
-                   .groupBy("customer_id").count().collect())
+    day_two = dict(
+        spark.table(SILVER_TRANSACTIONS.qualified(catalog))
+        .where(f"transaction_date = DATE'{DAYS[1]}'")
+        .groupBy("customer_id")
+        .count()
+        .collect()
+    )
     buyer = max(set(day_two) - {quarantined}, key=lambda c: (day_two[c], c))
     targets = (quarantined, buyer)
     before = counts_by_customer(spark, catalog)
@@ -100,7 +107,9 @@ def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, set
         assert before[spec.identifier].get(buyer), spec.identifier
 
     # Refs that pin old snapshots: a failed write-audit-publish branch, a tag, and a branch someone keeps.
-    silver, landing, bronze = (s.qualified(catalog) for s in (SILVER_TRANSACTIONS, LANDING_CUSTOMERS, BRONZE_TRANSACTIONS))
+    silver, landing, bronze = (
+        s.qualified(catalog) for s in (SILVER_TRANSACTIONS, LANDING_CUSTOMERS, BRONZE_TRANSACTIONS)
+    )
     spark.sql(f"ALTER TABLE {silver} CREATE BRANCH audit_failed_run")
     spark.sql(f"ALTER TABLE {bronze} CREATE TAG before_erasure")
     spark.sql(f"ALTER TABLE {landing} CREATE BRANCH analysis")
@@ -124,7 +133,9 @@ def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, set
             else:
                 assert removed.get(target, 0) == before[name].get(target, 0) and None not in after[name], name
         assert after[name].get(None, 0) <= before[name].get(None, 0)
-    assert report.table(SILVER_TRANSACTIONS.identifier).rows_removed == silver_counts[buyer] + silver_counts.get(quarantined, 0)
+    assert report.table(SILVER_TRANSACTIONS.identifier).rows_removed == silver_counts[buyer] + silver_counts.get(
+        quarantined, 0
+    )
 
     # Refs: the audit branch and the tag are gone, the kept branch was erased too, history is expired.
     refs = {r[0] for r in spark.sql(f"SELECT name FROM {silver}.refs").collect()}
@@ -155,11 +166,15 @@ def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, set
     # The audit: hashes, never the id; the unknown customer recorded as NOT_FOUND; one VERIFIED row each.
     rows = audit_rows(spark, catalog, "REQ-1")
     values = {str(v) for r in rows for v in r.values()}
-    assert not values & {str(t) for t in targets} and not any(f'"customer_id":{t}' in v for v in values for t in targets)
+    assert not values & {str(t) for t in targets} and not any(
+        f'"customer_id":{t}' in v for v in values for t in targets
+    )
     by_subject = {subject_hash(KEY, c): [] for c in request.customer_ids}
     for row in rows:
         by_subject[row["subject_hash"]].append(row)
-    deletes = {r["table_name"]: r["rows_removed"] for r in by_subject[subject_hash(KEY, buyer)] if r["action"] == DELETE}
+    deletes = {
+        r["table_name"]: r["rows_removed"] for r in by_subject[subject_hash(KEY, buyer)] if r["action"] == DELETE
+    }
     assert deletes[SILVER_TRANSACTIONS.identifier] == silver_counts[buyer]
     assert {r["outcome"] for r in by_subject[subject_hash(KEY, buyer)] if r["action"] == VERIFY} == {VERIFIED}
     assert any(name.startswith(str(settings.raw_root)) for name in deletes)  # the raw zone's row
@@ -186,16 +201,20 @@ def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, set
     spark.sql(f"DELETE FROM {silver} WHERE customer_id = {int(buyer)}")
     assert spark.table(silver).where(f"customer_id = {int(buyer)}").count() == 0
     history = prove_erased(spark, catalog, None, request, specs=(SILVER_TRANSACTIONS,))
-    assert not history.passed and history.findings == (f"{SILVER_TRANSACTIONS.identifier} data file {planted_file}: 1 row(s) of 1 subject(s)",)
+    assert not history.passed and history.findings == (
+        f"{SILVER_TRANSACTIONS.identifier} data file {planted_file}: 1 row(s) of 1 subject(s)",
+    )
 
 
 def test_an_id_inside_a_refused_line_is_matched_even_when_its_column_is_empty(spark):
     df = conform(
         spark.createDataFrame(
-            [("b", None, "f", 1, '{"customer_id":"123", "amount": broken', "not a JSON object", None, None),
-             ("b", None, "f", 2, '{"customer_id": 4567}', "wrong type", None, None),
-             ("b", None, "f", 3, "#corrupted#", "not a JSON object", None, None),
-             ("b", None, "f", 4, '{"customer\\u005fid": 891}', "wrong type", None, None)],  # an escaped key
+            [
+                ("b", None, "f", 1, '{"customer_id":"123", "amount": broken', "not a JSON object", None, None),
+                ("b", None, "f", 2, '{"customer_id": 4567}', "wrong type", None, None),
+                ("b", None, "f", 3, "#corrupted#", "not a JSON object", None, None),
+                ("b", None, "f", 4, '{"customer\\u005fid": 891}', "wrong type", None, None),
+            ],  # an escaped key
             "_batch_id string, _batch_day date, source_file string, line_number long, raw_text string, reason string, "
             "customer_id long, quarantined_at timestamp",
         ),
@@ -203,14 +222,25 @@ def test_an_id_inside_a_refused_line_is_matched_even_when_its_column_is_empty(sp
     )
     from etr_assets.lake.erasure import _ids_frame
 
-    assert matches_by_id(df, QUARANTINE_TRANSACTIONS, _ids_frame(spark, (123, 4567, 8, 891))) == {123: 1, 4567: 1, 891: 1}
+    assert matches_by_id(df, QUARANTINE_TRANSACTIONS, _ids_frame(spark, (123, 4567, 8, 891))) == {
+        123: 1,
+        4567: 1,
+        891: 1,
+    }
 
 
 @pytest.mark.parametrize(
     "ids, problem",
-    [([], "empty"), (["12a"], "customer_ids[0]: '12a'"), ([5, -1], "customer_ids[1]: -1"), ([0], "customer_ids[0]: 0"),
-     ([True], "customer_ids[0]: True"), (["1; DROP TABLE x"], "customer_ids[0]"), ([2**63], "customer_ids[0]"),
-     ("123", "must be a list")],
+    [
+        ([], "empty"),
+        (["12a"], "customer_ids[0]: '12a'"),
+        ([5, -1], "customer_ids[1]: -1"),
+        ([0], "customer_ids[0]: 0"),
+        ([True], "customer_ids[0]: True"),
+        (["1; DROP TABLE x"], "customer_ids[0]"),
+        ([2**63], "customer_ids[0]"),
+        ("123", "must be a list"),
+    ],
 )
 def test_invalid_ids_are_refused_naming_the_value(ids, problem):
     with pytest.raises(ErasureError, match=problem.replace("[", r"\[").replace("]", r"\]")):

@@ -48,16 +48,21 @@ def request() -> ErasureRequest:
 
 def test_personal_data_columns_leave_no_bounds_in_manifests(lake, settings, people):
     assert SPEC.table_properties[METRICS_COLUMN_PROPERTY.format("email")] == "counts"
-    metrics = lake.sql(f"SELECT readable_metrics.email.lower_bound, readable_metrics.customer_id.upper_bound, "
-                       f"readable_metrics.email.value_count FROM {people}.files").collect()
+    metrics = lake.sql(
+        f"SELECT readable_metrics.email.lower_bound, readable_metrics.customer_id.upper_bound, "
+        f"readable_metrics.email.value_count FROM {people}.files"
+    ).collect()
     assert metrics and all(r[0] is None and r[1] is None and r[2] >= 1 for r in metrics)
 
 
 @pytest.mark.slow
 def test_bounds_kept_by_deleted_manifest_entries_are_rewritten_away(lake, settings):
     # A table written before personal-data columns had metrics `counts`: its manifests carry the ids.
-    legacy = dataclasses.replace(SPEC, name="legacy_people", properties={
-        METRICS_COLUMN_PROPERTY.format(c): "truncate(16)" for c in SPEC.personal_data_columns})
+    legacy = dataclasses.replace(
+        SPEC,
+        name="legacy_people",
+        properties={METRICS_COLUMN_PROPERTY.format(c): "truncate(16)" for c in SPEC.personal_data_columns},
+    )
     ensure_table(lake, settings.catalog, legacy)
     table = legacy.qualified(settings.catalog)
     lake.sql(f"INSERT INTO {table} VALUES ({ERASED}, 'erased@example.com', DATE'2025-01-01')")
@@ -74,8 +79,10 @@ def test_bounds_kept_by_deleted_manifest_entries_are_rewritten_away(lake, settin
 
 @pytest.mark.slow
 def test_an_unreferenced_copy_in_the_data_folder_is_deleted_or_named_when_recent(lake, settings, people):
-    [holding] = [Path(urlparse(r[0]).path) for r in lake.sql(
-        f"SELECT file_path FROM {people}.files WHERE partition.day_day = DATE'2025-01-01'").collect()]
+    [holding] = [
+        Path(urlparse(r[0]).path)
+        for r in lake.sql(f"SELECT file_path FROM {people}.files WHERE partition.day_day = DATE'2025-01-01'").collect()
+    ]
     old_copy, recent_copy = holding.with_name("copy-old.parquet"), holding.with_name("copy-recent.parquet")
     for copy in (old_copy, recent_copy):
         shutil.copy(holding, copy)
@@ -121,7 +128,9 @@ def test_a_branch_with_its_own_snapshot_retention_is_expired_and_its_retention_r
     assert "kept 5 snapshot(s)" in result.retention_overridden[0]
     proof = prove_erased(lake, settings.catalog, None, request(), specs=(SPEC,))
     assert proof.passed, proof.findings
-    [ref] = lake.sql(f"SELECT min_snapshots_to_keep, max_reference_age_in_ms FROM {people}.refs WHERE name = 'kept'").collect()
+    [ref] = lake.sql(
+        f"SELECT min_snapshots_to_keep, max_reference_age_in_ms FROM {people}.refs WHERE name = 'kept'"
+    ).collect()
     assert (ref[0], ref[1]) == (5, 3650 * 86_400_000)  # the branch's own retention is back
     kept = lake.read.format("iceberg").option("branch", "kept").load(people)
     assert {r[0] for r in kept.select("customer_id").collect()} == {KEPT}

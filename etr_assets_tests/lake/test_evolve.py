@@ -48,7 +48,11 @@ def test_a_spec_change_between_two_writes_evolves_the_table_and_old_rows_stay_re
     changes = ensure_table(lake, settings.catalog, v2)
     assert changes.added_columns == ("channel",)
     assert changes.renamed_columns == ("amount -> amount_myr",)
-    assert set(changes.widened_columns) == {"id: int -> bigint", "amount_myr: decimal(10,2) -> decimal(12,2)", "score: float -> double"}
+    assert set(changes.widened_columns) == {
+        "id: int -> bigint",
+        "amount_myr: decimal(10,2) -> decimal(12,2)",
+        "score: float -> double",
+    }
     assert changes.added_partition_fields == ("bucket(4, customer_id)",) and changes.schema_id > 0
     assert "renamed amount -> amount_myr" in changes.describe()
 
@@ -57,8 +61,14 @@ def test_a_spec_change_between_two_writes_evolves_the_table_and_old_rows_stay_re
     assert str(rows[1]["amount_myr"]) == "10.50" and rows[1]["channel"] is None  # old rows under the new schema
     assert str(rows[3]["amount_myr"]) == "99999999.99"
     schema = {f.name: f.dataType.simpleString() for f in lake.table(table).schema}
-    assert schema == {"id": "bigint", "customer_id": "bigint", "amount_myr": "decimal(12,2)", "score": "double",
-                      "day": "date", "channel": "string"}
+    assert schema == {
+        "id": "bigint",
+        "customer_id": "bigint",
+        "amount_myr": "decimal(12,2)",
+        "score": "double",
+        "day": "date",
+        "channel": "string",
+    }
     # Old files keep days() only, new ones days() + bucket(): queries over both see every row.
     specs = {r[0] for r in lake.sql(f"SELECT spec_id FROM {table}.files").collect()}
     assert len(specs) == 2
@@ -70,23 +80,55 @@ def test_a_spec_change_between_two_writes_evolves_the_table_and_old_rows_stay_re
 @pytest.mark.parametrize(
     "columns, message",
     [
-        ((Column("id", "int", required=True), Column("customer_id", "int"), Column("amount", "decimal(10,2)"),
-          Column("score", "float"), Column("day", "date", required=True)),
-         "column customer_id: bigint -> int is not a safe widening"),
-        ((Column("id", "int", required=True), Column("customer_id", "bigint"), Column("amount", "decimal(10,3)"),
-          Column("score", "float"), Column("day", "date", required=True)),
-         "column amount: decimal(10,2) -> decimal(10,3) is not a safe widening"),
-        ((Column("id", "int", required=True), Column("customer_id", "bigint"), Column("amount", "decimal(10,2)"),
-          Column("day", "date", required=True)),
-         "column score: dropping a column may break readers downstream"),
-        ((Column("id", "int", required=True), Column("customer_id", "bigint", required=True),
-          Column("amount", "decimal(10,2)"), Column("score", "float"), Column("day", "date", required=True)),
-         "column customer_id: making an existing column NOT NULL"),
+        (
+            (
+                Column("id", "int", required=True),
+                Column("customer_id", "int"),
+                Column("amount", "decimal(10,2)"),
+                Column("score", "float"),
+                Column("day", "date", required=True),
+            ),
+            "column customer_id: bigint -> int is not a safe widening",
+        ),
+        (
+            (
+                Column("id", "int", required=True),
+                Column("customer_id", "bigint"),
+                Column("amount", "decimal(10,3)"),
+                Column("score", "float"),
+                Column("day", "date", required=True),
+            ),
+            "column amount: decimal(10,2) -> decimal(10,3) is not a safe widening",
+        ),
+        (
+            (
+                Column("id", "int", required=True),
+                Column("customer_id", "bigint"),
+                Column("amount", "decimal(10,2)"),
+                Column("day", "date", required=True),
+            ),
+            "column score: dropping a column may break readers downstream",
+        ),
+        (
+            (
+                Column("id", "int", required=True),
+                Column("customer_id", "bigint", required=True),
+                Column("amount", "decimal(10,2)"),
+                Column("score", "float"),
+                Column("day", "date", required=True),
+            ),
+            "column customer_id: making an existing column NOT NULL",
+        ),
     ],
 )
 def test_unsafe_changes_are_refused_naming_table_column_and_remedy(columns, message):
-    live = {"id": ("int", False), "customer_id": ("bigint", True), "amount": ("decimal(10,2)", True),
-            "score": ("float", True), "day": ("date", False)}
+    live = {
+        "id": ("int", False),
+        "customer_id": ("bigint", True),
+        "amount": ("decimal(10,2)", True),
+        "score": ("float", True),
+        "day": ("date", False),
+    }
     with pytest.raises(UnsafeEvolution) as failure:
         plan(evolve(V1, columns=columns), live, ["days(day)"])
     assert "table silver.evolving: refused before any change" in str(failure.value)

@@ -27,7 +27,10 @@ def client(api, **kwargs):
 
 
 def silver_ids(lake, settings):
-    return [r[0] for r in lake.sql(f"SELECT transaction_id FROM {settings.catalog}.silver.bnpl_transactions_clean").collect()]
+    return [
+        r[0]
+        for r in lake.sql(f"SELECT transaction_id FROM {settings.catalog}.silver.bnpl_transactions_clean").collect()
+    ]
 
 
 def test_transient_failures_are_retried_and_the_day_lands_once(lake, settings, faulty_api):
@@ -74,7 +77,9 @@ def test_malformed_records_are_quarantined_and_received_equals_accepted_plus_qua
     assert result.extra["records_quarantined"] == len(bad)
     assert result.extra["records_accepted"] + result.extra["records_quarantined"] == len(served)
     assert "channel" in result.extra["unknown_fields"] and "loyalty_points" in result.extra["unknown_fields"]
-    reasons = [r[0] for r in lake.sql(f"SELECT reason FROM {settings.catalog}.bronze.quarantine_transactions").collect()]
+    reasons = [
+        r[0] for r in lake.sql(f"SELECT reason FROM {settings.catalog}.bronze.quarantine_transactions").collect()
+    ]
     assert len(reasons) == len(bad) and all(reasons)
     # Drifted fields stay in the raw zone, untouched.
     (batch,) = raw.batches("bnpl", "transactions", DAY)

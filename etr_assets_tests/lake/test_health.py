@@ -41,9 +41,12 @@ def test_a_table_written_once_per_day_is_healthy(lake, settings):
     metadata_dir = Path(urlparse(settings.warehouse).path) / "silver" / "daily" / "metadata"
     version = (metadata_dir / "version-hint.text").read_text().strip()
     assert health.metadata_file_bytes == (metadata_dir / f"v{version}.metadata.json").stat().st_size
-    assert health.current_snapshot_id == lake.sql(
-        f"SELECT snapshot_id FROM {spec.qualified(settings.catalog)}.snapshots ORDER BY committed_at DESC LIMIT 1"
-    ).first()[0]
+    assert (
+        health.current_snapshot_id
+        == lake.sql(
+            f"SELECT snapshot_id FROM {spec.qualified(settings.catalog)}.snapshots ORDER BY committed_at DESC LIMIT 1"
+        ).first()[0]
+    )
 
 
 def test_many_tiny_appends_and_deletes_make_a_table_warn_with_the_reasons_named(lake, settings):
@@ -109,7 +112,11 @@ def test_judging_is_plain_arithmetic_over_the_figures():
 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
-    [("max_small_file_share", 1.5, "must be in"), ("max_snapshots", 0, "must be positive"), ("error_factor", 0.5, "must be at least 1")],
+    [
+        ("max_small_file_share", 1.5, "must be in"),
+        ("max_snapshots", 0, "must be positive"),
+        ("error_factor", 0.5, "must be at least 1"),
+    ],
 )
 def test_thresholds_refuse_nonsense(field, value, message):
     with pytest.raises(SpecError, match=f"{field}={value} {message}"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-
 from pyspark.sql import functions as F
 
 from etr_assets.lake import transactions as pipeline
@@ -35,7 +34,9 @@ def silver_rows(lake, settings, day):
 
 
 def modes(result) -> dict[str, str]:
-    return {line.split(" | ")[0].strip("| "): line.split(" | ")[1] for line in result.extra["read_plan"].splitlines()[2:]}
+    return {
+        line.split(" | ")[0].strip("| "): line.split(" | ")[1] for line in result.extra["read_plan"].splitlines()[2:]
+    }
 
 
 def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(lake, settings, raw):  # noqa: F811
@@ -62,9 +63,13 @@ def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, 
 
     # A late batch for D0: three transactions updated an hour later, and two new ones.
     day0 = lake.table(bronze).where(F.col("transaction_date") == D0).orderBy("transaction_id")
-    updated = day0.limit(3).withColumns({"status": F.lit("REFUNDED"), "updated_at": F.col("updated_at") + F.expr("INTERVAL 1 HOUR")})
+    updated = day0.limit(3).withColumns(
+        {"status": F.lit("REFUNDED"), "updated_at": F.col("updated_at") + F.expr("INTERVAL 1 HOUR")}
+    )
     new = day0.limit(2).withColumn("transaction_id", F.col("transaction_id") + F.lit(10_000_000))
-    late = updated.unionByName(new).withColumns({"_batch_id": F.lit("late-batch"), "_ingested_at": F.current_timestamp()})
+    late = updated.unionByName(new).withColumns(
+        {"_batch_id": F.lit("late-batch"), "_ingested_at": F.current_timestamp()}
+    )
     assert append(lake, bronze, late.localCheckpoint()).operation == "append"
 
     cursor = cursor_of(built)
@@ -109,7 +114,10 @@ def test_a_lost_cursor_or_a_rolled_back_silver_falls_back_to_full_reads(lake, se
 
     silver = SILVER_TRANSACTIONS.qualified(settings.catalog)
     newer = pipeline.build_silver(lake, settings.catalog, [D0], full_refresh=True)
-    lake.sql(f"CALL {settings.catalog}.system.rollback_to_snapshot('{silver.split('.', 1)[1]}', {cursor_of(built).downstream_snapshot_id})")
+    lake.sql(
+        f"CALL {settings.catalog}.system.rollback_to_snapshot('{silver.split('.', 1)[1]}', "
+        f"{cursor_of(built).downstream_snapshot_id})"
+    )
     # The newer build's silver snapshot is no longer in silver's history: its cursor cannot be trusted.
     result = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: cursor_of(newer)})
     assert modes(result) == {str(D0): FULL} and "rolled back" in result.extra["read_plan"]
@@ -120,8 +128,13 @@ def test_compaction_snapshots_do_not_force_full_reads(lake, settings, raw):  # n
     pipeline.load_bronze(lake, settings.catalog, raw, [D1])
     built = pipeline.build_silver(lake, settings.catalog, DAYS)
     bronze = BRONZE_TRANSACTIONS.qualified(settings.catalog)
-    lake.sql(f"CALL {settings.catalog}.system.rewrite_data_files(table => '{bronze.split('.', 1)[1]}', options => map('rewrite-all', 'true'))")
-    assert lake.sql(f"SELECT operation FROM {bronze}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0] == "replace"
+    lake.sql(
+        f"CALL {settings.catalog}.system.rewrite_data_files(table => '{bronze.split('.', 1)[1]}', "
+        "options => map('rewrite-all', 'true'))"
+    )
+    assert (
+        lake.sql(f"SELECT operation FROM {bronze}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0] == "replace"
+    )
 
     cursor = cursor_of(built)
     result = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
@@ -141,16 +154,26 @@ def test_through_dagster_the_cursor_lives_in_each_partitions_materialization(lak
     instance = DagsterInstance.ephemeral()
 
     def run(selection, day, run_config=None):
-        result = materialize(list(defs.assets), selection=selection, resources=resources, partition_key=day,
-                             instance=instance, run_config=run_config)
+        result = materialize(
+            list(defs.assets),
+            selection=selection,
+            resources=resources,
+            partition_key=day,
+            instance=instance,
+            run_config=run_config,
+        )
         assert result.success
         return result.asset_materializations_for_node("silver__bnpl_transactions_clean")[0].metadata
 
-    first = run([AssetKey(["raw", "bnpl_transactions"]), AssetKey(["bronze", "bnpl_transactions_raw"]), silver], "2025-01-01")
+    first = run(
+        [AssetKey(["raw", "bnpl_transactions"]), AssetKey(["bronze", "bnpl_transactions_raw"]), silver], "2025-01-01"
+    )
     assert first["read_mode"].value == "1 full" and first["bronze_rows_read"].value > 0
     again = run([silver], "2025-01-01")
     assert again["read_mode"].value == "1 unchanged" and again["bronze_rows_read"].value == 0
     assert again["bronze_snapshot_id"].value == first["bronze_snapshot_id"].value
     assert again["dagster/row_count"].value == first["dagster/row_count"].value
-    refreshed = run([silver], "2025-01-01", {"ops": {"silver__bnpl_transactions_clean": {"config": {"full_refresh": True}}}})
+    refreshed = run(
+        [silver], "2025-01-01", {"ops": {"silver__bnpl_transactions_clean": {"config": {"full_refresh": True}}}}
+    )
     assert refreshed["read_mode"].value == "1 full" and "full refresh requested" in refreshed["read_plan"].value

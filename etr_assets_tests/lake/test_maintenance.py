@@ -23,10 +23,16 @@ from etr_assets.tables.operations import TABLE_MAINTENANCE_LOG
 
 # Merge-on-read so deletes leave delete files for compaction to apply; expiry keeps the newest two snapshots.
 SPEC = TableSpec(
-    "silver", "ledger", "maintenance test table", (Column("id", "bigint"), Column("day", "date")),
+    "silver",
+    "ledger",
+    "maintenance test table",
+    (Column("id", "bigint"), Column("day", "date")),
     partition_by=("days(day)",),
-    properties={"write.delete.mode": "merge-on-read", "history.expire.max-snapshot-age-ms": "1",
-                "history.expire.min-snapshots-to-keep": "2"},
+    properties={
+        "write.delete.mode": "merge-on-read",
+        "history.expire.max-snapshot-age-ms": "1",
+        "history.expire.min-snapshots-to-keep": "2",
+    },
 )
 
 
@@ -65,9 +71,17 @@ def test_maintenance_compacts_applies_deletes_expires_and_logs_before_and_after(
 
     (row,) = lake.sql(f"SELECT * FROM {TABLE_MAINTENANCE_LOG.qualified(settings.catalog)}").collect()
     assert (row["table_name"], row["run_id"], row["status_before"], row["status_after"]) == (
-        "silver.ledger", "run-1", "WARN", "OK")
-    assert (row["data_files_before"], row["data_files_after"], row["delete_files_before"], row["delete_files_after"]) == (
-        6, 1, 1, 0)
+        "silver.ledger",
+        "run-1",
+        "WARN",
+        "OK",
+    )
+    assert (
+        row["data_files_before"],
+        row["data_files_after"],
+        row["delete_files_before"],
+        row["delete_files_after"],
+    ) == (6, 1, 1, 0)
     assert (row["snapshots_before"], row["snapshots_after"]) == (7, 2)
     assert row["expired_snapshots"] == result.expiry.expired_snapshots and row["removed_delete_files"] == 1
     assert row["rewritten_data_files"] == 6 and row["orphan_files_removed"] == 0
@@ -140,7 +154,9 @@ def test_maintenance_during_a_concurrent_writer_loses_no_row(lake, settings, led
     assert result.compaction.rewritten_data_files >= 6
 
 
-def test_audit_branches_left_by_failed_or_killed_runs_are_dropped_once_stale_and_logged(lake, settings, ledger, monkeypatch):
+def test_audit_branches_left_by_failed_or_killed_runs_are_dropped_once_stale_and_logged(
+    lake, settings, ledger, monkeypatch
+):
     from etr_assets.lake import maintenance
     from etr_assets.lake.maintenance import drop_stale_audit_branches
 
@@ -155,5 +171,7 @@ def test_audit_branches_left_by_failed_or_killed_runs_are_dropped_once_stale_and
     monkeypatch.setattr(maintenance, "AUDIT_BRANCH_GRACE", dt.timedelta(0))  # as if a day had passed
     result = maintain_table(lake, settings, SPEC, run_id="r1", log=True)
     assert result.audit_branches_dropped == ("audit_other_run",)
-    logged = lake.sql(f"SELECT audit_branches_dropped FROM {TABLE_MAINTENANCE_LOG.qualified(settings.catalog)}").collect()
+    logged = lake.sql(
+        f"SELECT audit_branches_dropped FROM {TABLE_MAINTENANCE_LOG.qualified(settings.catalog)}"
+    ).collect()
     assert [r[0] for r in logged] == ["audit_other_run"]

@@ -23,7 +23,9 @@ from etr_assets.tables.operations import DATA_QUALITY_METRICS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 D1, D2 = dt.date(2025, 5, 1), dt.date(2025, 5, 2)
-SCHEMA = "transaction_id bigint, customer_id bigint, merchant_id bigint, amount double, status string, transaction_date date"
+SCHEMA = (
+    "transaction_id bigint, customer_id bigint, merchant_id bigint, amount double, status string, transaction_date date"
+)
 
 
 def frame(spark, rows):
@@ -38,12 +40,15 @@ def test_expectations_pass_on_good_rows_and_count_bad_rows_per_day(spark):
     good = frame(spark, [(1, 10, 5, 12.5, "APPROVED", D1), (2, 11, 5, 99.0, "REFUNDED", D2)])
     assert all(o.passed for o in expectation_outcomes(good, SILVER_TRANSACTIONS, [D1, D2]))
 
-    bad = frame(spark, [
-        (1, None, 5, 12.5, "APPROVED", D1),  # key missing
-        (2, 11, 5, 0.0, "APPROVED", D1),  # amount out of range
-        (3, 12, 5, 100001.0, "LOST", D2),  # out of range and unknown status
-        (4, 13, 5, 5.0, "LOST", dt.date(2025, 5, 9)),  # another day: not judged
-    ])
+    bad = frame(
+        spark,
+        [
+            (1, None, 5, 12.5, "APPROVED", D1),  # key missing
+            (2, 11, 5, 0.0, "APPROVED", D1),  # amount out of range
+            (3, 12, 5, 100001.0, "LOST", D2),  # out of range and unknown status
+            (4, 13, 5, 5.0, "LOST", dt.date(2025, 5, 9)),  # another day: not judged
+        ],
+    )
     outcomes = by_name(expectation_outcomes(bad, SILVER_TRANSACTIONS, [D1, D2]))
     assert outcomes["keys_are_present"].violations == 1 and not outcomes["keys_are_present"].passed
     assert outcomes["amount_is_between_0_01_and_100000"].by_day == {str(D1): 1.0, str(D2): 1.0}
@@ -111,14 +116,27 @@ def test_figures_are_recorded_per_table_partition_and_check(lake, settings):
 
     ensure_table(lake, settings.catalog, SILVER_TRANSACTIONS)
     rows = frame(lake, [(1, 10, 5, 1.0, "APPROVED", D1), (2, 10, 5, 0.0, "APPROVED", D2)]).selectExpr(
-        "*", "'EUR' AS currency", "current_timestamp() AS updated_at", "'b1' AS _batch_id", "current_timestamp() AS _processed_at",
-        "CAST(NULL AS INT) AS instalments", "CAST(NULL AS STRING) AS payment_method", "CAST(NULL AS TIMESTAMP) AS created_at",
+        "*",
+        "'EUR' AS currency",
+        "current_timestamp() AS updated_at",
+        "'b1' AS _batch_id",
+        "current_timestamp() AS _processed_at",
+        "CAST(NULL AS INT) AS instalments",
+        "CAST(NULL AS STRING) AS payment_method",
+        "CAST(NULL AS TIMESTAMP) AS created_at",
     )
-    conform(rows.withColumn("amount", rows.amount.cast("decimal(10,2)")), SILVER_TRANSACTIONS).writeTo(SILVER_TRANSACTIONS.qualified(settings.catalog)).append()
+    conform(rows.withColumn("amount", rows.amount.cast("decimal(10,2)")), SILVER_TRANSACTIONS).writeTo(
+        SILVER_TRANSACTIONS.qualified(settings.catalog)
+    ).append()
 
     outcomes = post_write_outcomes(lake, settings.catalog, SILVER_TRANSACTIONS, [D1, D2], expectations=True)
     names = {o.name for o in outcomes}
-    assert {"keys_are_present", "amount_is_between_0_01_and_100000", "customer_id_is_known", "row_count_anomaly"} <= names
+    assert {
+        "keys_are_present",
+        "amount_is_between_0_01_and_100000",
+        "customer_id_is_known",
+        "row_count_anomaly",
+    } <= names
     unknown = by_name(outcomes)["customer_id_is_known"]
     assert not unknown.passed and "landing.customers was never written" in unknown.examples
 

@@ -10,7 +10,10 @@ class FakeJavaError(Exception):
 
 
 def conflict():
-    return FakeJavaError("org.apache.iceberg.exceptions.ValidationException: Found conflicting files that can contain records matching ref(name='id') == 1")
+    return FakeJavaError(
+        "org.apache.iceberg.exceptions.ValidationException: Found conflicting files that can contain "
+        "records matching ref(name='id') == 1"
+    )
 
 
 def test_conflicts_are_retried_until_success():
@@ -40,10 +43,15 @@ def test_other_errors_are_not_retried():
 
 
 def test_running_out_of_attempts_names_the_operation():
-    with pytest.raises(CommitConflictError, match="merge into t: lost to concurrent writers 3 times; last conflict: .*Found conflicting files"):
+    with pytest.raises(
+        CommitConflictError,
+        match="merge into t: lost to concurrent writers 3 times; last conflict: .*Found conflicting files",
+    ):
         run_with_retries(lambda: (_ for _ in ()).throw(conflict()), "merge into t", attempts=3, base_delay=0)
 
 
 def test_commit_failed_is_a_conflict():
-    assert is_commit_conflict(FakeJavaError("org.apache.iceberg.exceptions.CommitFailedException: Version 4 already exists"))
+    assert is_commit_conflict(
+        FakeJavaError("org.apache.iceberg.exceptions.CommitFailedException: Version 4 already exists")
+    )
     assert not is_commit_conflict(FakeJavaError("org.apache.spark.sql.AnalysisException: table not found"))

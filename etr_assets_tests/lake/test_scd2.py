@@ -31,7 +31,9 @@ SPEC = TableSpec(
     scd2=Scd2(key="id", tracked=("a", "b"), sequence="updated_at"),
 )
 T0 = dt.datetime(2025, 1, 1)
-RECORD_SCHEMA = "id bigint, a string, b bigint, updated_at timestamp, _batch_id string, _source_file string, _snapshot_at timestamp"
+RECORD_SCHEMA = (
+    "id bigint, a string, b bigint, updated_at timestamp, _batch_id string, _source_file string, _snapshot_at timestamp"
+)
 
 
 def at(hour: int) -> dt.datetime:
@@ -133,7 +135,9 @@ def check_invariants(rows):
         versions.sort(key=lambda r: r["_valid_from"])
         assert sum(r["_is_current"] for r in versions) <= 1, f"key {key}: more than one current row"
         for earlier, later in zip(versions, versions[1:]):
-            assert earlier["_valid_to"] is not None and earlier["_valid_to"] <= later["_valid_from"], f"key {key}: overlap"
+            assert earlier["_valid_to"] is not None and earlier["_valid_to"] <= later["_valid_from"], (
+                f"key {key}: overlap"
+            )
             if earlier["_valid_to"] == later["_valid_from"]:
                 assert (earlier["a"], earlier["b"]) != (later["a"], later["b"]), f"key {key}: duplicate version"
         for r in versions:

@@ -116,8 +116,10 @@ def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, 
 
     # Compaction of either table changes no rows: history is still extended.
     for table in (log, SPEC.qualified(catalog)):
-        lake.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{table.split('.', 1)[1]}', "
-                 f"options => map('rewrite-all', 'true'))")
+        lake.sql(
+            f"CALL {catalog}.system.rewrite_data_files(table => '{table.split('.', 1)[1]}', "
+            f"options => map('rewrite-all', 'true'))"
+        )
     append(lake, log, batches[2])
     result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
     assert result.method == EXTEND, result.reason

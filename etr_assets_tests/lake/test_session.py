@@ -58,8 +58,13 @@ def test_s3_profile_names_the_jars_it_lacks(tmp_path, monkeypatch):
 
 def test_settings_come_from_documented_variables(tmp_path):
     settings = Settings.from_env(
-        {"ETR_HOME": str(tmp_path), "ETR_PROFILE": "local", "ETR_START_DATE": "2024-06-01",
-         "ETR_API_TRANSACTIONS_PER_DAY": "15", "ETR_SPARK_JARS": "/a.jar, /b.jar"}
+        {
+            "ETR_HOME": str(tmp_path),
+            "ETR_PROFILE": "local",
+            "ETR_START_DATE": "2024-06-01",
+            "ETR_API_TRANSACTIONS_PER_DAY": "15",
+            "ETR_SPARK_JARS": "/a.jar, /b.jar",
+        }
     )
     assert settings.home == tmp_path and settings.start_date.isoformat() == "2024-06-01"
     assert settings.api_transactions_per_day == 15 and settings.spark_jars == ("/a.jar", "/b.jar")

@@ -11,8 +11,13 @@ from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.specs import Column, TableSpec
 from etr_assets.lake.timetravel import NoSuchSnapshot, NotAnAncestor, daily_growth, read_as_of, rollback, snapshot_as_of
 
-SPEC = TableSpec(namespace="silver", name="ledger", description="t", columns=(Column("id", "bigint"), Column("day", "date")),
-                 partition_by=("days(day)",))
+SPEC = TableSpec(
+    namespace="silver",
+    name="ledger",
+    description="t",
+    columns=(Column("id", "bigint"), Column("day", "date")),
+    partition_by=("days(day)",),
+)
 
 
 def snapshots(lake, table):
@@ -27,7 +32,7 @@ def ledger(lake, settings):
     for batch in range(3):
         lake.sql(f"INSERT INTO {table} SELECT id, DATE'2025-01-01' FROM range({batch * 10}, {batch * 10 + 10})")
         time.sleep(0.05)
-        moments.append(dt.datetime.now(dt.timezone.utc))
+        moments.append(dt.datetime.now(dt.UTC))
         time.sleep(0.05)
     return table, moments
 
@@ -42,7 +47,7 @@ def test_read_as_of_a_snapshot_or_a_time(lake, ledger):
     with pytest.raises(NoSuchSnapshot, match="has no snapshot 42"):
         read_as_of(lake, table, snapshot_id=42)
     with pytest.raises(NoSuchSnapshot, match="no snapshot at or before 2000-01-01"):
-        read_as_of(lake, table, when=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
+        read_as_of(lake, table, when=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
 
 
 def test_daily_growth_compares_now_with_the_past_through_time_travel(lake, ledger):
@@ -60,12 +65,16 @@ def test_rollback_restores_a_snapshot_and_records_why(lake, settings, ledger):
     assert lake.table(table).count() == 10
     assert record["from_snapshot_id"] == str(third)
     audit = lake.sql(f"SELECT * FROM {settings.catalog}.audit.table_changes").collect()
-    assert [(r["action"], r["to_snapshot_id"], r["reason"]) for r in audit] == [("ROLLBACK", str(first), "bad load of batch 2 and 3")]
+    assert [(r["action"], r["to_snapshot_id"], r["reason"]) for r in audit] == [
+        ("ROLLBACK", str(first), "bad load of batch 2 and 3")
+    ]
     with pytest.raises(ValueError, match="needs a reason"):
         rollback(lake, settings.catalog, table, first, reason=" ")
 
 
-def test_a_second_rollback_records_the_current_snapshot_and_a_non_ancestor_is_refused_in_one_line(lake, settings, ledger):
+def test_a_second_rollback_records_the_current_snapshot_and_a_non_ancestor_is_refused_in_one_line(
+    lake, settings, ledger
+):
     table, _ = ledger
     first, second, third = snapshots(lake, table)
     rollback(lake, settings.catalog, table, second, reason="drop batch 3")
@@ -79,5 +88,7 @@ def test_a_second_rollback_records_the_current_snapshot_and_a_non_ancestor_is_re
     message = str(refused.value)
     assert "\n" not in message and str(third) in message and f"current snapshot {first}" in message
     assert lake.table(table).count() == 10
-    audit = lake.sql(f"SELECT from_snapshot_id, to_snapshot_id FROM {settings.catalog}.audit.table_changes ORDER BY executed_at").collect()
+    audit = lake.sql(
+        f"SELECT from_snapshot_id, to_snapshot_id FROM {settings.catalog}.audit.table_changes ORDER BY executed_at"
+    ).collect()
     assert [tuple(r) for r in audit] == [(str(third), str(second)), (str(second), str(first))]

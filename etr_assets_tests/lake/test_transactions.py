@@ -70,7 +70,9 @@ def test_silver_is_typed_deduplicated_and_latest_update_wins(lake, settings, raw
         assert row["status"] == want["status"]
         assert row["amount"] == Decimal(want["amount"])  # decimal(10,2), exact
         assert row["updated_at"] == dt.datetime.fromisoformat(want["updated_at"].replace("Z", "")).replace(tzinfo=None)
-    schema = {f.name: f.dataType.simpleString() for f in lake.table(SILVER_TRANSACTIONS.qualified(settings.catalog)).schema}
+    schema = {
+        f.name: f.dataType.simpleString() for f in lake.table(SILVER_TRANSACTIONS.qualified(settings.catalog)).schema
+    }
     assert schema["amount"] == "decimal(10,2)" and schema["transaction_date"] == "date"
 
 
@@ -101,15 +103,21 @@ def test_rebuilding_a_day_replaces_it_without_duplicates(lake, settings, raw, ap
         pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
         pipeline.build_silver(lake, settings.catalog, DAYS)
         pipeline.build_gold(lake, settings.catalog, DAYS)
-    first = {r[0]: r[1] for r in rows(lake, SILVER_TRANSACTIONS, settings, "transaction_date, count(*)", "true GROUP BY 1")}
+    first = {
+        r[0]: r[1] for r in rows(lake, SILVER_TRANSACTIONS, settings, "transaction_date, count(*)", "true GROUP BY 1")
+    }
 
     # A new download of one day supersedes the old batch; the other day is untouched.
     fetch_day(ApiClient(api.url, api.config.token), raw, "transactions", DAYS[0])
     pipeline.load_bronze(lake, settings.catalog, raw, [DAYS[0]])
     pipeline.build_silver(lake, settings.catalog, [DAYS[0]])
-    after = {r[0]: r[1] for r in rows(lake, SILVER_TRANSACTIONS, settings, "transaction_date, count(*)", "true GROUP BY 1")}
+    after = {
+        r[0]: r[1] for r in rows(lake, SILVER_TRANSACTIONS, settings, "transaction_date, count(*)", "true GROUP BY 1")
+    }
     assert first == after == {d: settings.api_transactions_per_day for d in DAYS}
-    bronze_batches = rows(lake, BRONZE_TRANSACTIONS, settings, "DISTINCT _batch_id", f"transaction_date = DATE'{DAYS[0]}'")
+    bronze_batches = rows(
+        lake, BRONZE_TRANSACTIONS, settings, "DISTINCT _batch_id", f"transaction_date = DATE'{DAYS[0]}'"
+    )
     newest = raw.batches("bnpl", "transactions", DAYS[0])[-1]
     assert [r[0] for r in bronze_batches] == [newest.batch_id]
     assert all(raw.is_complete(b) for b in raw.batches("bnpl", "transactions", DAYS[0]))
@@ -124,9 +132,19 @@ def test_a_day_without_transactions_empties_that_day(lake, settings, raw):
     assert pipeline.build_silver(lake, settings.catalog, [day]).rows == 0
 
 
-GOOD = {"transaction_id": 1, "customer_id": 2, "merchant_id": 3, "amount": "1.00", "currency": "MYR",
-        "instalments": 3, "payment_method": "CARD", "status": "APPROVED", "transaction_date": "2025-03-04",
-        "created_at": "2025-03-04T10:00:00Z", "updated_at": "2025-03-04T10:00:00Z"}
+GOOD = {
+    "transaction_id": 1,
+    "customer_id": 2,
+    "merchant_id": 3,
+    "amount": "1.00",
+    "currency": "MYR",
+    "instalments": 3,
+    "payment_method": "CARD",
+    "status": "APPROVED",
+    "transaction_date": "2025-03-04",
+    "created_at": "2025-03-04T10:00:00Z",
+    "updated_at": "2025-03-04T10:00:00Z",
+}
 
 
 def plant_batch(raw, day, lines):
@@ -166,12 +184,16 @@ def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconc
     batch = plant_batch(raw, day, good_lines[:10] + bad + good_lines[10:])
     result = pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.25)
 
-    assert result.extra["records_received"] == 24 == result.extra["records_accepted"] + result.extra["records_quarantined"]
+    assert (
+        result.extra["records_received"] == 24 == result.extra["records_accepted"] + result.extra["records_quarantined"]
+    )
     assert result.rows == 20 and result.extra["records_quarantined"] == 4
     assert result.extra["unknown_fields"] == "loyalty_points (20)"
     assert any("loyalty_points" in w for w in result.warnings)
-    quarantine = {r["line_number"]: r for r in lake.sql(
-        f"SELECT * FROM {settings.catalog}.bronze.quarantine_transactions").collect()}
+    quarantine = {
+        r["line_number"]: r
+        for r in lake.sql(f"SELECT * FROM {settings.catalog}.bronze.quarantine_transactions").collect()
+    }
     assert sorted(quarantine) == [11, 12, 13, 14]
     assert quarantine[11]["reason"] == "not a JSON object" and quarantine[11]["raw_text"] == '"#corrupted#"'
     assert quarantine[12]["reason"] == "missing required field transaction_id"
@@ -190,7 +212,7 @@ def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodab
 ):
     day = dt.date(2025, 3, 4)
     good = [json.dumps({**GOOD, "transaction_id": i}) for i in range(1, 11)]
-    good.append(json.dumps({**GOOD, "transaction_id": 11, "payment_method": "CARD \U0001F600"}))  # a valid pair
+    good.append(json.dumps({**GOOD, "transaction_id": 11, "payment_method": "CARD \U0001f600"}))  # a valid pair
     record = json.dumps(GOOD)[1:-1]  # the fields without braces, to append raw ones
     wrong = {
         12: '{"transaction_id": 1.9, ' + record.split(", ", 1)[1] + "}",  # would truncate onto id 1
@@ -206,10 +228,16 @@ def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodab
     result = pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.5)
 
     assert result.rows == 11 and result.extra["records_quarantined"] == 7
-    ids = {r[0] for r in lake.sql(f"SELECT transaction_id FROM {settings.catalog}.bronze.bnpl_transactions_raw").collect()}
+    ids = {
+        r[0] for r in lake.sql(f"SELECT transaction_id FROM {settings.catalog}.bronze.bnpl_transactions_raw").collect()
+    }
     assert ids == set(range(1, 12))  # nothing truncated onto a real id
-    reasons = {r["line_number"]: r["reason"] for r in lake.sql(
-        f"SELECT line_number, reason FROM {settings.catalog}.bronze.quarantine_transactions").collect()}
+    reasons = {
+        r["line_number"]: r["reason"]
+        for r in lake.sql(
+            f"SELECT line_number, reason FROM {settings.catalog}.bronze.quarantine_transactions"
+        ).collect()
+    }
     assert reasons == {
         12: "a value of the wrong type: transaction_id expects bigint, got 1.9",
         13: "a value of the wrong type: instalments expects int, got 3.9",
@@ -239,7 +267,11 @@ def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and
     assert not held.passed and held.severity == "WARN" and held.by_day == {day.isoformat(): 1.0}
     assert all(o.passed for o in silver.checks if o.name != "records_quarantined")
     (row,) = lake.sql(f"SELECT * FROM {settings.catalog}.silver.quarantine_transactions").collect()
-    assert (row["transaction_id"], row["amount"], row["reason"]) == (41, Decimal("150000.00"), "amount is between 0.01 and 100000")
+    assert (row["transaction_id"], row["amount"], row["reason"]) == (
+        41,
+        Decimal("150000.00"),
+        "amount is between 0.01 and 100000",
+    )
     assert lake.sql(f"SELECT sum(transactions) FROM {GOLD_DAILY_SUMMARY.qualified(settings.catalog)}").first()[0] == 40
     assert gold.rows == 1
 
@@ -247,8 +279,12 @@ def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and
     cursor = Cursor(int(silver.extra["bronze_snapshot_id"]), int(silver.extra["silver_snapshot_id"]))
     from etr_assets.lake.writes import append
 
-    late = lake.table(BRONZE_TRANSACTIONS.qualified(settings.catalog)).where("transaction_id = 1").selectExpr(
-        "42 AS transaction_id", *[c.name for c in BRONZE_TRANSACTIONS.columns if c.name != "transaction_id"]
+    late = (
+        lake.table(BRONZE_TRANSACTIONS.qualified(settings.catalog))
+        .where("transaction_id = 1")
+        .selectExpr(
+            "42 AS transaction_id", *[c.name for c in BRONZE_TRANSACTIONS.columns if c.name != "transaction_id"]
+        )
     )
     append(lake, BRONZE_TRANSACTIONS.qualified(settings.catalog), late)
     again = pipeline.build_silver(lake, settings.catalog, [day], "audit_test2", cursors={day: cursor})
@@ -261,7 +297,9 @@ def test_missing_download_is_a_clear_error(lake, settings, raw):
         pipeline.load_bronze(lake, settings.catalog, raw, [dt.date(2025, 4, 1)])
 
 
-def test_an_empty_reply_for_a_loaded_day_fails_and_leaves_the_day_until_a_run_says_the_shrink_is_intended(lake, settings, raw):
+def test_an_empty_reply_for_a_loaded_day_fails_and_leaves_the_day_until_a_run_says_the_shrink_is_intended(
+    lake, settings, raw
+):
     from etr_assets.lake.bronze import BadInputError
     from etr_assets.sources.fetch import SOURCE
 

@@ -13,9 +13,19 @@ from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
 DAY = dt.date(2025, 6, 1)
-RECORD = {"transaction_id": 1, "customer_id": 2, "merchant_id": 3, "amount": "10.00", "currency": "MYR",
-          "instalments": 3, "payment_method": "CARD", "status": "APPROVED", "transaction_date": DAY.isoformat(),
-          "created_at": "2025-06-01T10:00:00Z", "updated_at": "2025-06-01T10:00:00Z"}
+RECORD = {
+    "transaction_id": 1,
+    "customer_id": 2,
+    "merchant_id": 3,
+    "amount": "10.00",
+    "currency": "MYR",
+    "instalments": 3,
+    "payment_method": "CARD",
+    "status": "APPROVED",
+    "transaction_date": DAY.isoformat(),
+    "created_at": "2025-06-01T10:00:00Z",
+    "updated_at": "2025-06-01T10:00:00Z",
+}
 
 
 def load_day(lake, settings, records, day=DAY):
@@ -34,7 +44,10 @@ def test_passing_checks_publish_to_main_and_drop_the_branch(lake, settings):
     load_day(lake, settings, [RECORD, {**RECORD, "transaction_id": 2, "amount": "20.00"}])
     silver = pipeline.build_silver(lake, settings.catalog, [DAY], audit_branch="audit_ok")
     gold = pipeline.build_gold(lake, settings.catalog, [DAY], audit_branch="audit_ok")
-    assert all(c.passed for c in silver.checks) and {c.name for c in silver.checks} >= {"keys_are_present", "transaction_id_is_unique"}
+    assert all(c.passed for c in silver.checks) and {c.name for c in silver.checks} >= {
+        "keys_are_present",
+        "transaction_id_is_unique",
+    }
     assert all(c.passed for c in gold.checks)
     assert lake.table(SILVER_TRANSACTIONS.qualified(settings.catalog)).count() == 2
     assert refs(lake, SILVER_TRANSACTIONS, settings) == {"main"} == refs(lake, GOLD_DAILY_SUMMARY, settings)
@@ -48,8 +61,15 @@ def test_failing_checks_leave_main_unchanged_and_keep_the_branch(lake, settings)
 
     # A day repeating another day's transaction id: silver's per-day uniqueness check blocks it.
     day2 = DAY + dt.timedelta(days=1)
-    load_day(lake, settings, [{**RECORD, "transaction_date": day2.isoformat()}, {**RECORD, "transaction_id": 2,
-              "transaction_date": day2.isoformat()}], day2)
+    load_day(
+        lake,
+        settings,
+        [
+            {**RECORD, "transaction_date": day2.isoformat()},
+            {**RECORD, "transaction_id": 2, "transaction_date": day2.isoformat()},
+        ],
+        day2,
+    )
     with pytest.raises(AuditFailed) as failure:
         pipeline.build_silver(lake, settings.catalog, [day2], audit_branch="audit_bad")
     message = str(failure.value)

@@ -17,8 +17,14 @@ DAY = "2025-01-02"
 
 def run(defs, selection, runner, instance):
     resources = defs.get_repository_def().get_top_level_resources() | {"layer_runner": runner}
-    result = materialize(list(defs.assets), selection=selection, resources=resources, partition_key=DAY,
-                         instance=instance, raise_on_error=False)
+    result = materialize(
+        list(defs.assets),
+        selection=selection,
+        resources=resources,
+        partition_key=DAY,
+        instance=instance,
+        raise_on_error=False,
+    )
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     return result
 
@@ -32,7 +38,9 @@ def test_silver_and_gold_run_in_the_job_script_and_report_back(settings, lake):
     remote = LayerRunner(compute="subprocess", settings_env=jobs.settings_env(settings))
     result = run(defs, ["silver/bnpl_transactions_clean", "gold/bnpl_daily_summary"], remote, instance)
 
-    reported = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+    reported = {
+        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
+    }
     assert set(reported) == {"silver/bnpl_transactions_clean", "gold/bnpl_daily_summary"}
     for spec in (SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY):
         metadata = reported[f"{spec.namespace}/{spec.name}"]
@@ -61,8 +69,15 @@ def test_silver_and_gold_run_in_the_job_script_and_report_back(settings, lake):
 def test_glue_job_parameters_carry_iceberg_the_glue_catalog_and_the_package(tmp_path):
     from etr_assets.settings import Settings
 
-    settings = Settings(profile="aws", bucket="etr-lake", home=tmp_path, compute="glue", glue_job_name="etr-assets",
-                        glue_worker_type="G.2X", glue_workers=4)
+    settings = Settings(
+        profile="aws",
+        bucket="etr-lake",
+        home=tmp_path,
+        compute="glue",
+        glue_job_name="etr-assets",
+        glue_worker_type="G.2X",
+        glue_workers=4,
+    )
     params = jobs.glue_job_run_params(settings)
     assert params["JobName"] == "etr-assets" and params["WorkerType"] == "G.2X" and params["NumberOfWorkers"] == 4
     args = params["Arguments"]
@@ -78,7 +93,10 @@ def test_glue_job_parameters_carry_iceberg_the_glue_catalog_and_the_package(tmp_
     assert conf["spark.sql.extensions"].endswith("IcebergSparkSessionExtensions")
     assert not any("jars" in key for key in conf)  # Glue ships Iceberg: no jar of ours
     definition = jobs.glue_job_definition(settings, "arn:aws:iam::123456789012:role/etr")
-    assert definition["GlueVersion"] == "5.0" and definition["Command"]["ScriptLocation"] == "s3://etr-lake/code/run_layer.py"
+    assert (
+        definition["GlueVersion"] == "5.0"
+        and definition["Command"]["ScriptLocation"] == "s3://etr-lake/code/run_layer.py"
+    )
     # What the job is told about the lake: no secret ever.
     env = jobs.settings_env(settings)
     assert env["ETR_PROFILE"] == "aws" and env["ETR_ICEBERG_PROVIDED"] == "true"
@@ -91,14 +109,23 @@ def test_emr_serverless_parameters_and_the_shipped_package(tmp_path):
 
     from etr_assets.settings import Settings
 
-    settings = Settings(profile="aws", bucket="etr-lake", home=tmp_path, compute="emr-serverless",
-                        emr_application_id="00abc", remote_role_arn="arn:aws:iam::1:role/etr")
+    settings = Settings(
+        profile="aws",
+        bucket="etr-lake",
+        home=tmp_path,
+        compute="emr-serverless",
+        emr_application_id="00abc",
+        remote_role_arn="arn:aws:iam::1:role/etr",
+    )
     params = jobs.emr_serverless_job_run_params(settings)
     assert params["applicationId"] == "00abc" and params["executionRoleArn"] == "arn:aws:iam::1:role/etr"
     submit = params["jobDriver"]["sparkSubmit"]
     assert submit["entryPoint"] == "s3://etr-lake/code/run_layer.py"
     assert "--py-files s3://etr-lake/code/etr_assets.zip" in submit["sparkSubmitParameters"]
-    assert "--conf spark.sql.catalog.etr.catalog-impl=org.apache.iceberg.aws.glue.GlueCatalog" in submit["sparkSubmitParameters"]
+    assert (
+        "--conf spark.sql.catalog.etr.catalog-impl=org.apache.iceberg.aws.glue.GlueCatalog"
+        in submit["sparkSubmitParameters"]
+    )
     names = zipfile.ZipFile(io.BytesIO(jobs.package_zip())).namelist()
     assert "etr_assets/remote/run_layer.py" in names and "etr_assets/lake/transactions.py" in names
     assert "etr_assets/lake/log4j2.properties" in names and not any("__pycache__" in n for n in names)

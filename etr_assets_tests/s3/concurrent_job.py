@@ -169,9 +169,13 @@ def run_scd2_rounds(spark, settings, writer: int, args: dict) -> dict:
         entry = {"round": number, "observations": len(rows)}
         try:
             result = apply_observations(spark, settings.catalog, spec, records, INCREMENTAL, keys=keys)
-            entry |= {"inserted": result.inserted, "updated": result.updated, "deleted": result.deleted,
-                      "changed": result.changed,
-                      "snapshot_id": None if result.snapshot_id is None else str(result.snapshot_id)}
+            entry |= {
+                "inserted": result.inserted,
+                "updated": result.updated,
+                "deleted": result.deleted,
+                "changed": result.changed,
+                "snapshot_id": None if result.snapshot_id is None else str(result.snapshot_id),
+            }
         except CommitConflictError as error:  # every attempt lost: reported, the test decides
             entry |= {"gave_up": str(error), "cause": describe(error.__cause__)}
         entry["retries"] = RETRIES[before:]
@@ -199,7 +203,9 @@ def run_insert_only_merge(spark, settings, writer: int, args: dict) -> dict:
     source.createOrReplaceTempView(view)
     spark.sql(f"MERGE INTO {target} t USING {view} s ON t.id = s.id WHEN NOT MATCHED THEN INSERT *")
     spark.catalog.dropTempView(view)
-    latest = spark.sql(f"SELECT snapshot_id, operation FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
+    latest = spark.sql(
+        f"SELECT snapshot_id, operation FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).first()
     return {"writer": writer, "operation": latest["operation"], "gate_late": gate_was_late(args["gate"])}
 
 
@@ -238,8 +244,7 @@ def run_merge_with_retries(spark, settings, writer: int, args: dict) -> dict:
         outcome["ok"] = True
     except CommitConflictError as error:
         cause = error.__cause__
-        outcome |= {"ok": False, "error_type": type(error).__name__, "message": str(error),
-                    "cause": describe(cause)}
+        outcome |= {"ok": False, "error_type": type(error).__name__, "message": str(error), "cause": describe(cause)}
     finally:
         spark.catalog.dropTempView(view)
     outcome |= {"retries": retried, "gate_late": gate_was_late(args["gate"])}
@@ -283,10 +288,13 @@ def start_session(args: dict):
     conf = spark_conf(settings)
     # Short-lived JVMs sharing two cores (as spark_job.py's writers): C1-only JIT and one task thread start
     # faster; the profile's configuration (jars, S3A, JDBC catalog) stays as it is.
-    spark = get_spark(settings, {
-        "spark.master": "local[1]",
-        "spark.driver.extraJavaOptions": conf["spark.driver.extraJavaOptions"] + " -XX:TieredStopAtLevel=1",
-    })
+    spark = get_spark(
+        settings,
+        {
+            "spark.master": "local[1]",
+            "spark.driver.extraJavaOptions": conf["spark.driver.extraJavaOptions"] + " -XX:TieredStopAtLevel=1",
+        },
+    )
     spark.sql(f"SHOW NAMESPACES IN {settings.catalog}").collect()  # warm up: the JDBC catalog and the planner
     return spark, settings
 

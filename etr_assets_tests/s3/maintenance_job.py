@@ -11,8 +11,14 @@ import sys
 
 from etr_assets.lake.specs import Column, TableSpec
 
-SPEC = TableSpec("silver", "ledger", "maintenance on S3", (Column("id", "bigint"), Column("day", "date")),
-                 partition_by=("days(day)",), properties={"write.delete.mode": "merge-on-read"})
+SPEC = TableSpec(
+    "silver",
+    "ledger",
+    "maintenance on S3",
+    (Column("id", "bigint"), Column("day", "date")),
+    partition_by=("days(day)",),
+    properties={"write.delete.mode": "merge-on-read"},
+)
 
 
 def main(argv: list[str]) -> int:
@@ -34,15 +40,23 @@ def main(argv: list[str]) -> int:
     location = spark.sql(f"SELECT file_path FROM {table}.files LIMIT 1").first()[0]
     result = maintain_table(spark, settings, SPEC, run_id="s3-run")
     ids = sorted(r[0] for r in spark.sql(f"SELECT id FROM {table}").collect())
-    log = spark.sql(f"SELECT status_before, status_after, data_files_after FROM {settings.catalog}.monitoring.table_maintenance_log").collect()
-    print("RESULT " + json.dumps({
-        "ids": ids,
-        "file_scheme": location.split("://")[0],
-        "before": [result.before.status, result.before.data_files, result.before.delete_files],
-        "after": [result.after.status, result.after.data_files, result.after.delete_files],
-        "orphans_removed": list(result.orphans.removed),
-        "log": [list(r) for r in log],
-    }), flush=True)
+    log = spark.sql(
+        f"SELECT status_before, status_after, data_files_after FROM {settings.catalog}.monitoring.table_maintenance_log"
+    ).collect()
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "ids": ids,
+                "file_scheme": location.split("://")[0],
+                "before": [result.before.status, result.before.data_files, result.before.delete_files],
+                "after": [result.after.status, result.after.data_files, result.after.delete_files],
+                "orphans_removed": list(result.orphans.removed),
+                "log": [list(r) for r in log],
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

@@ -105,11 +105,18 @@ def run_pipeline(args: dict) -> dict:
     current = spark.sql(f"SELECT count(*), count(DISTINCT customer_id) FROM {landing} WHERE _is_current").first()
     replay = entities.build_landing(spark, settings.catalog, entities.CUSTOMERS, days)
     results["landing_customers"] = {
-        "inserted": scd2.inserted, "current_rows": current[0], "current_keys": current[1], "replay_changed": replay.changed,
+        "inserted": scd2.inserted,
+        "current_rows": current[0],
+        "current_keys": current[1],
+        "replay_changed": replay.changed,
         "pending_customer_batches": len(raw.pending("bnpl", "customers")),
     }
-    source_files = [r[0] for r in spark.sql(
-        f"SELECT DISTINCT _source_file FROM {BRONZE_TRANSACTIONS.qualified(settings.catalog)}").collect()]
+    source_files = [
+        r[0]
+        for r in spark.sql(
+            f"SELECT DISTINCT _source_file FROM {BRONZE_TRANSACTIONS.qualified(settings.catalog)}"
+        ).collect()
+    ]
     spark.stop()
     return {
         "batches": batches,
@@ -133,12 +140,15 @@ def run_append(args: dict) -> dict:
     # Short-lived JVMs sharing two cores: C1-only JIT and one task thread start faster, the profile's
     # configuration (jars, S3A, JDBC catalog) stays as it is.
     conf = spark_conf(settings)
-    spark = get_spark(settings, {
-        "spark.master": "local[1]",
-        "spark.driver.extraJavaOptions": conf["spark.driver.extraJavaOptions"] + " -XX:TieredStopAtLevel=1",
-    })
+    spark = get_spark(
+        settings,
+        {
+            "spark.master": "local[1]",
+            "spark.driver.extraJavaOptions": conf["spark.driver.extraJavaOptions"] + " -XX:TieredStopAtLevel=1",
+        },
+    )
     table, writer = args["table"], int(args["writer"])
-    spark.table(table).schema  # warm up: catalog and JDBC pool, table metadata read through S3A
+    _ = spark.table(table).schema  # warm up: catalog and JDBC pool, table metadata read through S3A
     timings = {"ready": time.monotonic() - started}
 
     barrier = Path(args["barrier"])
@@ -155,8 +165,9 @@ def run_append(args: dict) -> dict:
         rows = [(writer, batch, k) for k in range(int(args["rows"]))]
         df = spark.createDataFrame(rows, "writer int, batch int, k int")
         info = append(spark, table, df)
-        commits.append({"snapshot_id": str(info.snapshot_id), "operation": info.operation,
-                        "added_records": info.added_records})
+        commits.append(
+            {"snapshot_id": str(info.snapshot_id), "operation": info.operation, "added_records": info.added_records}
+        )
     timings["appended"] = time.monotonic() - started
     spark.stop()
     return {"writer": writer, "commits": commits, "timings": {k: round(v, 2) for k, v in timings.items()}}

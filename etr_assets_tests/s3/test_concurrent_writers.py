@@ -163,8 +163,15 @@ def cluster(tmp_path_factory):
     with moto_server() as endpoint, postgres_server() as jdbc_url:
         bucket = f"etr-lake-{uuid.uuid4().hex[:10]}"
         create_bucket(s3_client(endpoint, REGION), bucket)
-        settings = Settings(profile="s3", bucket=bucket, s3_endpoint=endpoint, jdbc_url=jdbc_url,
-                            jdbc_user="postgres", home=root / "etr", region=REGION)
+        settings = Settings(
+            profile="s3",
+            bucket=bucket,
+            s3_endpoint=endpoint,
+            jdbc_url=jdbc_url,
+            jdbc_user="postgres",
+            home=root / "etr",
+            region=REGION,
+        )
         args = {"bucket": bucket, "endpoint": endpoint, "jdbc_url": jdbc_url}
         writers: list[Writer] = []
         try:
@@ -177,8 +184,10 @@ def cluster(tmp_path_factory):
             for number in range(1, WRITERS):
                 writers.append(Writer(number, args | {"home": str(root / f"writer-{number}")}, root))
             ready += [writer.receive("READY", deadline) for writer in writers[1:]]
-            print(f"\n{WRITERS} writers ready in {time.monotonic() - started:.1f}s "
-                  f"({', '.join(str(r['seconds']) for r in ready)}s each)")
+            print(
+                f"\n{WRITERS} writers ready in {time.monotonic() - started:.1f}s "
+                f"({', '.join(str(r['seconds']) for r in ready)}s each)"
+            )
             yield Cluster(settings, writers, root)
         finally:
             for writer in writers:
@@ -277,8 +286,14 @@ def test_overlapping_scd2_merges_from_three_processes_end_as_the_history_of_all_
         half_third = [r for r in third if pick.random() < 0.5]
         rounds = [mine, mine + half_following, mine + following + half_third, union]
         assert all(len({tuple(r) for r in rows}) == len(rows) for rows in rounds)
-        tasks[w] = {"task": "scd2_rounds", "table": "history", "create": w == 0, "barrier": barrier,
-                    "writers": WRITERS, "rounds": rounds}
+        tasks[w] = {
+            "task": "scd2_rounds",
+            "table": "history",
+            "create": w == 0,
+            "barrier": barrier,
+            "writers": WRITERS,
+            "rounds": rounds,
+        }
     started = time.monotonic()
     answers = cluster.run(tasks)
     elapsed = time.monotonic() - started
@@ -291,13 +306,20 @@ def test_overlapping_scd2_merges_from_three_processes_end_as_the_history_of_all_
     def lost(entry: dict) -> int:  # attempts that lost a race: each retried one, and the last if it gave up
         return len(entry["retries"]) + ("gave_up" in entry)
 
-    print(f"\nSCD2 writers: {len(union)} observations of 6 keys, {len(rounds)} rounds in {elapsed:.1f}s: "
-          f"{len(commits)} commits, {sum(map(lost, rounds))} attempts lost a race ({len(retries)} retried), "
-          f"{len(gave_up)} rounds ran out of attempts")
+    print(
+        f"\nSCD2 writers: {len(union)} observations of 6 keys, {len(rounds)} rounds in {elapsed:.1f}s: "
+        f"{len(commits)} commits, {sum(map(lost, rounds))} attempts lost a race ({len(retries)} retried), "
+        f"{len(gave_up)} rounds ran out of attempts"
+    )
     for w in sorted(answers):
-        print(f"  w{w}: " + ", ".join(
-            f"r{e['round']} {'commit' if e.get('changed') else 'GAVE UP' if 'gave_up' in e else 'no-op'}"
-            f" after {lost(e)} lost (t={e['seconds']}s)" for e in answers[w]["rounds"]))
+        print(
+            f"  w{w}: "
+            + ", ".join(
+                f"r{e['round']} {'commit' if e.get('changed') else 'GAVE UP' if 'gave_up' in e else 'no-op'}"
+                f" after {lost(e)} lost (t={e['seconds']}s)"
+                for e in answers[w]["rounds"]
+            )
+        )
     for retry in retries[:3]:
         print(f"  e.g. attempt {retry['attempt']} lost: {retry['error'][:200]}")
 
@@ -335,8 +357,19 @@ def test_concurrent_insert_only_merges_of_the_same_rows_duplicate_them(cluster, 
     nothing, so two writers that read the table before either commits both insert the same new keys."""
     seed_ids, source_ids = list(range(5)), list(range(20))
     barrier, gate = cluster.folder("insert-barrier"), cluster.folder("insert-gate")
-    tasks = {w: {"task": "insert_only_merge", "table": "insert_only", "create": w == 0, "barrier": barrier,
-                 "gate": gate, "writers": 2, "seed_ids": seed_ids, "source_ids": source_ids} for w in range(2)}
+    tasks = {
+        w: {
+            "task": "insert_only_merge",
+            "table": "insert_only",
+            "create": w == 0,
+            "barrier": barrier,
+            "gate": gate,
+            "writers": 2,
+            "seed_ids": seed_ids,
+            "source_ids": source_ids,
+        }
+        for w in range(2)
+    }
     answers = cluster.run(tasks)
     assert not any(a["gate_late"] for a in answers.values()), "the writers never met inside their MERGEs"
 
@@ -344,8 +377,10 @@ def test_concurrent_insert_only_merges_of_the_same_rows_duplicate_them(cluster, 
     ids = collections.Counter(table.scan().to_arrow().column("id").to_pylist())
     new = set(source_ids) - set(seed_ids)
     duplicated = sorted(i for i, n in ids.items() if n > 1)
-    print(f"\ninsert-only MERGEs: operations {[a['operation'] for a in answers.values()]}, "
-          f"{sum(ids.values())} rows for {len(ids)} ids, {len(duplicated)} ids duplicated")
+    print(
+        f"\ninsert-only MERGEs: operations {[a['operation'] for a in answers.values()]}, "
+        f"{sum(ids.values())} rows for {len(ids)} ids, {len(duplicated)} ids duplicated"
+    )
     assert set(ids) == set(seed_ids) | set(source_ids)
     assert all(ids[i] == 1 for i in seed_ids)  # matched rows are never inserted
     if not duplicated:
@@ -364,15 +399,27 @@ def test_scd2_merges_of_the_same_new_keys_from_three_processes_leave_no_duplicat
     rows = [[key, "x", key % 3 or None, 1] for key in range(100, 120)]
     rows += [[key, "y" if key % 2 else "x", key % 3 or None, 2] for key in range(100, 120)]  # half change
     barrier, gate = cluster.folder("newkeys-barrier"), cluster.folder("newkeys-gate")
-    tasks = {w: {"task": "scd2_rounds", "table": "new_keys", "create": w == 0, "barrier": barrier, "gate": gate,
-                 "writers": WRITERS, "rounds": [rows]} for w in range(WRITERS)}
+    tasks = {
+        w: {
+            "task": "scd2_rounds",
+            "table": "new_keys",
+            "create": w == 0,
+            "barrier": barrier,
+            "gate": gate,
+            "writers": WRITERS,
+            "rounds": [rows],
+        }
+        for w in range(WRITERS)
+    }
     answers = cluster.run(tasks)
     assert not any(a["gate_late"] for a in answers.values()), "the writers never met inside their MERGEs"
 
     outcomes = [a["rounds"][0] for a in answers.values()]
     retries = [retry for entry in outcomes for retry in entry["retries"]]
-    print(f"\nSCD2 same new keys: inserted {[e.get('inserted') for e in outcomes]}, "
-          f"committed {[bool(e.get('changed')) for e in outcomes]}, retries {[len(e['retries']) for e in outcomes]}")
+    print(
+        f"\nSCD2 same new keys: inserted {[e.get('inserted') for e in outcomes]}, "
+        f"committed {[bool(e.get('changed')) for e in outcomes]}, retries {[len(e['retries']) for e in outcomes]}"
+    )
     assert not [e["gave_up"] for e in outcomes if "gave_up" in e]
     table_rows = scd2_rows(cluster.settings, "new_keys")
     check_invariants(table_rows)
@@ -395,9 +442,21 @@ def test_a_merge_with_one_attempt_loses_with_an_error_naming_it_and_a_few_attemp
 
     def race(value: str, attempts: int) -> dict[int, dict]:
         barrier, gate = cluster.folder("upsert-barrier"), cluster.folder("upsert-gate")
-        tasks = {w: {"task": "merge_with_retries", "table": "upsert", "create": w == 0 and value == "a",
-                     "barrier": barrier, "gate": gate, "writers": 2, "ids": ids, "attempts": attempts,
-                     "value": f"{value}{w}", "what": f"upsert into conc.upsert by writer {w}"} for w in range(2)}
+        tasks = {
+            w: {
+                "task": "merge_with_retries",
+                "table": "upsert",
+                "create": w == 0 and value == "a",
+                "barrier": barrier,
+                "gate": gate,
+                "writers": 2,
+                "ids": ids,
+                "attempts": attempts,
+                "value": f"{value}{w}",
+                "what": f"upsert into conc.upsert by writer {w}",
+            }
+            for w in range(2)
+        }
         answers = cluster.run(tasks)
         assert not any(a["gate_late"] for a in answers.values()), "the writers never met inside their MERGEs"
         return answers
@@ -417,7 +476,8 @@ def test_a_merge_with_one_attempt_loses_with_an_error_naming_it_and_a_few_attemp
     lost = answers[losers[0]]
     assert lost["error_type"] == "CommitConflictError"
     assert lost["message"].startswith(
-        f"upsert into conc.upsert by writer {losers[0]}: lost to concurrent writers 1 times; last conflict: ")
+        f"upsert into conc.upsert by writer {losers[0]}: lost to concurrent writers 1 times; last conflict: "
+    )
     # The conflict itself is in the cause: the message's "last conflict" is py4j's first line (see the report).
     assert CONFLICT in lost["cause"], lost
     assert lost["retries"] == [] and answers[winners[0]]["retries"] == []

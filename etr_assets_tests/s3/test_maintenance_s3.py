@@ -39,8 +39,15 @@ def test_maintenance_on_s3a_keeps_every_live_file_and_health_reads_the_postgres_
         create_bucket(client, bucket)
         planted = "warehouse/silver/ledger/data/written-by-a-crashed-job.parquet"
         client.put_object(Bucket=bucket, Key=planted, Body=b"not referenced by any snapshot")
-        settings = Settings(profile="s3", bucket=bucket, s3_endpoint=endpoint, jdbc_url=jdbc_url, jdbc_user="postgres",
-                            home=tmp_path / "etr", region=REGION)
+        settings = Settings(
+            profile="s3",
+            bucket=bucket,
+            s3_endpoint=endpoint,
+            jdbc_url=jdbc_url,
+            jdbc_user="postgres",
+            home=tmp_path / "etr",
+            region=REGION,
+        )
         (result,) = finish_jobs([start_job("maintain", job_args(settings), tmp_path)], tmp_path)
 
         assert result["file_scheme"] == "s3a"

@@ -49,7 +49,9 @@ def test_raw_files_are_rewritten_without_the_customer_and_batches_stay_consisten
     pending = raw.start_batch("bnpl", "transactions", DAY)
     raw.seal(pending, [raw.write_part(pending, 1, [transaction(5, KEPT), transaction(6, ERASED)])], 2)
     customers = raw.start_batch("bnpl", "customers", DAY)
-    raw.seal(customers, [raw.write_part(customers, 1, [{"customer_id": ERASED, "email": "a@b.c"}, {"customer_id": KEPT}])], 2)
+    raw.seal(
+        customers, [raw.write_part(customers, 1, [{"customer_id": ERASED, "email": "a@b.c"}, {"customer_id": KEPT}])], 2
+    )
     # A malformed line still naming the customer is erased too; the merchants feed holds no customer and is left alone.
     raw.storage.write_bytes(f"{customers.key}/part-00002.jsonl", f'{{"customer_id": "{ERASED}", broken\n'.encode())
     merchants = raw.start_batch("bnpl", "merchants", DAY)
@@ -80,16 +82,18 @@ def test_raw_files_are_rewritten_without_the_customer_and_batches_stay_consisten
     # The proof's scan names a copy planted afterwards.
     raw.storage.write_bytes(f"{pending.key}/copy.jsonl", json.dumps(transaction(9, ERASED)).encode())
     scanned, found = scan_raw_zone(raw, (ERASED,))
-    assert found == {raw.storage.uri(f"{pending.key}/copy.jsonl"): {ERASED: 1}} and scanned == 6  # 2 + 2 transaction files, 2 customer files
+    assert (
+        found == {raw.storage.uri(f"{pending.key}/copy.jsonl"): {ERASED: 1}} and scanned == 6
+    )  # 2 + 2 transaction files, 2 customer files
 
 
 def test_a_key_written_with_json_escapes_or_nested_still_names_the_customer(raw):
     batch = raw.start_batch("bnpl", "transactions", DAY)
     lines = [
-        '{"transaction_id": 1, "customer\\u005fid": %d}' % ERASED,  # every JSON reader reads customer_id
-        '{"transaction_id": 2, "customer_id": "\\u0031%s"}' % str(ERASED)[1:],  # escaped digit text
-        '{"transaction_id": 3, "payload": {"customer_id": %d.0}}' % ERASED,  # nested, an integral number
-        '{"transaction_id": 4, "customer\\u005fid": %d}' % KEPT,
+        '{"transaction_id": 1, "customer\\u005fid": ' + f"{ERASED}}}",  # every JSON reader reads customer_id
+        '{"transaction_id": 2, "customer_id": "\\u0031' + f'{str(ERASED)[1:]}"}}',  # escaped digit text
+        '{"transaction_id": 3, "payload": {"customer_id": ' + f"{ERASED}.0}}}}",  # nested, an integral number
+        '{"transaction_id": 4, "customer\\u005fid": ' + f"{KEPT}}}",
     ]
     raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", ("\n".join(lines) + "\n").encode())
     raw.seal(batch, ["part-00001.jsonl"], 4)

@@ -39,7 +39,6 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT = 300
 
 
-
 @pytest.fixture
 def lake(tmp_path, aws_env):
     """A moto S3 with a fresh bucket, and a private PostgreSQL holding the catalog database `etr`."""
@@ -49,15 +48,27 @@ def lake(tmp_path, aws_env):
         client = s3_client(endpoint, REGION)
         create_bucket(client, bucket)
         settings = Settings(
-            profile="s3", bucket=bucket, s3_endpoint=endpoint, jdbc_url=jdbc_url, jdbc_user="postgres",
-            home=tmp_path / "etr", api_transactions_per_day=PER_DAY, region=REGION,
+            profile="s3",
+            bucket=bucket,
+            s3_endpoint=endpoint,
+            jdbc_url=jdbc_url,
+            jdbc_user="postgres",
+            home=tmp_path / "etr",
+            api_transactions_per_day=PER_DAY,
+            region=REGION,
         )
         yield settings, client
 
 
 def job_args(settings: Settings, **extra) -> dict:
-    return {"bucket": settings.bucket, "endpoint": settings.s3_endpoint, "jdbc_url": settings.jdbc_url,
-            "home": str(settings.home), "per_day": settings.api_transactions_per_day, **extra}
+    return {
+        "bucket": settings.bucket,
+        "endpoint": settings.s3_endpoint,
+        "jdbc_url": settings.jdbc_url,
+        "home": str(settings.home),
+        "per_day": settings.api_transactions_per_day,
+        **extra,
+    }
 
 
 def start_job(mode: str, args: dict, log_dir: Path) -> tuple[str, subprocess.Popen]:
@@ -146,8 +157,9 @@ def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog
     assert all(n > 0 for n in layers["gold"]["rows_by_day"].values())
     # Bronze read the raw zone from S3 through S3A.
     assert result["bronze_source_files"]
-    assert all(f.startswith(f"s3a://{settings.bucket}/raw/{SOURCE}/transactions/") for f in
-               result["bronze_source_files"])
+    assert all(
+        f.startswith(f"s3a://{settings.bucket}/raw/{SOURCE}/transactions/") for f in result["bronze_source_files"]
+    )
 
     # Every data and metadata file of every table is an object in the moto bucket, under warehouse/.
     keys = set(list_keys(client, settings.bucket, "warehouse/"))
@@ -157,8 +169,9 @@ def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog
         assert tables[spec.identifier]["data_files"], spec.identifier
         assert all(f.startswith(f"{prefix}warehouse/{spec.namespace}/{spec.name}/") for f in files)
         assert {f.removeprefix(prefix) for f in files} <= keys
-        assert any(k.startswith(f"warehouse/{spec.namespace}/{spec.name}/data/") and k.endswith(".parquet")
-                   for k in keys)
+        assert any(
+            k.startswith(f"warehouse/{spec.namespace}/{spec.name}/data/") and k.endswith(".parquet") for k in keys
+        )
 
     # The JDBC catalog in PostgreSQL holds the three tables, each pointing at its newest metadata file
     # (the pipeline may keep more tables there, e.g. a quarantine table beside bronze).
@@ -214,8 +227,15 @@ def test_concurrent_appends_from_three_processes_all_commit(lake, tmp_path):
 
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    args = job_args(settings, table=f"{settings.catalog}.smoke.appends", batches=batches, rows=rows,
-                    barrier=str(barrier), writers=writers, driver_memory="512m")
+    args = job_args(
+        settings,
+        table=f"{settings.catalog}.smoke.appends",
+        batches=batches,
+        rows=rows,
+        barrier=str(barrier),
+        writers=writers,
+        driver_memory="512m",
+    )
     jobs = [start_job("append", args | {"writer": w}, tmp_path) for w in range(writers)]
     results = finish_jobs(jobs, tmp_path)
 

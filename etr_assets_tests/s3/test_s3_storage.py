@@ -88,8 +88,15 @@ def test_exists_raises_on_access_denied_instead_of_answering_absent(client, buck
 
 def test_list_children_gives_folders_and_files_sorted_names_only(client, bucket):
     storage = S3Storage(client, bucket)
-    for key in ("src/ep/b2/.pending", "src/ep/b1/part-00001.jsonl", "src/ep/b1/_manifest.json", "src/ep/notes.txt",
-                "src/ep/b1/deeper/x", "src/epsilon/other", "src/ep2/y"):
+    for key in (
+        "src/ep/b2/.pending",
+        "src/ep/b1/part-00001.jsonl",
+        "src/ep/b1/_manifest.json",
+        "src/ep/notes.txt",
+        "src/ep/b1/deeper/x",
+        "src/epsilon/other",
+        "src/ep2/y",
+    ):
         storage.write_bytes(key, b"x")
 
     assert storage.list_children("src/ep") == ["b1", "b2", "notes.txt"]
@@ -142,7 +149,10 @@ def test_raw_zone_batch_lifecycle_on_s3(client, bucket):
     raw.mark_complete(batch, {"snapshot_id": "42"})
     assert raw.is_complete(batch) and raw.uncommitted("bnpl", "transactions", DAY) == []
     assert sorted(k.rsplit("/", 1)[1] for k in list_keys(client, bucket, f"raw/{batch.key}/")) == [
-        ".complete", ".pending", "_manifest.json", name,
+        ".complete",
+        ".pending",
+        "_manifest.json",
+        name,
     ]
 
 

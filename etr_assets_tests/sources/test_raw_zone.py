@@ -31,7 +31,7 @@ def test_batch_lifecycle_pending_then_sealed_then_complete(tmp_path):
 
 def test_batches_sort_oldest_first_and_filter_by_day(tmp_path):
     raw = local_raw_zone(tmp_path)
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     later = raw.start_batch("bnpl", "transactions", DAY, now=t0 + dt.timedelta(hours=1))
     earlier = raw.start_batch("bnpl", "transactions", DAY, now=t0)
     other_day = raw.start_batch("bnpl", "transactions", DAY - dt.timedelta(days=1), now=t0)

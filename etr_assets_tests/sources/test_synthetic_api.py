@@ -99,8 +99,11 @@ def test_customers_and_merchants_page_like_transactions(api):
 
 
 def test_two_instances_serve_identical_bytes_and_another_seed_differs(api):
-    paths = [f"/v1/transactions?date={DAY}&page=2&page_size=50", f"/v1/customers?as_of={DAY}&page_size=1000",
-             f"/v1/merchants?as_of={DAY}"]
+    paths = [
+        f"/v1/transactions?date={DAY}&page=2&page_size=50",
+        f"/v1/customers?as_of={DAY}&page_size=1000",
+        f"/v1/merchants?as_of={DAY}",
+    ]
     with serve(CONFIG) as other, serve(ApiConfig(seed=8)) as reseeded:
         for path in paths:
             first, second = get(api.url + path)[2], get(other.url + path)[2]
@@ -111,16 +114,21 @@ def test_two_instances_serve_identical_bytes_and_another_seed_differs(api):
 def _digest() -> str:
     # Ask for a late day first so cached history cannot hide an order dependence.
     late = EPOCH + dt.timedelta(days=400)
-    parts = [customers_as_of(CONFIG, late), transactions_for(CONFIG, DAY), customers_as_of(CONFIG, DAY),
-             merchants_as_of(CONFIG, late)]
+    parts = [
+        customers_as_of(CONFIG, late),
+        transactions_for(CONFIG, DAY),
+        customers_as_of(CONFIG, DAY),
+        merchants_as_of(CONFIG, late),
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 def test_data_is_identical_in_another_process_with_another_hash_seed():
     code = "from etr_assets_tests.sources.test_synthetic_api import _digest; print(_digest())"
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=30, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=True
+    )
     assert out.stdout.strip() == _digest()
 
 
@@ -140,8 +148,9 @@ def test_feed_has_exact_distinct_ids_and_stale_pending_duplicates(day):
         assert ts(stale["updated_at"]) < ts(final["updated_at"])
         assert stale["status"] == "PENDING" and stale["updated_at"] == stale["created_at"]
         assert final["status"] != "PENDING"
-        assert {k: v for k, v in stale.items() if k not in ("status", "updated_at")} == \
-            {k: v for k, v in final.items() if k not in ("status", "updated_at")}
+        assert {k: v for k, v in stale.items() if k not in ("status", "updated_at")} == {
+            k: v for k, v in final.items() if k not in ("status", "updated_at")
+        }
         stale_after_final += stale_pos > final_pos
     assert 0 < stale_after_final < len(duplicated) or len(duplicated) == 1
 
@@ -151,8 +160,19 @@ def test_transaction_fields_have_the_contract_types():
     customer_ids = {row["customer_id"] for row in customers_as_of(CONFIG, DAY)}
     merchant_ids = {row["merchant_id"] for row in merchants_as_of(CONFIG, DAY)}
     for row in feed:
-        assert list(row) == ["transaction_id", "customer_id", "merchant_id", "amount", "currency", "instalments",
-                             "payment_method", "status", "transaction_date", "created_at", "updated_at"]
+        assert list(row) == [
+            "transaction_id",
+            "customer_id",
+            "merchant_id",
+            "amount",
+            "currency",
+            "instalments",
+            "payment_method",
+            "status",
+            "transaction_date",
+            "created_at",
+            "updated_at",
+        ]
         assert type(row["transaction_id"]) is int and row["customer_id"] in customer_ids
         assert row["merchant_id"] in merchant_ids
         amount = decimal.Decimal(row["amount"])
@@ -218,10 +238,12 @@ def test_unknown_path_is_404_json(api):
 def test_customers_grow_by_signups_per_day(api):
     sizes = [len(customers_as_of(CONFIG, EPOCH + dt.timedelta(days=n))) for n in range(5)]
     assert sizes == [CONFIG.base_customers + n * CONFIG.signups_per_day for n in range(5)]
-    totals = [get_json(f"{api.url}/v1/customers?as_of={day}&page_size=1")[1]["total"]
-              for day in (DAY, DAY + dt.timedelta(days=1))]
+    totals = [
+        get_json(f"{api.url}/v1/customers?as_of={day}&page_size=1")[1]["total"]
+        for day in (DAY, DAY + dt.timedelta(days=1))
+    ]
     assert totals[1] - totals[0] == CONFIG.signups_per_day
-    new = customers_as_of(CONFIG, DAY)[-CONFIG.signups_per_day:]
+    new = customers_as_of(CONFIG, DAY)[-CONFIG.signups_per_day :]
     assert all(ts(row["created_at"]).date() == DAY for row in new)
 
 
@@ -277,12 +299,17 @@ def test_main_serves_until_sigint():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     process = subprocess.Popen(
         [sys.executable, "-m", "etr_assets.sources.synthetic_api", "--port", "0", "--seed", "11", "--token", "t0k"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         line = process.stdout.readline()
-        match = re.fullmatch(r"Synthetic BNPL API on (http://127\.0\.0\.1:(\d+)) \(token: t0k\)\. Ctrl-C stops it\.\n",
-                             line)
+        match = re.fullmatch(
+            r"Synthetic BNPL API on (http://127\.0\.0\.1:(\d+)) \(token: t0k\)\. Ctrl-C stops it\.\n", line
+        )
         assert match and int(match.group(2)) > 0, line
         assert get_json(f"{match.group(1)}/health", token=None) == (200, {"status": "ok"})
         status, body = get_json(f"{match.group(1)}/v1/transactions?date={DAY}&page_size=1", token="t0k")
@@ -346,13 +373,30 @@ def expected_kinds(entity: str, corrupted: int) -> Counter:
 def test_faults_are_off_by_default_and_validated():
     assert serve.__defaults__[-1] == ApiFaults()
     off = ApiFaults()
-    assert (off.fail_requests, off.fail_status, off.retry_after_seconds, off.fail_path_prefix, off.delay_seconds,
-            off.malformed_rate, off.drift, off.truncate_after_pages) == (0, 503, 0.05, "", 0.0, 0.0, False, 0)
+    assert (
+        off.fail_requests,
+        off.fail_status,
+        off.retry_after_seconds,
+        off.fail_path_prefix,
+        off.delay_seconds,
+        off.malformed_rate,
+        off.drift,
+        off.truncate_after_pages,
+    ) == (0, 503, 0.05, "", 0.0, 0.0, False, 0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         off.fail_requests = 3
-    for field, value in [("fail_requests", -1), ("fail_requests", True), ("fail_status", 200), ("fail_status", 600),
-                         ("retry_after_seconds", -1.0), ("delay_seconds", float("nan")), ("malformed_rate", 1.5),
-                         ("drift", 1), ("truncate_after_pages", 2.0), ("fail_path_prefix", "v1")]:
+    for field, value in [
+        ("fail_requests", -1),
+        ("fail_requests", True),
+        ("fail_status", 200),
+        ("fail_status", 600),
+        ("retry_after_seconds", -1.0),
+        ("delay_seconds", float("nan")),
+        ("malformed_rate", 1.5),
+        ("drift", 1),
+        ("truncate_after_pages", 2.0),
+        ("fail_path_prefix", "v1"),
+    ]:
         with pytest.raises(ValueError, match=field):
             ApiFaults(**{field: value})
     assert ApiFaults(delay_seconds=1).delay_seconds == 1.0 and type(ApiFaults(delay_seconds=1).delay_seconds) is float
@@ -433,8 +477,11 @@ def test_malformed_rate_corrupts_the_expected_records_deterministically():
     assert variants["missing_key"] == {("transaction_id", "<missing>"), ("customer_id", "<missing>")}
     assert {key for key, _ in variants["out_of_range"]} == {"amount", "instalments", "transaction_date"}
     for key, value in variants["out_of_range"]:
-        assert {"amount": str(value).startswith("-"), "instalments": value == 99,
-                "transaction_date": value == str(DAY - dt.timedelta(days=1))}[key]
+        assert {
+            "amount": str(value).startswith("-"),
+            "instalments": value == 99,
+            "transaction_date": value == str(DAY - dt.timedelta(days=1)),
+        }[key]
     # Deterministic: same as a fresh computation, a subset at a lower rate, elsewhere under another seed.
     assert transactions_served(CONFIG, faults, DAY) == served
     fewer = transactions_served(CONFIG, ApiFaults(malformed_rate=0.05), DAY)
@@ -447,8 +494,10 @@ def test_malformed_rate_corrupts_the_expected_records_deterministically():
 
 def test_malformed_customers_and_merchants_use_wrong_type_and_missing_key_only():
     faults = ApiFaults(malformed_rate=0.2)
-    for served, truth, entity in [(customers_served(CONFIG, faults, DAY), customers_as_of(CONFIG, DAY), "customer"),
-                                  (merchants_served(CONFIG, faults, DAY), merchants_as_of(CONFIG, DAY), "merchant")]:
+    for served, truth, entity in [
+        (customers_served(CONFIG, faults, DAY), customers_as_of(CONFIG, DAY), "customer"),
+        (merchants_served(CONFIG, faults, DAY), merchants_as_of(CONFIG, DAY), "merchant"),
+    ]:
         kinds = Counter(malformed_kind(record) for record in served)
         corrupted = int(len(truth) * 0.2 + 0.5)
         assert kinds.pop(None) == len(truth) - corrupted
@@ -460,9 +509,11 @@ def test_malformed_customers_and_merchants_use_wrong_type_and_missing_key_only()
 def test_malformed_and_drifted_feeds_over_http_equal_the_served_truth_on_two_servers():
     faults = ApiFaults(malformed_rate=0.1, drift=True)
     with serve(CONFIG, faults=faults) as one, serve(CONFIG, faults=faults) as two:
-        for path, truth in [(TX, transactions_served(CONFIG, faults, DAY)),
-                            (f"/v1/customers?as_of={DAY}", customers_served(CONFIG, faults, DAY)),
-                            (f"/v1/merchants?as_of={DAY}", merchants_served(CONFIG, faults, DAY))]:
+        for path, truth in [
+            (TX, transactions_served(CONFIG, faults, DAY)),
+            (f"/v1/customers?as_of={DAY}", customers_served(CONFIG, faults, DAY)),
+            (f"/v1/merchants?as_of={DAY}", merchants_served(CONFIG, faults, DAY)),
+        ]:
             rows, _ = fetch_all(one.url, path, 37)
             assert rows == truth
             page = f"{path}&page=2&page_size=50"
@@ -473,9 +524,11 @@ def test_malformed_and_drifted_feeds_over_http_equal_the_served_truth_on_two_ser
 
 def test_drift_adds_unknown_fields_and_leaves_the_rest_unchanged():
     faults = ApiFaults(drift=True)
-    for served, truth in [(transactions_served(CONFIG, faults, DAY), transactions_for(CONFIG, DAY)),
-                          (customers_served(CONFIG, faults, DAY), customers_as_of(CONFIG, DAY)),
-                          (merchants_served(CONFIG, faults, DAY), merchants_as_of(CONFIG, DAY))]:
+    for served, truth in [
+        (transactions_served(CONFIG, faults, DAY), transactions_for(CONFIG, DAY)),
+        (customers_served(CONFIG, faults, DAY), customers_as_of(CONFIG, DAY)),
+        (merchants_served(CONFIG, faults, DAY), merchants_as_of(CONFIG, DAY)),
+    ]:
         assert len(served) == len(truth)
         for record, original in zip(served, truth):
             assert list(record) == [*original, "channel", "loyalty_points"]
@@ -498,8 +551,9 @@ def test_truncate_after_pages_cuts_off_the_next_page_and_the_server_keeps_servin
         pages = [get_json(f"{api.url}{TX}&page={page}&page_size=50") for page in (1, 2)]
         assert [status for status, _ in pages] == [200, 200]
         assert pages[0][1]["data"] + pages[1][1]["data"] == transactions_for(CONFIG, DAY)[:100]
-        request = urllib.request.Request(f"{api.url}{TX}&page=3&page_size=50",
-                                         headers={"Authorization": f"Bearer {CONFIG.token}"})
+        request = urllib.request.Request(
+            f"{api.url}{TX}&page=3&page_size=50", headers={"Authorization": f"Bearer {CONFIG.token}"}
+        )
         for _ in range(3):  # the page stays broken; each cut-off leaves the server healthy
             with urllib.request.urlopen(request, timeout=5) as response:
                 assert response.status == 200
@@ -508,8 +562,13 @@ def test_truncate_after_pages_cuts_off_the_next_page_and_the_server_keeps_servin
             assert 0 < len(caught.value.partial) < int(response.headers["Content-Length"])
             assert get_json(f"{api.url}/health", token=None)[0] == 200
             assert get_json(f"{api.url}{TX}&page=1&page_size=50")[0] == 200
-        client = ApiClient(api.url, CONFIG.token, page_size=50, timeout=5,
-                           retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02))
+        client = ApiClient(
+            api.url,
+            CONFIG.token,
+            page_size=50,
+            timeout=5,
+            retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02),
+        )
         received = []
         # ApiClient does not wrap IncompleteRead (yet): either way the download fails after 2 whole pages.
         with pytest.raises((ApiError, http.client.HTTPException)):
@@ -571,8 +630,10 @@ def test_api_client_recovers_from_failures_and_reports_exhausted_retries():
     policy = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
     with faulty(fail_requests=2) as api:
         client = ApiClient(api.url, CONFIG.token, page_size=50, timeout=5, retry=policy)
-        assert client.get_json("/v1/transactions", {"date": DAY.isoformat(), "page_size": 3})["data"] == \
-            transactions_for(CONFIG, DAY)[:3]
+        assert (
+            client.get_json("/v1/transactions", {"date": DAY.isoformat(), "page_size": 3})["data"]
+            == transactions_for(CONFIG, DAY)[:3]
+        )
         assert api.faults.fail_requests == 0
         api.set_faults(ApiFaults(fail_requests=2, fail_status=429, retry_after_seconds=0.01))
         assert client.get_json("/v1/merchants", {"as_of": DAY.isoformat()})["data"] == merchants_as_of(CONFIG, DAY)
@@ -593,9 +654,27 @@ def test_main_rejects_bad_fault_flags(capsys):
 def test_main_fault_flags_and_admin_switch_a_subprocess_server():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     process = subprocess.Popen(
-        [sys.executable, "-m", "etr_assets.sources.synthetic_api", "--port", "0", "--fail-requests", "1",
-         "--fail-status", "500", "--delay", "0.01", "--malformed-rate", "0.1", "--drift"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "etr_assets.sources.synthetic_api",
+            "--port",
+            "0",
+            "--fail-requests",
+            "1",
+            "--fail-status",
+            "500",
+            "--delay",
+            "0.01",
+            "--malformed-rate",
+            "0.1",
+            "--drift",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         url = re.search(r"http://127\.0\.0\.1:\d+", process.stdout.readline()).group(0)
