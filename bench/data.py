@@ -1,6 +1,6 @@
 """Synthetic BNPL transactions in the silver table's shape, generated inside Spark (millions of rows in seconds).
 
-The distributions follow the synthetic API (`etr_assets/sources/synthetic_api.py`): status weights 3/46/44/4/3,
+The distributions follow the synthetic API (`etr_assets/sources/synthetic_data.py`): status weights 3/46/44/4/3,
 log-normal amounts, MYR/SGD/USD 80/12/8, instalments 3/4/6/12, four payment methods, a skew towards some
 customers. The API builds records one by one in Python (about 20k a second), too slow for a year of millions,
 so the benchmarks draw the same shape with Spark's functions from a seed: every run gets the same rows.

@@ -3,7 +3,7 @@
 Both paths do the same work on the same Spark session: start the synthetic API, fetch the day's transactions
 into the raw zone, load bronze, build silver and gold through write-audit-publish. Dagster: `materialize` of the
 four transaction assets with the project's definitions and resources (`build_definitions`), on an ephemeral
-instance. Library: `fetch_day`, `load_bronze`, `build_silver`, `build_gold` from `etr_assets.lake.transactions`.
+instance. Library: `fetch_day`, `load_bronze`, `build_silver`, `build_gold` from `etr_assets.pipeline.transactions`.
 Each run takes a new day; the first run of each path is a warm-up and is not counted.
 """
 
@@ -40,8 +40,8 @@ def through_dagster(defs, day: dt.date) -> int:
 
 
 def through_library(spark, settings: Settings, day: dt.date) -> int:
-    from etr_assets.lake import transactions as pipeline
     from etr_assets.lake.wap import branch_name
+    from etr_assets.pipeline import transactions as pipeline
     from etr_assets.sources.api_client import ApiClient
     from etr_assets.sources.fetch import fetch_day
     from etr_assets.sources.raw_zone import local_raw_zone

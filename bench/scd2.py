@@ -5,7 +5,7 @@ Both methods keep `landing.customers` (the real spec) from the same two full sna
 1%, 10% or 50% of them changed in a tracked column) is timed. Each table is rolled back to its batch-0 snapshot before
 the next share, so every case starts from the same state.
 
-- ours, recomputing: `apply_observations(FULL)` over every observation (batch 0's days and batch 1), as
+- ours, recomputing: `apply_observations(FeedMode.FULL)` over every observation (batch 0's days and batch 1), as
   `build_landing` does when it cannot extend: history is recomputed from the observations and only the difference
   merged, in one MERGE;
 - ours, extending: `apply_log` (what `build_landing` runs) after batch 1 was appended to the observation log: it
@@ -27,7 +27,8 @@ import uuid
 
 from bench.common import Lake, measure, ratio
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.scd2 import FULL, apply_observations
+from etr_assets.lake.feeds import FeedMode
+from etr_assets.lake.scd2 import apply_observations
 from etr_assets.lake.scd2_log import EXTEND, apply_log, read_cursor, write_cursor
 from etr_assets.tables.entities import LANDING_CUSTOMERS
 
@@ -158,7 +159,7 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
     # The observation log (bronze's role) for `apply_log`: batch 0's days now, batch 1 appended before each timed apply.
     log = f"{lake.catalog}.landing.customers_log_{keys}"
     observations_of(spark, history_days).writeTo(log).using("iceberg").create()
-    apply_log(spark, lake.catalog, extend_spec, log, as_records, FULL)
+    apply_log(spark, lake.catalog, extend_spec, log, as_records, FeedMode.FULL)
     # Batch 0's history once (the first apply_log recomputes it from the same observations), copied for ours.
     spark.table(extended).writeTo(ours).append()
     ours_start, seed_start = _current(spark, ours), _current(spark, seed)
@@ -178,13 +179,13 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
             spark.read.parquet(path).write.mode("append").parquet(folder)
 
         def apply_ours(records=records):
-            return apply_observations(spark, lake.catalog, ours_spec, records, FULL)
+            return apply_observations(spark, lake.catalog, ours_spec, records, FeedMode.FULL)
 
         def apply_seed(path=second):
             return seed_statements(spark, seed, path)
 
         def extend_ours():
-            result = apply_log(spark, lake.catalog, extend_spec, log, as_records, FULL)
+            result = apply_log(spark, lake.catalog, extend_spec, log, as_records, FeedMode.FULL)
             if result.method != EXTEND:
                 raise AssertionError(f"apply_log recomputed instead of extending: {result.reason}")
             return result

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from etr_assets.lake import iam
 from etr_assets.settings import Settings, SettingsError
 
 
@@ -114,6 +115,13 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
     return synthetic_api.main(forwarded)
 
 
+def cmd_iam_policy(settings: Settings, args: argparse.Namespace) -> int:
+    from etr_assets.tables import ALL_SPECS
+
+    print(iam.render(iam.iam_policy(ALL_SPECS, args.bucket, args.region, args.account, args.glue_job)), end="")
+    return 0
+
+
 def cmd_prepare_instance(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.instance import prepare_instance
 
@@ -137,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8765)
     api.set_defaults(run=cmd_api)
+    policy = sub.add_parser("iam-policy", help="print the pipeline's least-privilege IAM policy (JSON)")
+    policy.add_argument("--bucket", default=iam.DEFAULT_BUCKET)
+    policy.add_argument("--region", default=iam.DEFAULT_REGION)
+    policy.add_argument("--account", default="*", help="the AWS account id (default: any account the role is in)")
+    policy.add_argument("--glue-job", default=iam.DEFAULT_GLUE_JOB)
+    policy.set_defaults(run=cmd_iam_policy)
     prepare = sub.add_parser(
         "prepare-instance",
         help="make $DAGSTER_HOME ready for this code location: dagster.yaml (if missing), storage, table pools",

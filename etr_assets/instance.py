@@ -13,6 +13,10 @@ import os
 import shutil
 from pathlib import Path
 
+from dagster import DagsterInstance
+
+from etr_assets.definitions import defs
+
 LAPTOP_CONFIG = Path(__file__).resolve().parent / "conf" / "dagster.yaml"
 
 
@@ -45,10 +49,6 @@ def initialize_pools(instance, defs) -> list[str]:
 
 def prepare_instance(config: Path | None = None) -> list[str]:
     """Steps 1-3 for $DAGSTER_HOME; returns what was done, one line each."""
-    from dagster import DagsterInstance
-
-    from etr_assets.definitions import defs
-
     home = os.environ.get("DAGSTER_HOME")
     if not home:
         raise RuntimeError("DAGSTER_HOME is not set: point it at the instance's folder (./dev uses $ETR_HOME/dagster)")

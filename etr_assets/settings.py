@@ -9,10 +9,28 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+from enum import StrEnum
 from pathlib import Path
 
-PROFILES = ("local", "s3", "aws")
-COMPUTES = ("local", "glue", "emr-serverless")
+
+class Profile(StrEnum):
+    """Where the lake lives: this machine (Hadoop catalog), S3 + PostgreSQL catalog, or S3 + AWS Glue."""
+
+    LOCAL = "local"
+    S3 = "s3"
+    AWS = "aws"
+
+
+class Compute(StrEnum):
+    """Where the heavy assets run: in the run's own Spark, or as a Glue / EMR Serverless job through Dagster Pipes."""
+
+    LOCAL = "local"
+    GLUE = "glue"
+    EMR_SERVERLESS = "emr-serverless"
+
+
+PROFILES = tuple(Profile)
+COMPUTES = tuple(Compute)
 
 
 class SettingsError(ValueError):
@@ -21,7 +39,7 @@ class SettingsError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    profile: str = "local"
+    profile: str = Profile.LOCAL.value  # a Profile
     home: Path = Path(".etr")
     catalog: str = "etr"
     # Spark
@@ -51,8 +69,7 @@ class Settings:
     max_reject_rate: float = 0.05  # a batch refusing more than this share of its records fails and stays pending
     max_day_shrink: float = 0.5  # a reload shrinking a loaded day by more than this share fails and stays pending
     pending_alert_hours: float = 6.0  # the sensor reports batches pending longer than this
-    # Where the heavy assets run: in the run's own Spark, or as a Glue / EMR Serverless job through Dagster Pipes
-    compute: str = "local"
+    compute: str = Compute.LOCAL.value  # a Compute
     glue_job_name: str = ""
     glue_worker_type: str = "G.1X"
     glue_workers: int = 2
@@ -62,6 +79,11 @@ class Settings:
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise SettingsError(f"ETR_PROFILE={self.profile!r} is not one of {', '.join(PROFILES)}")
+        if self.compute not in COMPUTES:
+            raise SettingsError(f"ETR_COMPUTE={self.compute!r} is not one of {', '.join(COMPUTES)}")
+        # Kept as plain text (equal to the enum members): settings travel into Dagster config and job parameters.
+        object.__setattr__(self, "profile", Profile(self.profile).value)
+        object.__setattr__(self, "compute", Compute(self.compute).value)
         if self.profile != "local" and not self.bucket:
             raise SettingsError(f"ETR_PROFILE={self.profile} needs ETR_S3_BUCKET (the lake's bucket)")
         if self.profile == "s3" and not self.jdbc_url:
@@ -70,8 +92,6 @@ class Settings:
             raise SettingsError(f"ETR_MAX_REJECT_RATE={self.max_reject_rate} must be between 0 and 1")
         if not 0 <= self.max_day_shrink <= 1:
             raise SettingsError(f"ETR_MAX_DAY_SHRINK={self.max_day_shrink} must be between 0 and 1")
-        if self.compute not in COMPUTES:
-            raise SettingsError(f"ETR_COMPUTE={self.compute!r} is not one of {', '.join(COMPUTES)}")
         if self.compute != "local" and self.profile == "local":
             raise SettingsError(f"ETR_COMPUTE={self.compute} needs a shared lake: ETR_PROFILE=aws (or s3), not local")
         if self.compute == "glue" and not self.glue_job_name:
@@ -113,68 +133,62 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        """Settings from ETR_* variables (`ENVIRONMENT`); a variable unset or empty keeps the field's default."""
         env = os.environ if environ is None else environ
-
-        def get(name: str, default: str = "") -> str:
-            return env.get(name, default).strip()
-
-        def integer(name: str, default: int) -> int:
-            raw = get(name)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        values = {}
+        for field, (names, parse) in ENVIRONMENT.items():
+            raw = next((env[n].strip() for n in names if env.get(n, "").strip()), "")
             if not raw:
-                return default
+                continue
             try:
-                return int(raw)
+                values[field] = parse(raw)
             except ValueError:
-                raise SettingsError(f"{name}={raw!r} is not an integer") from None
+                raise SettingsError(f"{names[0]}={raw!r} is not {_KINDS.get(parse, 'valid')}") from None
+        return cls(**{**defaults, **values})
 
-        def number(name: str, default: float) -> float:
-            raw = get(name)
-            if not raw:
-                return default
-            try:
-                return float(raw)
-            except ValueError:
-                raise SettingsError(f"{name}={raw!r} is not a number") from None
 
-        def csv(name: str) -> tuple[str, ...]:
-            return tuple(part.strip() for part in get(name).split(",") if part.strip())
+def _csv(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
 
-        start = get("ETR_START_DATE", "2025-01-01")
-        try:
-            start_date = dt.date.fromisoformat(start)
-        except ValueError:
-            raise SettingsError(f"ETR_START_DATE={start!r} is not a date (YYYY-MM-DD)") from None
 
-        return cls(
-            profile=get("ETR_PROFILE", "local") or "local",
-            home=Path(get("ETR_HOME", ".etr") or ".etr"),
-            catalog=get("ETR_CATALOG", "etr") or "etr",
-            spark_master=get("ETR_SPARK_MASTER", "local[2]") or "local[2]",
-            driver_memory=get("ETR_SPARK_DRIVER_MEMORY", "1g") or "1g",
-            shuffle_partitions=integer("ETR_SPARK_SHUFFLE_PARTITIONS", 4),
-            spark_jars=csv("ETR_SPARK_JARS"),
-            spark_packages=csv("ETR_SPARK_PACKAGES"),
-            provided_iceberg=get("ETR_ICEBERG_PROVIDED").lower() in ("1", "true", "yes"),
-            executor_memory=get("ETR_SPARK_EXECUTOR_MEMORY"),
-            bucket=get("ETR_S3_BUCKET"),
-            s3_endpoint=get("ETR_S3_ENDPOINT"),
-            region=get("ETR_AWS_REGION", get("AWS_REGION", "ap-southeast-5")) or "ap-southeast-5",
-            glue_endpoint=get("ETR_GLUE_ENDPOINT"),
-            jdbc_url=get("ETR_JDBC_URL"),
-            jdbc_user=get("ETR_JDBC_USER"),
-            jdbc_password=get("ETR_JDBC_PASSWORD"),
-            api_url=get("ETR_API_URL"),
-            api_seed=integer("ETR_API_SEED", 7),
-            api_transactions_per_day=integer("ETR_API_TRANSACTIONS_PER_DAY", 200),
-            api_page_size=integer("ETR_API_PAGE_SIZE", 100),
-            start_date=start_date,
-            max_reject_rate=number("ETR_MAX_REJECT_RATE", 0.05),
-            max_day_shrink=number("ETR_MAX_DAY_SHRINK", 0.5),
-            pending_alert_hours=number("ETR_PENDING_ALERT_HOURS", 6.0),
-            compute=get("ETR_COMPUTE", "local") or "local",
-            glue_job_name=get("ETR_GLUE_JOB_NAME"),
-            glue_worker_type=get("ETR_GLUE_WORKER_TYPE", "G.1X") or "G.1X",
-            glue_workers=integer("ETR_GLUE_WORKERS", 2),
-            emr_application_id=get("ETR_EMR_APPLICATION_ID"),
-            remote_role_arn=get("ETR_REMOTE_ROLE_ARN"),
-        )
+def _flag(raw: str) -> bool:
+    return raw.lower() in ("1", "true", "yes")
+
+
+_KINDS = {int: "an integer", float: "a number", dt.date.fromisoformat: "a date (YYYY-MM-DD)"}
+
+# Field -> (variables, first set wins; parser). The defaults are the fields' own, written once above.
+ENVIRONMENT = {
+    "profile": (("ETR_PROFILE",), str),
+    "home": (("ETR_HOME",), Path),
+    "catalog": (("ETR_CATALOG",), str),
+    "spark_master": (("ETR_SPARK_MASTER",), str),
+    "driver_memory": (("ETR_SPARK_DRIVER_MEMORY",), str),
+    "shuffle_partitions": (("ETR_SPARK_SHUFFLE_PARTITIONS",), int),
+    "spark_jars": (("ETR_SPARK_JARS",), _csv),
+    "spark_packages": (("ETR_SPARK_PACKAGES",), _csv),
+    "provided_iceberg": (("ETR_ICEBERG_PROVIDED",), _flag),
+    "executor_memory": (("ETR_SPARK_EXECUTOR_MEMORY",), str),
+    "bucket": (("ETR_S3_BUCKET",), str),
+    "s3_endpoint": (("ETR_S3_ENDPOINT",), str),
+    "region": (("ETR_AWS_REGION", "AWS_REGION"), str),
+    "glue_endpoint": (("ETR_GLUE_ENDPOINT",), str),
+    "jdbc_url": (("ETR_JDBC_URL",), str),
+    "jdbc_user": (("ETR_JDBC_USER",), str),
+    "jdbc_password": (("ETR_JDBC_PASSWORD",), str),
+    "api_url": (("ETR_API_URL",), str),
+    "api_seed": (("ETR_API_SEED",), int),
+    "api_transactions_per_day": (("ETR_API_TRANSACTIONS_PER_DAY",), int),
+    "api_page_size": (("ETR_API_PAGE_SIZE",), int),
+    "start_date": (("ETR_START_DATE",), dt.date.fromisoformat),
+    "max_reject_rate": (("ETR_MAX_REJECT_RATE",), float),
+    "max_day_shrink": (("ETR_MAX_DAY_SHRINK",), float),
+    "pending_alert_hours": (("ETR_PENDING_ALERT_HOURS",), float),
+    "compute": (("ETR_COMPUTE",), str),
+    "glue_job_name": (("ETR_GLUE_JOB_NAME",), str),
+    "glue_worker_type": (("ETR_GLUE_WORKER_TYPE",), str),
+    "glue_workers": (("ETR_GLUE_WORKERS",), int),
+    "emr_application_id": (("ETR_EMR_APPLICATION_ID",), str),
+    "remote_role_arn": (("ETR_REMOTE_ROLE_ARN",), str),
+}

@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     def stage(name: str) -> None:
         print(json.dumps({"stage": name, "t": round(time.monotonic() - started, 3)}), flush=True)
 
-    from etr_assets.lake import entities, transactions
     from etr_assets.lake.session import get_spark
+    from etr_assets.pipeline import entities, transactions
     from etr_assets.settings import Settings
     from etr_assets.sources.api_client import ApiClient
     from etr_assets.sources.fetch import fetch_day

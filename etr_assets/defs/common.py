@@ -11,24 +11,17 @@ from dagster import (
     AssetKey,
     BackfillPolicy,
     DailyPartitionsDefinition,
-    MaterializeResult,
     MetadataValue,
     asset,
 )
 from dagster._utils.warnings import BetaWarning
 
-from etr_assets.defs.metadata import commit_metadata, definition_metadata
-from etr_assets.defs.resources import LakeResource
-from etr_assets.lake.bronze import LayerResult
+from etr_assets.defs.metadata import definition_metadata
 from etr_assets.lake.quality import (
-    WARN,
     CheckOutcome,
-    metrics_of,
-    post_write_outcomes,
-    record_metrics,
+    Severity,
 )
-from etr_assets.lake.specs import TableSpec
-from etr_assets.lake.writes import table_location
+from etr_assets.lake.specs import WAP_ENABLED, TableSpec
 from etr_assets.settings import Settings
 
 # BackfillPolicy is marked beta; single-run backfills are what `--partition-range` needs, so we accept it.
@@ -65,7 +58,7 @@ def table_check_specs(spec: TableSpec) -> list[AssetCheckSpec]:
     Non-blocking (WARN): each reference of the spec, and the row-count anomaly for tables with daily partitions.
     """
     key = table_key(spec)
-    when = "before publishing" if spec.table_properties.get("write.wap.enabled") == "true" else "after writing"
+    when = "before publishing" if spec.table_properties.get(WAP_ENABLED) == "true" else "after writing"
     specs = [
         AssetCheckSpec(
             c.name,
@@ -142,25 +135,12 @@ def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:
             AssetCheckResult(
                 check_name=o.name,
                 passed=o.passed,
-                severity=AssetCheckSeverity.WARN if o.severity == WARN else AssetCheckSeverity.ERROR,
+                severity=AssetCheckSeverity.WARN if o.severity == Severity.WARN else AssetCheckSeverity.ERROR,
                 metadata=metadata,
                 description=o.description,
             )
         )
     return results
-
-
-def quality_results(
-    context, lake: LakeResource, spec: TableSpec, days, evaluated: tuple = ()
-) -> list[AssetCheckResult]:
-    """Run the post-write checks (expectations too, unless `evaluated` already holds them from an audit branch),
-    record every figure in monitoring.data_quality_metrics, and return the Dagster check results."""
-    spark = lake.session()
-    done = {o.name for o in evaluated}
-    pending = not any(c.name in done for c in spec.expectations)
-    outcomes = list(evaluated) + post_write_outcomes(spark, lake.catalog, spec, days, expectations=pending)
-    record_metrics(spark, lake.catalog, metrics_of(spec, outcomes), context.run.run_id)
-    return check_results(outcomes)
 
 
 def table_asset(
@@ -184,22 +164,3 @@ def table_asset(
         metadata=definition_metadata(spec, settings.catalog),
         check_specs=table_check_specs(spec) + list(extra_checks) or None,
     )
-
-
-def table_result(
-    context: AssetExecutionContext, lake: LakeResource, spec: TableSpec, layer: LayerResult
-) -> MaterializeResult:
-    location = table_location(lake.session(), spec.qualified(lake.catalog))
-    context.log.info(
-        f"{spec.identifier}: {len(layer.rows_by_day)} day(s) hold {layer.rows} rows; "
-        + (
-            f"{layer.commit.operation} snapshot {layer.commit.snapshot_id} "
-            f"(+{layer.commit.added_files}/-{layer.commit.removed_files} files)"
-            if layer.commit.snapshot_id
-            else "nothing committed"
-        )
-    )
-    for warning in layer.warnings:
-        context.log.warning(warning)
-    checks = quality_results(context, lake, spec, days_of(context), layer.checks)
-    return MaterializeResult(metadata=commit_metadata(layer, location), check_results=checks or None)

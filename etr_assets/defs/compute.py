@@ -1,6 +1,7 @@
-"""Where the Spark layers run: in the run's own Spark (`ETR_COMPUTE=local`), or as a Glue 5.0 / EMR Serverless job
-through Dagster Pipes, executing the same library code (`etr_assets/remote/run_layer.py`) and reporting the
-materialization's figures and check results back. The asset bodies call `LayerRunner.run` when it is remote.
+"""Where a table layer runs: in the run's own Spark (`ETR_COMPUTE=local`), or as a Glue 5.0 / EMR Serverless job
+through Dagster Pipes. Either way the layer is built and finished by `etr_assets.pipeline.layers.run_layer` (in the
+job: `etr_assets/remote/run_layer.py`), and the asset gets the same materialization and check results. Every table
+asset's body is `yield from layer_runner.run(...)`: the runner alone decides where.
 
 `compute="subprocess"` runs the job script in a child process on this machine (its own JVM): what the tests use
 to exercise the whole protocol without AWS.
@@ -8,13 +9,16 @@ to exercise the whole protocol without AWS.
 
 import sys
 
-from dagster import AssetExecutionContext, ConfigurableResource
+from dagster import AssetExecutionContext, ConfigurableResource, Failure, MaterializeResult, MetadataValue
 from pydantic import Field
 
-from etr_assets.defs.common import days_of
-from etr_assets.lake.wap import branch_name
+from etr_assets.defs.common import check_results, days_of
+from etr_assets.defs.metadata import as_metadata
+from etr_assets.defs.resources import LakeResource, RawZoneResource
+from etr_assets.lake.quality import metrics_of, record_metrics
+from etr_assets.lake.wap import AuditFailed, branch_name
+from etr_assets.pipeline.layers import LAYERS, LayerRequest, run_layer
 from etr_assets.remote import jobs
-from etr_assets.remote.layers import LayerRequest
 from etr_assets.settings import Settings
 
 PIPES_PREFIX = "pipes"  # context and messages exchanged with the job, under the lake's bucket (IAM: PipesExchange)
@@ -43,11 +47,25 @@ class LayerRunner(ConfigurableResource):
             )
         return boto3.client(service, region_name=self.region)
 
-    def run(self, context: AssetExecutionContext, layer: str, options: dict | None = None):
-        """Build `layer` for the run's days remotely; yields what the job reported (materialization, checks)."""
+    def run(
+        self,
+        context: AssetExecutionContext,
+        layer: str,
+        lake: LakeResource,
+        raw_zone: RawZoneResource,
+        options: dict | None = None,
+    ):
+        """Build and finish `layer` for the run's days, here or in a remote job; yields the materialization and the
+        check results. The raw zone's (run) config travels with the request, so a remote bronze obeys it too."""
         request = LayerRequest(
-            layer, [d.isoformat() for d in days_of(context)], branch_name(context.run.run_id), options or {}
+            layer,
+            [d.isoformat() for d in days_of(context)],
+            branch_name(context.run.run_id),
+            {**raw_zone.policy(), **(options or {})},
         )
+        if not self.remote:
+            yield from self._run_here(context, lake, raw_zone, request)
+            return
         extras = request.to_extras() | {"settings": self.settings_env, "platform": self.compute}
         context.log.info(f"running {layer} on {self.compute} for {', '.join(request.days)}")
         if self.compute == "subprocess":
@@ -61,6 +79,32 @@ class LayerRunner(ConfigurableResource):
                 context=context, start_job_run_params=dict(self.start_job_run_params), extras=extras
             )
         yield from invocation.get_results()
+
+    def _run_here(self, context, lake: LakeResource, raw_zone: RawZoneResource, request: LayerRequest):
+        spark, spec = lake.session(), LAYERS[request.layer].spec
+        try:
+            finished = run_layer(spark, lake.catalog, raw_zone.zone, request, context.run.run_id)
+        except AuditFailed as failed:  # the failed figures matter most: recorded and reported before the run fails
+            record_metrics(spark, lake.catalog, metrics_of(spec, failed.results), context.run.run_id)
+            yield from check_results(failed.results)
+            inspect = f"`etr sql \"SELECT * FROM {spec.identifier} VERSION AS OF '{failed.branch}'\"`"
+            raise Failure(
+                description=str(failed),
+                metadata={"audit_branch": failed.branch, "inspect": MetadataValue.md(inspect)},
+            ) from None
+        figures = finished.figures
+        context.log.info(
+            f"{spec.identifier}: {figures['dagster/row_count']} rows; "
+            + (
+                f"{figures['operation']} snapshot {figures['snapshot_id']} "
+                f"(+{figures['files_added']}/-{figures['files_removed']} files)"
+                if figures["snapshot_id"] != "none"
+                else "nothing committed"
+            )
+        )
+        for warning in finished.warnings:
+            context.log.warning(warning)
+        yield MaterializeResult(metadata=as_metadata(figures), check_results=check_results(finished.outcomes) or None)
 
     def _aws_pipes_client(self):
         import boto3

@@ -1,34 +1,33 @@
-"""Customer and merchant assets: bronze (every record received) -> landing SCD2 history -> customer profiles."""
+"""Customer and merchant assets: bronze (every record received) -> landing SCD2 history -> customer profiles.
+
+Each is one call of the layer runner (`etr_assets.defs.compute`): in this run's Spark, or on Glue / EMR Serverless
+through Dagster Pipes with ETR_COMPUTE, like the transaction assets."""
 
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     Config,
-    MaterializeResult,
-    MetadataValue,
 )
 from pydantic import Field
 
 from etr_assets.defs.common import (
-    days_of,
-    quality_results,
     quarantine_check,
     table_asset,
     table_key,
-    table_result,
 )
+from etr_assets.defs.compute import LayerRunner
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
-from etr_assets.lake import entities as pipeline
-from etr_assets.lake.writes import table_location
+from etr_assets.lake.feeds import EntityFeed
 from etr_assets.settings import Settings
 from etr_assets.tables.entities import GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
+from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 
 def build_entity_assets(settings: Settings) -> list[AssetsDefinition]:
     assets = []
-    for feed in (pipeline.CUSTOMERS, pipeline.MERCHANTS):
+    for feed in (CUSTOMERS, MERCHANTS):
         assets += _feed_assets(settings, feed)
 
     @table_asset(
@@ -37,14 +36,15 @@ def build_entity_assets(settings: Settings) -> list[AssetsDefinition]:
         [table_key(LANDING_CUSTOMERS), table_key(SILVER_TRANSACTIONS)],
         "Each customer as of the end of the day (the SCD2 version valid then) with their transactions up to it.",
     )
-    def gold_customer_profiles(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
-        layer = pipeline.build_customer_profiles(lake.session(), lake.catalog, days_of(context))
-        return table_result(context, lake, GOLD_CUSTOMER_PROFILES, layer)
+    def gold_customer_profiles(
+        context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
+    ):
+        yield from layer_runner.run(context, "gold/customer_profiles", lake, raw_zone)
 
     return assets + [gold_customer_profiles]
 
 
-def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDefinition]:
+def _feed_assets(settings: Settings, feed: EntityFeed) -> list[AssetsDefinition]:
     endpoint, bronze, landing = feed.raw.endpoint, feed.raw.bronze, feed.landing
 
     @table_asset(
@@ -55,17 +55,8 @@ def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDe
         f"{feed.raw.quarantine.identifier}): the observations {landing.identifier}'s history is computed from.",
         extra_checks=(quarantine_check(bronze),),
     )
-    def load(context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource) -> MaterializeResult:
-        layer = pipeline.load_bronze(
-            lake.session(),
-            lake.catalog,
-            raw_zone.zone(),
-            feed,
-            days_of(context),
-            raw_zone.max_reject_rate,
-            raw_zone.max_day_shrink,
-        )
-        return table_result(context, lake, bronze, layer)
+    def load(context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner):
+        yield from layer_runner.run(context, table_key(bronze).to_user_string(), lake, raw_zone)
 
     @table_asset(
         settings,
@@ -76,31 +67,15 @@ def _feed_assets(settings: Settings, feed: pipeline.EntityFeed) -> list[AssetsDe
         f"Extended from the bronze rows appended since the last build when they all come after it, else "
         f"recomputed from every observation (metadata `history_method` and `history_reason` say which and why).",
     )
-    def history(context: AssetExecutionContext, config: HistoryConfig, lake: LakeResource) -> MaterializeResult:
-        spark = lake.session()
-        result = pipeline.build_landing(spark, lake.catalog, feed, days_of(context), config.full_refresh)
-        table = landing.qualified(lake.catalog)
-        counts = spark.sql(f"SELECT count(*), count_if(_is_current) FROM {table}").first()
-        context.log.info(
-            f"{landing.identifier}: +{result.inserted} versions, {result.updated} updated, {result.deleted} removed "
-            + (f"in snapshot {result.snapshot_id}" if result.changed else "(no change, nothing committed)")
-            + f"; {result.method}: {result.reason}"
-        )
-        return MaterializeResult(
-            metadata={
-                "dagster/row_count": counts[0],
-                "current_rows": counts[1],
-                "versions_inserted": result.inserted,
-                "versions_updated": result.updated,
-                "versions_removed": result.deleted,
-                "history_method": result.method,
-                "history_reason": result.reason,
-                "snapshot_id": str(result.snapshot_id) if result.changed else "no change",
-                "table": table,
-                "table_uri": MetadataValue.path(table_location(spark, table)),
-            },
-            check_results=quality_results(context, lake, landing, days_of(context)),
-        )
+    def history(
+        context: AssetExecutionContext,
+        config: HistoryConfig,
+        lake: LakeResource,
+        raw_zone: RawZoneResource,
+        layer_runner: LayerRunner,
+    ):
+        options = {"full_refresh": config.full_refresh}
+        yield from layer_runner.run(context, table_key(landing).to_user_string(), lake, raw_zone, options)
 
     return [load, history]
 

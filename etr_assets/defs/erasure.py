@@ -27,25 +27,17 @@ from etr_assets.defs.common import table_key, table_pool
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.defs.run_guard import in_process_executor
 from etr_assets.lake.erasure import (
-    LAYER_ORDER,
     ErasureRequest,
     RawErasure,
     TableErasure,
     audit_key,
-    erase_table,
-    erasure_order,
+    erase_table_step,
     held_ids,
-    pipeline_feeds,
-    proof_audit_rows,
-    prove_erased,
-    raw_audit_rows,
-    record_actions,
-    table_audit_rows,
 )
-from etr_assets.lake.erasure import erase_raw_zone as erase_raw_files
 from etr_assets.lake.specs import TableSpec
+from etr_assets.pipeline.erasure import erase_raw_step, erasure_stages, prove_step
 from etr_assets.settings import Settings
-from etr_assets.tables import personal_data_specs
+from etr_assets.tables.feeds import writer_spec
 
 # Outputs (they carry the ids) stay in memory: never pickled into the instance's storage.
 MEMORY_IO_MANAGER = "gdpr_memory_io_manager"
@@ -56,14 +48,6 @@ _IN_MEMORY = Out(io_manager_key=MEMORY_IO_MANAGER)
 class ErasureConfig(Config):
     customer_ids: list[int] = Field(description="Customer ids to erase (positive integers), e.g. [100042, 100077]")
     request_reference: str = Field(description="Reference of the data subject's request, e.g. GDPR-2025-0042")
-
-
-def writer_spec(spec: TableSpec) -> TableSpec:
-    """The table whose asset writes `spec`: a quarantine table is written by its feed's bronze asset."""
-    for feed in pipeline_feeds():
-        if feed.quarantine.identifier == spec.identifier:
-            return feed.bronze
-    return spec
 
 
 def op_name(spec: TableSpec) -> str:
@@ -95,9 +79,7 @@ def _request_op(settings: Settings):
 def erase_raw_zone(
     context: OpExecutionContext, request: ErasureRequest, lake: LakeResource, raw_zone: RawZoneResource
 ) -> RawErasure:
-    zone = raw_zone.zone()
-    result = erase_raw_files(zone, request)
-    record_actions(lake.session(), lake.catalog, raw_audit_rows(request, result, zone.storage.uri("")))
+    result = erase_raw_step(lake.session(), lake.catalog, raw_zone.zone(), request)
     context.log.info(f"raw zone: {result.records_removed} record(s) removed from {len(result.files_rewritten)} file(s)")
     context.add_output_metadata(
         {
@@ -122,9 +104,7 @@ def _table_op(settings: Settings, spec: TableSpec, observe: bool):
         "then expires every older snapshot so the rows are physically gone. Skips the table if it never held them.",
     )
     def erase(context: OpExecutionContext, request: ErasureRequest, lake: LakeResource) -> TableErasure:
-        spark = lake.session()
-        result = erase_table(spark, lake.catalog, spec, request)
-        record_actions(spark, lake.catalog, table_audit_rows(request, result))
+        result = erase_table_step(lake.session(), lake.catalog, spec, request)
         if not result.held:
             context.log.info(f"{spec.identifier}: never held these customers; left alone")
         else:
@@ -177,9 +157,7 @@ def prove_erasure(
     lake: LakeResource,
     raw_zone: RawZoneResource,
 ) -> None:
-    spark = lake.session()
-    proof = prove_erased(spark, lake.catalog, raw_zone.zone(), request)
-    record_actions(spark, lake.catalog, proof_audit_rows(request, proof, held_ids(tables, raw)))
+    proof = prove_step(lake.session(), lake.catalog, raw_zone.zone(), request, tables, raw)
     metadata = {
         "proof": "VERIFIED" if proof.passed else "FAILED",
         "tables_scanned": proof.tables_scanned,
@@ -200,9 +178,9 @@ def prove_erasure(
 def build_erasure_job(settings: Settings, asset_keys: frozenset[AssetKey] = frozenset()) -> JobDefinition:
     """`asset_keys`: table assets of the code location; an erasure leaves an observation on those it changed."""
     request_op = _request_op(settings)
+    stages = erasure_stages()
     table_ops = {
-        spec.identifier: _table_op(settings, spec, table_key(spec) in asset_keys)
-        for spec in erasure_order(personal_data_specs())
+        spec.identifier: _table_op(settings, spec, table_key(spec) in asset_keys) for stage in stages for spec in stage
     }
 
     @job(
@@ -218,14 +196,9 @@ def build_erasure_job(settings: Settings, asset_keys: frozenset[AssetKey] = froz
         request = request_op()
         raw = erase_raw_zone(request)
         previous, results = [raw], []
-        for layer in (*LAYER_ORDER, None):
-            layer_results = [
-                table_ops[spec.identifier](request=request, after=previous)
-                for spec in erasure_order(personal_data_specs())
-                if (spec.namespace == layer) or (layer is None and spec.namespace not in LAYER_ORDER)
-            ]
-            if layer_results:
-                previous, results = layer_results, results + layer_results
+        for stage in stages:  # the sequence of etr_assets.lake.erasure.erase_customers, as ops
+            stage_results = [table_ops[spec.identifier](request=request, after=previous) for spec in stage]
+            previous, results = stage_results, results + stage_results
         prove_erasure(request, raw, results)
 
     return gdpr_erasure

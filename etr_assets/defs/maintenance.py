@@ -38,13 +38,14 @@ from dagster._utils.warnings import BetaWarning
 from pydantic import Field
 
 from etr_assets.defs.common import table_key, table_pool
-from etr_assets.defs.erasure import writer_spec
 from etr_assets.defs.resources import LakeResource
-from etr_assets.lake.health import ERROR, OK, TableHealth, table_health
+from etr_assets.lake.health import TableHealth, table_health
 from etr_assets.lake.maintenance import MaintenanceResult, maintain_table
+from etr_assets.lake.quality import Severity
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Settings
 from etr_assets.tables import ALL_SPECS
+from etr_assets.tables.feeds import writer_spec
 
 # Definitions copies a job-targeting sensor to give it the code location's executor, passing `owners` (a beta
 # parameter) although we set none: the warning is about Dagster's own call.
@@ -82,7 +83,7 @@ def health_metadata(health: TableHealth) -> dict[str, object]:
     """Numbers the UI plots over time; the snapshot id as a string (Iceberg ids exceed 32 bits)."""
     metadata: dict[str, object] = {name: value for name, value in health.figures().items()}
     metadata |= {
-        "status": health.status,
+        "status": str(health.status),  # Dagster metadata takes plain text, not an enum
         "reasons": "; ".join(health.reasons) or "none",
         "table": health.table,
         "snapshot_id": str(health.current_snapshot_id) if health.current_snapshot_id is not None else "none",
@@ -117,8 +118,8 @@ def health_check(settings: Settings, spec: TableSpec) -> AssetChecksDefinition:
                 metadata={"table": spec.identifier},
             )
         return AssetCheckResult(
-            passed=health.status == OK,
-            severity=AssetCheckSeverity.ERROR if health.status == ERROR else AssetCheckSeverity.WARN,
+            passed=health.status == Severity.OK,
+            severity=AssetCheckSeverity.ERROR if health.status == Severity.ERROR else AssetCheckSeverity.WARN,
             description=health.describe(),
             metadata=health_metadata(health),
         )
@@ -171,8 +172,8 @@ def run_metadata(result: MaintenanceResult) -> dict[str, object]:
     before, after = result.before, result.after
     metadata: dict[str, object] = {
         "table": result.table,
-        "status_before": before.status,
-        "status_after": after.status,
+        "status_before": str(before.status),
+        "status_after": str(after.status),
         "reasons_before": "; ".join(before.reasons) or "none",
         "files_rewritten": result.compaction.rewritten_data_files,
         "files_written": result.compaction.added_data_files,
@@ -290,7 +291,7 @@ def health_sensor(settings: Settings, specs: tuple[TableSpec, ...], maintenance_
                     # One run per table state: a later tick that finds the same snapshot and count launches nothing.
                     run_key=f"{spec.identifier}@{health.current_snapshot_id}/{health.snapshots}",
                     run_config=tables_config([spec.identifier]),
-                    tags={"etr/table": spec.identifier, "etr/health": health.status},
+                    tags={"etr/table": spec.identifier, "etr/health": str(health.status)},
                 )
             )
         if not requests:

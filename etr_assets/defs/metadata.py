@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dagster import MetadataValue, TableColumn, TableColumnConstraints, TableSchema
 
-from etr_assets.lake.figures import Tagged, layer_figures
+from etr_assets.lake.figures import Tagged
 from etr_assets.lake.specs import TableSpec
-from etr_assets.lake.transactions import LayerResult
 
 
 def column_schema(spec: TableSpec) -> TableSchema:
@@ -34,10 +33,9 @@ def definition_metadata(spec: TableSpec, catalog: str) -> dict[str, object]:
     }
 
 
-def commit_metadata(result: LayerResult, location: str) -> dict[str, object]:
+def as_metadata(figures: dict[str, object]) -> dict[str, object]:
     """Figures of one materialization (`etr_assets.lake.figures`), as Dagster metadata values."""
     render = {"path": MetadataValue.path, "json": MetadataValue.json, "md": MetadataValue.md}
     return {
-        key: render[value.kind](value.value) if isinstance(value, Tagged) else value
-        for key, value in layer_figures(result, location).items()
+        key: render[value.kind](value.value) if isinstance(value, Tagged) else value for key, value in figures.items()
     }

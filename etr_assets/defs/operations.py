@@ -16,13 +16,13 @@ from pydantic import Field
 
 from etr_assets.defs.common import table_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
+from etr_assets.lake.bookkeeping import TABLE_CHANGES
 from etr_assets.lake.bronze import BadInputError, abandon_batch
-from etr_assets.lake.entities import CUSTOMERS, MERCHANTS
 from etr_assets.lake.quality import Metric, record_metrics
 from etr_assets.lake.timetravel import NoSuchSnapshot, NotAnAncestor, daily_growth, rollback
-from etr_assets.lake.transactions import TRANSACTIONS
+from etr_assets.pipeline.entities import CUSTOMERS, MERCHANTS
+from etr_assets.pipeline.transactions import TRANSACTIONS
 from etr_assets.tables import spec_for
-from etr_assets.tables.operations import TABLE_CHANGES
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 RAW_FEEDS = {feed.endpoint: feed for feed in (TRANSACTIONS, CUSTOMERS.raw, MERCHANTS.raw)}

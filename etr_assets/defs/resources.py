@@ -12,7 +12,8 @@ from pydantic import PrivateAttr
 from etr_assets.lake.session import catalog_conf, spark_conf
 from etr_assets.settings import Settings
 from etr_assets.sources.api_client import ApiClient
-from etr_assets.sources.raw_zone import RawZone, local_raw_zone
+from etr_assets.sources.raw_zone import RawZone
+from etr_assets.sources.s3_storage import open_raw_zone
 
 LOCAL_API_TOKEN = "etr-local-token"  # the embedded synthetic API's token: not a secret
 
@@ -45,17 +46,11 @@ class RawZoneResource(ConfigurableResource):
     spark_scheme: str = "s3a"  # how Spark names S3 objects: s3a (Hadoop S3A) or s3 (Glue/EMR S3FileIO)
 
     def zone(self) -> RawZone:
-        if not self.root.startswith("s3://"):
-            return local_raw_zone(self.root)
-        # Imported here: boto3 and dagster-aws cost a second at import, and local runs never need them.
-        from dagster_aws.s3 import S3Resource
+        return open_raw_zone(self.root, s3_endpoint=self.s3_endpoint, region=self.region, uri_scheme=self.spark_scheme)
 
-        from etr_assets.sources.s3_storage import s3_raw_zone
-
-        bucket, _, prefix = self.root.removeprefix("s3://").partition("/")
-        # dagster-aws's S3Resource builds the boto3 client: credentials come from the environment or role.
-        client = S3Resource(endpoint_url=self.s3_endpoint or None, region_name=self.region).get_client()
-        return s3_raw_zone(client, bucket, prefix or "raw", uri_scheme=self.spark_scheme)
+    def policy(self) -> dict[str, float]:
+        """What bronze layers take from this resource's (run) config: the reject and shrink limits."""
+        return {"max_reject_rate": self.max_reject_rate, "max_day_shrink": self.max_day_shrink}
 
 
 class BnplApiResource(ConfigurableResource):

@@ -1,6 +1,6 @@
 """The transaction assets: bronze -> silver -> gold, one daily partition per business day.
 
-Each asset is a thin call into `etr_assets.lake.transactions`; a run over a partition range (a single-run
+Each asset is a thin call into `etr_assets.pipeline.transactions`; a run over a partition range (a single-run
 backfill) rebuilds all of its days in one Spark job and one Iceberg commit per table.
 """
 
@@ -11,28 +11,21 @@ from dagster import (
     AssetRecordsFilter,
     AssetsDefinition,
     Config,
-    Failure,
-    MetadataValue,
 )
 from pydantic import Field
 
 from etr_assets.defs.common import (
-    check_results,
     days_of,
     quarantine_check,
     record_quarantine_check,
     table_asset,
     table_key,
-    table_result,
 )
 from etr_assets.defs.compute import LayerRunner
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
-from etr_assets.lake import transactions as pipeline
 from etr_assets.lake.incremental import Cursor
-from etr_assets.lake.quality import metrics_of, record_metrics
-from etr_assets.lake.wap import AuditFailed, branch_name
-from etr_assets.remote.layers import cursor_options
+from etr_assets.pipeline.layers import cursor_options
 from etr_assets.settings import Settings
 from etr_assets.tables.transactions import (
     BRONZE_TRANSACTIONS,
@@ -53,18 +46,7 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
     def bronze_bnpl_transactions_raw(
         context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
     ):
-        if layer_runner.remote:  # ETR_COMPUTE=glue / emr-serverless: the same function, in a job (Dagster Pipes)
-            yield from layer_runner.run(context, "bronze/bnpl_transactions_raw")
-            return
-        layer = pipeline.load_bronze(
-            lake.session(),
-            lake.catalog,
-            raw_zone.zone(),
-            days_of(context),
-            raw_zone.max_reject_rate,
-            raw_zone.max_day_shrink,
-        )
-        yield table_result(context, lake, BRONZE_TRANSACTIONS, layer)
+        yield from layer_runner.run(context, "bronze/bnpl_transactions_raw", lake, raw_zone)
 
     @table_asset(
         settings,
@@ -77,18 +59,17 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         extra_checks=(record_quarantine_check(SILVER_TRANSACTIONS),),
     )
     def silver_bnpl_transactions_clean(
-        context: AssetExecutionContext, config: SilverConfig, lake: LakeResource, layer_runner: LayerRunner
+        context: AssetExecutionContext,
+        config: SilverConfig,
+        lake: LakeResource,
+        raw_zone: RawZoneResource,
+        layer_runner: LayerRunner,
     ):
-        cursors = silver_cursors(context, days_of(context))
-        if layer_runner.remote:
-            options = {"cursors": cursor_options(cursors), "full_refresh": config.full_refresh}
-            yield from layer_runner.run(context, "silver/bnpl_transactions_clean", options)
-            return
-
-        def build(spark, catalog, days, audit_branch):
-            return pipeline.build_silver(spark, catalog, days, audit_branch, cursors, config.full_refresh)
-
-        yield from audited(context, lake, SILVER_TRANSACTIONS, build)
+        options = {
+            "cursors": cursor_options(silver_cursors(context, days_of(context))),
+            "full_refresh": config.full_refresh,
+        }
+        yield from layer_runner.run(context, "silver/bnpl_transactions_clean", lake, raw_zone, options)
 
     @table_asset(
         settings,
@@ -97,11 +78,10 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         "Daily summary per currency: counts by outcome, approved and refunded amounts, distinct customers; "
         "published through write-audit-publish.",
     )
-    def gold_bnpl_daily_summary(context: AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
-        if layer_runner.remote:
-            yield from layer_runner.run(context, "gold/bnpl_daily_summary")
-            return
-        yield from audited(context, lake, GOLD_DAILY_SUMMARY, pipeline.build_gold)
+    def gold_bnpl_daily_summary(
+        context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
+    ):
+        yield from layer_runner.run(context, "gold/bnpl_daily_summary", lake, raw_zone)
 
     return [bronze_bnpl_transactions_raw, silver_bnpl_transactions_clean, gold_bnpl_daily_summary]
 
@@ -128,23 +108,3 @@ def silver_cursors(context: AssetExecutionContext, days: list[dt.date]) -> dict[
 def _snapshot_id(value) -> int | None:
     text = str(getattr(value, "value", "") or "")
     return int(text) if text.isdigit() else None
-
-
-def audited(context: AssetExecutionContext, lake: LakeResource, spec, build):
-    """Write-audit-publish: checks are reported either way; a failure leaves main as it was and names the branch."""
-    branch = branch_name(context.run.run_id)
-    try:
-        layer = build(lake.session(), lake.catalog, days_of(context), audit_branch=branch)
-    except AuditFailed as failed:  # the failed figures matter most: recorded before the run fails
-        record_metrics(lake.session(), lake.catalog, metrics_of(spec, failed.results), context.run.run_id)
-        yield from check_results(failed.results)
-        raise Failure(
-            description=str(failed),
-            metadata={
-                "audit_branch": failed.branch,
-                "inspect": MetadataValue.md(
-                    f"`etr sql \"SELECT * FROM {spec.identifier} VERSION AS OF '{failed.branch}'\"`"
-                ),
-            },
-        ) from None
-    yield table_result(context, lake, spec, layer)

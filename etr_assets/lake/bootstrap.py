@@ -18,9 +18,9 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
-from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.specs import TableSpec, decimal_type
 
-_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
 
 
@@ -46,7 +46,8 @@ def namespace_location(warehouse: str, namespace: str) -> str:
     return f"{warehouse.rstrip('/')}/{namespace}.db"
 
 
-def table_location(warehouse: str, spec: TableSpec) -> str:
+def warehouse_location(warehouse: str, spec: TableSpec) -> str:
+    """Where a new table of `spec` goes under `warehouse` (`writes.table_location` reads an existing table's)."""
     return f"{namespace_location(warehouse, spec.namespace)}/{spec.name}"
 
 
@@ -66,9 +67,9 @@ def iceberg_type(type_name: str, where: str):
     }
     if type_name in simple:
         return simple[type_name]
-    decimal = _DECIMAL.match(type_name)
+    decimal = decimal_type(type_name)
     if decimal:
-        return T.DecimalType(int(decimal.group(1)), int(decimal.group(2)))
+        return T.DecimalType(*decimal)
     raise ValueError(f"{where}: type {type_name!r} has no Iceberg equivalent here")
 
 
@@ -195,7 +196,7 @@ def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str) -> Bo
             catalog.create_table(
                 (spec.namespace, spec.name),
                 schema=schema,
-                location=table_location(warehouse, spec),
+                location=warehouse_location(warehouse, spec),
                 partition_spec=partition_spec(spec, schema),
                 sort_order=sort_order(spec, schema),
                 properties=table_properties(spec) | {"comment": spec.description},
@@ -208,8 +209,6 @@ def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str) -> Bo
 
 def bootstrap_with_spark(spark, catalog: str, specs: Iterable[TableSpec]) -> BootstrapResult:
     """`ensure_table` for every spec: creates what is missing and evolves the rest to its spec."""
-    from etr_assets.lake.evolve import ensure_table
-
     specs = list(specs)
     before = {ns for ns in namespaces(specs) if spark.catalog.databaseExists(f"{catalog}.{ns}")}
     created, existing = [], []

@@ -14,8 +14,9 @@ import dataclasses
 import datetime as dt
 
 from etr_assets.lake.evolve import TableChanges, ensure_table
+from etr_assets.lake.feeds import RawFeed
 from etr_assets.lake.frames import conform, spark_schema
-from etr_assets.lake.quality import WARN, CheckOutcome
+from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.validate import Validated, read_validated
 from etr_assets.lake.writes import CommitInfo, append, current_snapshot_id, replace_days
@@ -29,25 +30,6 @@ DEFAULT_MAX_DAY_SHRINK = 0.5
 
 class BadInputError(ValueError):
     """Input that cannot be loaded as declared; the message names the batch, the file and the problem."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RawFeed:
-    """One API endpoint's path from the raw zone into bronze."""
-
-    source: str
-    endpoint: str
-    bronze: TableSpec
-    quarantine: TableSpec
-    day_column: str  # bronze column holding the batch's business day (what a rerun replaces)
-    record_day_column: str | None = None  # a record field that must equal the batch day, if any
-    # The entity key of a full-snapshot endpoint: a refused record's key is kept in quarantine, because the record
-    # still says the key is in the snapshot (SCD2 must not read its absence from bronze as a deletion).
-    key_column: str | None = None
-
-    @property
-    def api_columns(self):
-        return tuple(c for c in self.bronze.columns if not c.name.startswith("_"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +230,7 @@ def load_bronze_days(
         quarantined_count == 0,
         quarantined_count,
         "; ".join(r for result in checked.values() for r in result.first_reasons[:2])[:400],
-        severity=WARN,
+        severity=Severity.WARN,
         by_day=rate_by_day,
         figures={"reject_rate": round(quarantined_count / received, 6) if received else 0.0},
     )

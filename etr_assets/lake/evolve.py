@@ -16,11 +16,9 @@ error naming the table, the column, the change and what to do instead, and nothi
 from __future__ import annotations
 
 import dataclasses
-import re
 
-from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.specs import TableSpec, decimal_type
 
-_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _WIDENINGS = {("int", "bigint"), ("float", "double")}
 
 
@@ -82,8 +80,8 @@ def current_schema_id(spark, qualified: str) -> int:
 def _widening(old: str, new: str) -> bool:
     if (old, new) in _WIDENINGS:
         return True
-    a, b = _DECIMAL.match(old), _DECIMAL.match(new)
-    return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) > int(a.group(1)))
+    a, b = decimal_type(old), decimal_type(new)
+    return bool(a and b and a[1] == b[1] and b[0] > a[0])  # same scale, more precision
 
 
 def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts: list[str]) -> dict[str, list]:

@@ -1,6 +1,6 @@
 """What a materialization reports about a table write, as plain values (no Dagster import).
 
-The Dagster layer turns these into `MetadataValue`s (`etr_assets.defs.metadata.commit_metadata`); a remote Glue or
+The Dagster layer turns these into `MetadataValue`s (`etr_assets.defs.metadata.as_metadata`); a remote Glue or
 EMR job sends the same figures through Dagster Pipes (`etr_assets.remote.run_layer`). Values that need a special
 rendering are tagged: `Tagged("path" | "json" | "md", value)`.
 """

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 
-from etr_assets.lake.specs import _DECIMAL, Column, TableSpec
+from etr_assets.lake.specs import Column, TableSpec, decimal_type
 
 
 def spark_type(type_name: str):
@@ -22,9 +23,9 @@ def spark_type(type_name: str):
     }
     if type_name in simple:
         return simple[type_name]
-    match = _DECIMAL.match(type_name)
-    if match:
-        return T.DecimalType(int(match.group(1)), int(match.group(2)))
+    decimal = decimal_type(type_name)
+    if decimal:
+        return T.DecimalType(*decimal)
     raise ValueError(f"unsupported column type {type_name!r}")
 
 
@@ -50,9 +51,9 @@ def parse_exactly(text, type_name: str):
 
     if type_name == "string":
         return text
-    decimal = _DECIMAL.match(type_name)
+    decimal = decimal_type(type_name)
     if decimal:
-        whole, fraction = int(decimal.group(1)) - int(decimal.group(2)), int(decimal.group(2))
+        whole, fraction = decimal[0] - decimal[1], decimal[1]
         pattern = rf"^-?[0-9]{{1,{max(whole, 1)}}}" + (rf"([.][0-9]{{1,{fraction}}})?$" if fraction else "$")
     else:
         pattern = _EXACT_TEXT[type_name]
@@ -77,3 +78,9 @@ def conform(df, spec: TableSpec):
     if missing:
         raise ValueError(f"cannot write {spec.identifier}: the data lacks columns {missing}")
     return df.select([F.col(c.name).cast(spark_type(c.type)).alias(c.name) for c in spec.columns])
+
+
+def count_by_day(df, days: list[dt.date], column: str) -> dict[str, int]:
+    """Rows of `df` per day of `column`, for each of `days` (0 for a day without rows)."""
+    found = {row[0].isoformat(): row[1] for row in df.groupBy(column).count().collect()}
+    return {day.isoformat(): found.get(day.isoformat(), 0) for day in sorted(days)}

@@ -20,19 +20,19 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from etr_assets.lake.metadata import load_table
+from etr_assets.lake.quality import Severity
 from etr_assets.lake.specs import MIB, TableSpec
 from etr_assets.settings import Settings
 
-OK, WARN, ERROR = "OK", "WARN", "ERROR"
 SMALL_FILE_RATIO = 0.75  # rewrite_data_files' default min-file-size-bytes is 75% of the target size
-_RANK = {OK: 0, WARN: 1, ERROR: 2}
+_RANK = {Severity.OK: 0, Severity.WARN: 1, Severity.ERROR: 2}
 
 
 @dataclasses.dataclass(frozen=True)
 class TableHealth:
     table: str
     exists: bool
-    status: str = OK  # OK, WARN or ERROR
+    status: Severity = Severity.OK
     reasons: tuple[str, ...] = ()  # one per threshold passed, naming the figure and the limit
     rows: int = 0
     data_files: int = 0
@@ -54,7 +54,7 @@ class TableHealth:
 
     @property
     def needs_maintenance(self) -> bool:
-        return self.exists and self.status != OK
+        return self.exists and self.status != Severity.OK
 
     def figures(self) -> dict[str, float]:
         """The numeric figures, by name (what a check plots and the maintenance log keeps)."""
@@ -168,7 +168,7 @@ def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
     def over(figure: str, value: float, limit: float, unit: str = "", errors: bool = True) -> None:
         if value <= limit:
             return
-        level = ERROR if errors and value > limit * limits.error_factor else WARN
+        level = Severity.ERROR if errors and value > limit * limits.error_factor else Severity.WARN
         findings.append((level, f"{figure} {value:g}{unit} > {limit:g}{unit}"))
 
     over(
@@ -183,5 +183,5 @@ def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
         over("oldest snapshot age", round(health.oldest_snapshot_age_days, 1), limits.max_snapshot_age_days, " days")
     over("manifests", health.manifests, limits.max_manifests)
     over("metadata file", round(health.metadata_file_bytes / MIB, 2), limits.max_metadata_file_mb, " MB")
-    status = max((level for level, _ in findings), key=_RANK.__getitem__, default=OK)
+    status = max((level for level, _ in findings), key=_RANK.__getitem__, default=Severity.OK)
     return status, tuple(f"{level}: {text}" for level, text in findings)

@@ -10,13 +10,12 @@ What it grants, resource by resource, with named actions only (no `*` action, no
 - in Glue: the databases and tables the specs declare, with the calls Iceberg's GlueCatalog makes (get, create,
   update; never delete), plus launching and watching the one Glue job that runs the assets remotely.
 
-`python -m etr_assets.lake.iam --bucket B --region R --account 123456789012` prints the policy for an account;
+`etr iam-policy --bucket B --region R --account 123456789012` prints the policy for an account;
 `deployment/iam-policy.json` is this module's output for the defaults below (a test keeps them equal).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterable
 
@@ -118,19 +117,3 @@ def iam_policy(
 
 def render(policy: dict) -> str:
     return json.dumps(policy, indent=2) + "\n"
-
-
-def main(argv: list[str] | None = None) -> None:
-    from etr_assets.tables import ALL_SPECS
-
-    parser = argparse.ArgumentParser(description="Print the pipeline's least-privilege IAM policy (JSON).")
-    parser.add_argument("--bucket", default=DEFAULT_BUCKET)
-    parser.add_argument("--region", default=DEFAULT_REGION)
-    parser.add_argument("--account", default="*", help="the AWS account id (default: any account the role is in)")
-    parser.add_argument("--glue-job", default=DEFAULT_GLUE_JOB)
-    args = parser.parse_args(argv)
-    print(render(iam_policy(ALL_SPECS, args.bucket, args.region, args.account, args.glue_job)), end="")
-
-
-if __name__ == "__main__":
-    main()

@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from enum import StrEnum
 
 from etr_assets.lake.writes import current_snapshot_id
 
-UNCHANGED, INCREMENTAL, FULL = "unchanged", "incremental", "full"
+
+class ReadMode(StrEnum):
+    """How a downstream day is read: not at all, only the rows appended upstream, or whole."""
+
+    UNCHANGED = "unchanged"
+    APPENDED = "incremental"
+    WHOLE_DAY = "full"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +57,7 @@ class ReadPlan:
         return [d.day for d in self.days if d.mode == mode]
 
     def summary(self) -> str:
-        counts = {m: len(self.of(m)) for m in (INCREMENTAL, FULL, UNCHANGED)}
+        counts = {m: len(self.of(m)) for m in (ReadMode.APPENDED, ReadMode.WHOLE_DAY, ReadMode.UNCHANGED)}
         return ", ".join(f"{n} {m}" for m, n in counts.items() if n) or "nothing to read"
 
     def table(self) -> str:
@@ -137,18 +144,18 @@ def plan_reads(
 
     def decide(day: dt.date, cursor: Cursor | None) -> DayRead:
         if full_refresh:
-            return DayRead(day, FULL, "full refresh requested")
+            return DayRead(day, ReadMode.WHOLE_DAY, "full refresh requested")
         if cursor is None:
-            return DayRead(day, FULL, "first build of the day (no cursor)")
+            return DayRead(day, ReadMode.WHOLE_DAY, "first build of the day (no cursor)")
         if head is None:
-            return DayRead(day, FULL, "upstream table has no snapshot")
+            return DayRead(day, ReadMode.WHOLE_DAY, "upstream table has no snapshot")
         if cursor.downstream_snapshot_id is not None and (
             downstream_head is None
             or lineage_since(downstream_snapshots, downstream_head, cursor.downstream_snapshot_id) is None
         ):
             return DayRead(
                 day,
-                FULL,
+                ReadMode.WHOLE_DAY,
                 f"{downstream} no longer descends from snapshot {cursor.downstream_snapshot_id} "
                 "(rolled back, or history expired)",
             )
@@ -156,19 +163,21 @@ def plan_reads(
         if chain is None:
             return DayRead(
                 day,
-                FULL,
+                ReadMode.WHOLE_DAY,
                 f"cursor snapshot {cursor.upstream_snapshot_id} is not in the upstream history "
                 "(expired or rolled back)",
             )
         touching = touched(chain, day)  # compaction (replace) snapshots change no rows
         rewrites = [(sid, op) for sid, op in touching if op != "append"]
         if rewrites:
-            return DayRead(day, FULL, f"snapshot {rewrites[0][0]} ({rewrites[0][1]}) rewrote rows of the day")
+            return DayRead(
+                day, ReadMode.WHOLE_DAY, f"snapshot {rewrites[0][0]} ({rewrites[0][1]}) rewrote rows of the day"
+            )
         if not touching:
-            return DayRead(day, UNCHANGED, f"no snapshot since {cursor.upstream_snapshot_id} changed the day")
+            return DayRead(day, ReadMode.UNCHANGED, f"no snapshot since {cursor.upstream_snapshot_id} changed the day")
         return DayRead(
             day,
-            INCREMENTAL,
+            ReadMode.APPENDED,
             f"{len(touching)} append snapshot(s) since {cursor.upstream_snapshot_id}",
             cursor.upstream_snapshot_id,
         )
@@ -180,7 +189,7 @@ def read_plan(spark, upstream: str, plan: ReadPlan, day_column: str):
     """(full-day rows, appended rows): DataFrames of the upstream rows the plan needs, pinned to its snapshot."""
     from pyspark.sql import functions as F
 
-    full_days = plan.of(FULL)
+    full_days = plan.of(ReadMode.WHOLE_DAY)
     full = None
     if full_days:
         reader = spark.read.format("iceberg")
@@ -190,7 +199,7 @@ def read_plan(spark, upstream: str, plan: ReadPlan, day_column: str):
     appended = None
     by_cursor: dict[int, list[dt.date]] = {}
     for d in plan.days:
-        if d.mode == INCREMENTAL:
+        if d.mode == ReadMode.APPENDED:
             by_cursor.setdefault(d.since, []).append(d.day)
     for since, days in sorted(by_cursor.items()):
         rows = (

@@ -20,6 +20,7 @@ import dataclasses
 import datetime as dt
 import time
 
+from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import spark_schema
 from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
@@ -28,7 +29,6 @@ from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
 from etr_assets.lake.writes import append
 from etr_assets.settings import Settings
-from etr_assets.tables.operations import TABLE_MAINTENANCE_LOG
 
 ORPHAN_MIN_AGE = dt.timedelta(days=3)
 # Iceberg refuses to look for orphans younger than this: a running write's files are not committed yet.
@@ -103,8 +103,8 @@ class MaintenanceResult:
             "run_id": run_id,
             "started_at": _naive_utc(self.started_at),
             "finished_at": _naive_utc(self.finished_at),
-            "status_before": before.status,
-            "status_after": after.status,
+            "status_before": str(before.status),  # plain text: Spark cannot pickle an enum
+            "status_after": str(after.status),
             "reasons_before": "; ".join(before.reasons) or None,
         }
         for figure, column in (

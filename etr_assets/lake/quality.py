@@ -15,14 +15,22 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import statistics
+from enum import StrEnum
 
+from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import spark_schema
+from etr_assets.lake.metadata import load_table
 from etr_assets.lake.specs import Reference, TableSpec
 from etr_assets.lake.writes import append
-from etr_assets.tables.operations import DATA_QUALITY_METRICS
 
-ERROR, WARN = "ERROR", "WARN"
+
+class Severity(StrEnum):
+    """How bad a finding is: a check that fails with ERROR blocks, WARN only warns; OK is a health verdict's best."""
+
+    OK = "OK"
+    WARN = "WARN"
+    ERROR = "ERROR"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +49,7 @@ class CheckOutcome:
     passed: bool
     violations: int  # rows breaking the rule (or 1 for a table-level verdict such as an anomaly)
     examples: str = ""
-    severity: str = ERROR
+    severity: Severity = Severity.ERROR
     by_day: dict[str, float] = dataclasses.field(default_factory=dict)  # the measured figure per partition day
     figures: dict[str, float] = dataclasses.field(default_factory=dict)  # further numbers for the UI
 
@@ -73,7 +81,7 @@ def metrics_of(spec: TableSpec, outcomes: list[CheckOutcome]) -> list[Metric]:
     for o in outcomes:
         if o.by_day:
             for day, value in sorted(o.by_day.items()):
-                day_passed = o.passed if o.severity == WARN else value == 0
+                day_passed = o.passed if o.severity == Severity.WARN else value == 0
                 metrics.append(Metric(spec.identifier, o.name, value, day_passed, day))
         else:
             metrics.append(Metric(spec.identifier, o.name, float(o.violations), o.passed))
@@ -120,7 +128,7 @@ def record_quarantine_outcome(quarantine_df, day_column: str, days: list[dt.date
         count == 0,
         count,
         "; ".join(reasons)[:400],
-        severity=WARN,
+        severity=Severity.WARN,
         by_day=by_day,
     )
 
@@ -172,7 +180,7 @@ def reference_outcome(df, spec: TableSpec, reference: Reference, referenced_df, 
         count == 0,
         count,
         ", ".join(values),
-        severity=WARN,
+        severity=Severity.WARN,
         by_day=by_day,
     )
 
@@ -208,15 +216,13 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
         not anomalies,
         len(anomalies),
         "; ".join(anomalies or notes)[:400],
-        severity=WARN,
+        severity=Severity.WARN,
         by_day=by_day,
     )
 
 
 def newest_commit_at(settings, spec: TableSpec) -> dt.datetime | None:
     """When the table's current snapshot was committed (pyiceberg, metadata only); None if it has none."""
-    from etr_assets.lake.metadata import load_table
-
     table = load_table(settings, spec)
     snapshot = table.current_snapshot() if table is not None else None
     return None if snapshot is None else dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.UTC)
@@ -235,7 +241,7 @@ def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.
         passed,
         0 if passed else 1,
         detail,
-        severity=WARN,
+        severity=Severity.WARN,
         figures={"hours_since_last_commit": round(age, 3) if age is not None else -1.0},
     )
 
@@ -259,7 +265,7 @@ def post_write_outcomes(
                     False,
                     0,
                     f"{reference.table} was never written: nothing to check against",
-                    WARN,
+                    Severity.WARN,
                 )
             )
     if spec.day_column:

@@ -24,14 +24,22 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from enum import StrEnum
 
+from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import Scd2, TableSpec
 from etr_assets.lake.writes import current_snapshot_id
 
-FULL, INCREMENTAL = "full", "incremental"
-_SYSTEM = ("_ingested_at", "_is_current", "_valid_from", "_valid_to")
+
+class Scd2Method(StrEnum):
+    """How an SCD2 apply was done: every observation recomputed, only new ones applied onto each key's last version
+    (scd2_log.py), or nothing to do."""
+
+    RECOMPUTE = "recompute"
+    EXTEND = "extend"
+    UNCHANGED = "unchanged"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +49,7 @@ class Scd2Result:
     updated: int
     deleted: int
     snapshot_id: int | None  # None when nothing changed (no commit)
-    method: str = "recompute"  # "recompute" (every observation), "extend" (only new ones: scd2_log.py) or "unchanged"
+    method: Scd2Method = Scd2Method.RECOMPUTE
     reason: str = ""  # why that method
 
     @property
@@ -59,14 +67,14 @@ def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_s
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    if mode not in (FULL, INCREMENTAL):
-        raise ValueError(f"SCD2 mode must be {FULL!r} or {INCREMENTAL!r}, not {mode!r}")
+    if mode not in (FeedMode.FULL, FeedMode.INCREMENTAL):
+        raise ValueError(f"SCD2 mode must be {FeedMode.FULL!r} or {FeedMode.INCREMENTAL!r}, not {mode!r}")
     newest_in_batch = Window.partitionBy(scd2.key, "_batch_id").orderBy(
         F.col(scd2.sequence).desc(), F.col("_source_file").desc(), F.xxhash64(*scd2.tracked).desc()
     )
     latest = records.withColumn("_rank", F.row_number().over(newest_in_batch)).where("_rank = 1").drop("_rank")
     present = latest.withColumn("_seq", F.col(scd2.sequence)).withColumn("_deleted", F.lit(False))
-    if mode == INCREMENTAL:
+    if mode == FeedMode.INCREMENTAL:
         return present.drop(snapshot_time_column)
 
     # Absent from a full snapshot = deleted at the snapshot's time. Markers before a key's first

@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.incremental import changed_only_by
 from etr_assets.lake.scd2 import (
-    FULL,
-    INCREMENTAL,
+    Scd2Method,
     Scd2Result,
     history,
     in_snapshot,
@@ -40,7 +40,6 @@ from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id
 
 CURSOR_PROPERTY = "etr.scd2.cursor"
-EXTEND, RECOMPUTE, UNCHANGED = "extend", "recompute", "unchanged"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +94,7 @@ def apply_log(
         cursor = read_cursor(spark, target)
         head, why = _can_extend(spark, target, log, cursor, full_refresh)
         if why is None and head == cursor.log_snapshot_id:
-            return Scd2Result(target, 0, 0, 0, None, UNCHANGED, f"log {log} unchanged since snapshot {head}")
+            return Scd2Result(target, 0, 0, 0, None, Scd2Method.UNCHANGED, f"log {log} unchanged since snapshot {head}")
         if why is None:
             appended = (
                 spark.read.format("iceberg")
@@ -113,11 +112,11 @@ def apply_log(
             spark.read.format("iceberg").option("snapshot-id", head).load(log) if head else spark.table(log)
         )
         times = [F.max(F.unix_micros(F.col(sequence)))] + (
-            [F.max(F.unix_micros("_snapshot_at"))] if mode == FULL else []
+            [F.max(F.unix_micros("_snapshot_at"))] if mode == FeedMode.FULL else []
         )
         watermark = _max(records.agg(*times).first())
         result = dataclasses.replace(
-            recompute(spark, catalog, spec, records, mode, held=held), method=RECOMPUTE, reason=why
+            recompute(spark, catalog, spec, records, mode, held=held), method=Scd2Method.RECOMPUTE, reason=why
         )
         if head is not None:
             _advance(spark, target, result, head, watermark)
@@ -169,7 +168,7 @@ def extend(
     scd2 = spec.scd2
     key, target = scd2.key, spec.qualified(catalog)
     # Each is read once and kept: the new rows' latest record per key and batch, and each key's last version.
-    present = observations(records, scd2, INCREMENTAL).cache()
+    present = observations(records, scd2, FeedMode.INCREMENTAL).cache()
     newest_first = Window.partitionBy(key).orderBy(F.col("_valid_from").desc())
     last = spark.table(target).withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
     last = last.cache()
@@ -208,12 +207,12 @@ def extend(
             )
         batches = records.select("_batch_id", F.unix_micros("_snapshot_at").alias("_micros")).distinct().collect()
         snapshot_times = [b["_micros"] for b in batches]
-        if mode == FULL and min(snapshot_times) <= watermark:
+        if mode == FeedMode.FULL and min(snapshot_times) <= watermark:
             return None, "a new snapshot is not newer than the watermark (a day arrived late, or again)", None
 
         changed = classified.where(F.col("_kind") == "new").select(key)
         absent = None
-        if mode == FULL:
+        if mode == FeedMode.FULL:
             # Deleted at a new snapshot's time: a key current in the table or seen in the new rows that the snapshot
             # lacks (a key new to the table only from its first new observation on, as `observations` does).
             snapshots = spark.createDataFrame(
@@ -231,10 +230,10 @@ def extend(
             )
             changed = changed.unionByName(absent.select(key))
         affected = changed.distinct().cache()
-        watermark_after = _max([watermark, stats["latest"], *(snapshot_times if mode == FULL else [])])
+        watermark_after = _max([watermark, stats["latest"], *(snapshot_times if mode == FeedMode.FULL else [])])
         reason = f"{stats['new']} new observation(s) after the watermark, {stats['repeats']} repeat(s) of current state"
         if affected.isEmpty():
-            return Scd2Result(target, 0, 0, 0, None, EXTEND, reason), "", watermark_after
+            return Scd2Result(target, 0, 0, 0, None, Scd2Method.EXTEND, reason), "", watermark_after
 
         carried_rows = last.join(affected, key, "left_semi")
         lineage = [c for c in present.columns if c not in ("_seq", "_deleted")]
@@ -249,7 +248,7 @@ def extend(
         for frame in events[1:]:
             union = union.unionByName(frame, allowMissingColumns=True)
         result = merge_scd2(spark, catalog, spec, history(union, spec), affected, existing=carried_rows)
-        return dataclasses.replace(result, method=EXTEND, reason=reason), "", watermark_after
+        return dataclasses.replace(result, method=Scd2Method.EXTEND, reason=reason), "", watermark_after
     finally:
         for frame in (affected, classified, last, present):
             if frame is not None:

@@ -12,10 +12,22 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+
+
+def decimal_type(type_name: str) -> tuple[int, int] | None:
+    """(precision, scale) of a `decimal(p,s)` column type, None for any other type: the one parser of that form."""
+    match = _DECIMAL.match(type_name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 SIMPLE_TYPES = ("string", "bigint", "int", "float", "double", "boolean", "date", "timestamp")
 _TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
 
 MIB = 1024 * 1024
+# Iceberg table property names this project reads or sets (one spelling each).
+TARGET_FILE_SIZE = "write.target-file-size-bytes"
+WAP_ENABLED = "write.wap.enabled"
+DELETE_MODE = "write.delete.mode"
 # Per-column metrics mode: `counts` keeps value and null counts but no lower/upper bound, so a manifest never
 # carries a personal value (truncate(n) never shortens an integer and keeps a string's first n characters).
 METRICS_COLUMN_PROPERTY = "write.metadata.metrics.column.{}"
@@ -27,7 +39,7 @@ DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
         "format-version": "2",
         "write.format.default": "parquet",
         "write.parquet.compression-codec": "zstd",
-        "write.target-file-size-bytes": str(128 * MIB),
+        TARGET_FILE_SIZE: str(128 * MIB),
         "write.distribution-mode": "hash",
         # Concurrent writers: Iceberg re-applies a losing append/overwrite itself this many times.
         "commit.retry.num-retries": "10",
@@ -198,7 +210,7 @@ class TableSpec:
                 raise SpecError(
                     f"{where}: column {column.name!r} is renamed from {column.renamed_from!r}, which is still a column"
                 )
-            if column.type not in SIMPLE_TYPES and not _DECIMAL.match(column.type):
+            if column.type not in SIMPLE_TYPES and not decimal_type(column.type):
                 raise SpecError(f"{where}: column {column.name!r} has unsupported type {column.type!r}")
         for transform in self.partition_by:
             match = _TRANSFORM.match(transform)
@@ -275,7 +287,7 @@ class TableSpec:
 
     @property
     def target_file_size_bytes(self) -> int:
-        return int(self.table_properties["write.target-file-size-bytes"])
+        return int(self.table_properties[TARGET_FILE_SIZE])
 
     def ddl_columns(self) -> str:
         return ",\n  ".join(

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from etr_assets.lake.bookkeeping import TABLE_CHANGES
 from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.frames import spark_schema
 from etr_assets.lake.writes import append, current_snapshot_id
 
 
@@ -100,8 +102,6 @@ def daily_growth(
 
 def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str, run_id: str = "") -> dict:
     """Make `snapshot_id` current again and record who asked and why in audit.table_changes."""
-    from etr_assets.tables.operations import TABLE_CHANGES
-
     if not reason.strip():
         raise ValueError(f"rolling back {qualified} needs a reason")
     read_as_of(spark, qualified, snapshot_id=snapshot_id)  # validates the id
@@ -129,6 +129,4 @@ def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str,
 
 
 def _schema(spec):
-    from etr_assets.lake.frames import spark_schema
-
     return spark_schema(spec.columns)

@@ -50,6 +50,16 @@ def current_snapshot_id(spark, qualified: str) -> int | None:
     return row[0] if row else None
 
 
+def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
+    """The figures of one snapshot of `qualified`, by id."""
+    row = spark.sql(
+        f"SELECT operation, summary FROM {qualified}.snapshots WHERE snapshot_id = {int(snapshot_id)}"
+    ).first()
+    if row is None:
+        return CommitInfo(table=qualified, snapshot_id=None, operation=None)
+    return CommitInfo.from_summary(qualified, snapshot_id, row["operation"], dict(row["summary"]))
+
+
 def new_write_id() -> str:
     return uuid.uuid4().hex
 

@@ -19,7 +19,6 @@ CODE_PREFIX = "code"
 SCRIPT_KEY = f"{CODE_PREFIX}/run_layer.py"
 PACKAGE_KEY = f"{CODE_PREFIX}/etr_assets.zip"
 GLUE_VERSION = "5.0"
-EMR_RELEASE = "emr-7.5.0"  # Spark 3.5, Iceberg included
 
 
 def code_uri(settings: Settings, key: str) -> str:

@@ -1,9 +1,9 @@
 """Entry script of a remote job (Glue 5.0, EMR Serverless): build one layer, report back through Dagster Pipes.
 
 The Dagster side (`etr_assets.defs.compute.LayerRunner`) puts a `LayerRequest` and the lake's settings in the Pipes
-context's extras; this script runs the same library function the asset runs in process and reports the
-materialization's figures and every check outcome. A blocking check that fails reports its outcomes, then fails
-the job with the audit branch's name (main is untouched), as the in-process asset does.
+context's extras; this script runs the layer with `etr_assets.pipeline.layers.run_layer`, exactly what the runner
+runs in process, and reports the materialization's figures and every check outcome. A blocking check that fails
+reports its outcomes, then fails the job with the audit branch's name (main is untouched), as in process.
 
 Glue passes the Pipes bootstrap parameters as job arguments (`--dagster-pipes-context ...`); a local subprocess
 gets them as environment variables. The context and messages travel through S3 when the launcher uses S3
@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import sys
 
-from etr_assets.lake.figures import Tagged, layer_figures
-from etr_assets.remote.layers import LAYERS, LayerRequest
+from etr_assets.lake.figures import Tagged
+from etr_assets.pipeline.layers import LayerRequest, run_layer
 from etr_assets.settings import Settings
+from etr_assets.sources.s3_storage import open_raw_zone
 
 PLATFORM_EXTRA = "platform"  # where the job runs: on these, the platform configures the Spark session
 MANAGED_PLATFORMS = ("glue", "emr-serverless")
@@ -68,29 +69,27 @@ def session(settings: Settings, platform: str):
 
 
 def run(pipes) -> None:
-    from etr_assets.lake.quality import metrics_of, post_write_outcomes, record_metrics
     from etr_assets.lake.wap import AuditFailed
-    from etr_assets.lake.writes import table_location
 
     extras = dict(pipes.extras)
     request = LayerRequest.from_extras(extras)
     settings = Settings.from_env({**os.environ, **(extras.get("settings") or {}), "ETR_COMPUTE": "local"})
-    spec, build = LAYERS[request.layer]
     spark = session(settings, extras.get(PLATFORM_EXTRA, "local"))
     pipes.log.info(f"building {request.layer} for {', '.join(request.days)} on {settings.profile}/{settings.catalog}")
+
+    def raw():
+        scheme = "s3a" if settings.profile == "s3" else "s3"
+        return open_raw_zone(
+            settings.raw_root, s3_endpoint=settings.s3_endpoint, region=settings.region, uri_scheme=scheme
+        )
+
     try:
-        result = build(spark, settings, request)
+        finished = run_layer(spark, settings.catalog, raw, request, pipes.run_id)
     except AuditFailed as failed:
         report_checks(pipes, failed.results)
         raise
-    # The post-write checks and their metric rows, exactly as the in-process asset does (defs.common.quality_results).
-    done = {o.name for o in result.checks}
-    pending = not any(c.name in done for c in spec.expectations)
-    outcomes = list(result.checks) + post_write_outcomes(spark, settings.catalog, spec, request.dates, pending)
-    record_metrics(spark, settings.catalog, metrics_of(spec, outcomes), pipes.run_id)
-    report_checks(pipes, outcomes)
-    figures = layer_figures(result, table_location(spark, spec.qualified(settings.catalog)))
-    pipes.report_asset_materialization(metadata=pipes_metadata(figures))
+    report_checks(pipes, finished.outcomes)
+    pipes.report_asset_materialization(metadata=pipes_metadata(finished.figures))
 
 
 def report_checks(pipes, outcomes) -> None:

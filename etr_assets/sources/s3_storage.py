@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from etr_assets.sources.raw_zone import RawStorage, RawZone, RawZoneError
+from etr_assets.sources.raw_zone import RawStorage, RawZone, RawZoneError, local_raw_zone
 
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
@@ -87,3 +87,16 @@ def _error_code(exc: Exception) -> str:
 
 def s3_raw_zone(client, bucket: str, prefix: str = "raw", uri_scheme: str = "s3a") -> RawZone:
     return RawZone(S3Storage(client, bucket, prefix, uri_scheme))
+
+
+def open_raw_zone(root: str, *, s3_endpoint: str = "", region: str = "", uri_scheme: str = "s3a") -> RawZone:
+    """The raw zone at `root`: a folder, or `s3://bucket/prefix` through boto3 (credentials from the environment
+    or the role; `s3_endpoint` for MinIO or moto). The one place a raw zone is opened from settings, in process
+    (`RawZoneResource`) and in a remote job alike."""
+    if not root.startswith("s3://"):
+        return local_raw_zone(root)
+    import boto3
+
+    bucket, _, prefix = root.removeprefix("s3://").partition("/")
+    client = boto3.client("s3", region_name=region or None, endpoint_url=s3_endpoint or None)
+    return s3_raw_zone(client, bucket, prefix or "raw", uri_scheme=uri_scheme)

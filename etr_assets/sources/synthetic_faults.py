@@ -164,7 +164,6 @@ MALFORMED_KINDS = {  # kinds cycle in this order over the corrupted records of o
     "merchant": ("wrong_type", "missing_key"),
 }
 CORRUPTED_TEXT = "#corrupted#"  # the "record" served for kind not_an_object
-DRIFT_FIELDS = ("channel", "loyalty_points")
 _ID = {"transaction": "transaction_id", "customer": "customer_id", "merchant": "merchant_id"}
 _INSTALMENTS = (3, 4, 6, 12)
 _MONEY = re.compile(r"-?[0-9]+\.[0-9]{2}")

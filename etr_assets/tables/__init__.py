@@ -1,5 +1,6 @@
 """Every table of the lake, declared once. ALL_SPECS is what erasure, `etr tables` and bootstrap iterate."""
 
+from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, GDPR_ACTIONS, TABLE_CHANGES, TABLE_MAINTENANCE_LOG
 from etr_assets.lake.specs import TableSpec
 from etr_assets.tables.entities import (
     BRONZE_CUSTOMERS,
@@ -8,7 +9,6 @@ from etr_assets.tables.entities import (
     LANDING_CUSTOMERS,
     LANDING_MERCHANTS,
 )
-from etr_assets.tables.operations import DATA_QUALITY_METRICS, GDPR_ACTIONS, TABLE_CHANGES, TABLE_MAINTENANCE_LOG
 from etr_assets.tables.quarantine import (
     QUARANTINE_CUSTOMERS,
     QUARANTINE_MERCHANTS,

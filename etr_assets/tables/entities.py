@@ -8,6 +8,7 @@ from etr_assets.lake.specs import (
     MIB,
     SCD2_COLUMNS,
     SCD2_EXPECTATIONS,
+    TARGET_FILE_SIZE,
     Check,
     Column,
     Scd2,
@@ -20,7 +21,7 @@ _BRONZE_LINEAGE = (
     Column("_source_file", "string", "Raw-zone file the record was read from", required=True),
     Column("_ingested_at", "timestamp", "When the record was loaded into Iceberg", required=True),
 )
-_SMALL = {"write.target-file-size-bytes": str(32 * MIB)}
+_SMALL = {TARGET_FILE_SIZE: str(32 * MIB)}
 
 _CUSTOMER_FIELDS = (
     Column("customer_id", "bigint", "Customer id", required=True, pii=True),

@@ -1,6 +1,6 @@
 """Quarantine tables: records a source sent that do not fit its bronze spec, kept with the reason."""
 
-from etr_assets.lake.specs import MIB, Column, TableSpec
+from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 
@@ -38,7 +38,7 @@ def quarantine_spec(endpoint: str, subject_column: str | None = None, key_column
             Column("quarantined_at", "timestamp", "When it was quarantined", required=True),
         ),
         partition_by=("days(_batch_day)",),
-        properties={"write.target-file-size-bytes": str(8 * MIB)},
+        properties={TARGET_FILE_SIZE: str(8 * MIB)},
         subject_column=subject_column,
     )
 
@@ -61,7 +61,7 @@ def record_quarantine_spec(spec: TableSpec) -> TableSpec:
             Column("quarantined_at", "timestamp", "When it was quarantined", required=True),
         ),
         partition_by=spec.partition_by,
-        properties={"write.target-file-size-bytes": str(8 * MIB)},
+        properties={TARGET_FILE_SIZE: str(8 * MIB)},
         subject_column=spec.subject_column,
     )
 

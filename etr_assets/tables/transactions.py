@@ -1,6 +1,6 @@
 """The eTR+ transaction tables: bronze (as received), silver (typed, deduplicated), gold (daily summary)."""
 
-from etr_assets.lake.specs import MIB, Check, Column, QualityRules, Reference, TableSpec
+from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, WAP_ENABLED, Check, Column, QualityRules, Reference, TableSpec
 
 # Fields of the BNPL API's transaction record, as it sends them. Read with this schema, never inferred
 # (apache/iceberg #4849); the amount stays text in bronze so no precision is lost before silver types it.
@@ -71,7 +71,7 @@ SILVER_TRANSACTIONS = TableSpec(
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "customer_id"),
     subject_column="customer_id",
-    properties={"write.wap.enabled": "true"},  # written to an audit branch, published when checks pass
+    properties={WAP_ENABLED: "true"},  # written to an audit branch, published when checks pass
     # Per record: a transaction that breaks one goes to silver.quarantine_transactions and its day publishes without
     # it. Per day (blocking): transaction_id unique in the whole table.
     expectations=(
@@ -110,7 +110,7 @@ GOLD_DAILY_SUMMARY = TableSpec(
     ),
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "currency"),
-    properties={"write.target-file-size-bytes": str(32 * MIB), "write.wap.enabled": "true"},
+    properties={TARGET_FILE_SIZE: str(32 * MIB), WAP_ENABLED: "true"},
     expectations=(
         Check("outcome counts add up", "approved + declined + refunded + pending = transactions"),
         Check("amounts are not negative", "gross_amount >= 0 AND refunded_amount >= 0"),

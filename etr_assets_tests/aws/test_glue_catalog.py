@@ -10,10 +10,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from etr_assets.lake.bootstrap import bootstrap_catalog, bootstrap_with_spark, iceberg_schema, table_location
+from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
+from etr_assets.lake.bootstrap import bootstrap_catalog, bootstrap_with_spark, iceberg_schema, warehouse_location
 from etr_assets.lake.metadata import catalog, load_table, table_stats
 from etr_assets.tables import ALL_SPECS, spec_for
-from etr_assets.tables.operations import DATA_QUALITY_METRICS
 from etr_assets_tests.aws.conftest import REGION
 from etr_assets_tests.infra import list_keys, s3_client
 
@@ -36,7 +36,7 @@ def test_bootstrap_creates_every_database_and_table_once(aws_settings, moto_endp
         table = client.get_table(DatabaseName=spec.namespace, Name=spec.name)["Table"]
         assert table["Parameters"]["table_type"].upper() == "ICEBERG", table["Parameters"]
         metadata = table["Parameters"]["metadata_location"]
-        assert metadata.startswith(table_location(aws_settings.warehouse, spec) + "/metadata/"), metadata
+        assert metadata.startswith(warehouse_location(aws_settings.warehouse, spec) + "/metadata/"), metadata
     databases = {d["Name"]: d for d in client.get_databases()["DatabaseList"]}
     assert databases["silver"]["LocationUri"] == f"s3://{aws_settings.bucket}/warehouse/silver.db"
     keys = list_keys(s3_client(moto_endpoint, REGION), aws_settings.bucket, "warehouse/")
@@ -59,7 +59,7 @@ def test_metadata_reads_go_through_glue_without_a_jvm(aws_settings):
     table.append(rows)
     stats = table_stats(aws_settings, spec)
     assert stats.rows == 3 and stats.snapshots == 1 and stats.data_files == 1 and stats.bytes > 0
-    assert stats.location == table_location(aws_settings.warehouse, spec)
+    assert stats.location == warehouse_location(aws_settings.warehouse, spec)
     assert str(stats.current_snapshot_id) == str(load_table(aws_settings, spec).current_snapshot().snapshot_id)
 
 

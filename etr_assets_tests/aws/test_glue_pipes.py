@@ -7,6 +7,7 @@ Spark's GlueCatalog cannot run here (docs/stack.md), so the job writes the local
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from etr_assets.definitions import build_definitions
 from etr_assets.defs.compute import LayerRunner
 from etr_assets.lake.session import iceberg_runtime_jar
 from etr_assets.remote import jobs
+from etr_assets.tables.entities import LANDING_CUSTOMERS
 from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY
 from etr_assets_tests.aws.conftest import REGION
 from etr_assets_tests.infra import create_bucket, s3_client
@@ -100,7 +102,11 @@ class GlueHereRunner(LayerRunner):
 
 
 @pytest.mark.slow
-def test_gold_runs_as_a_glue_job_run_through_pipes(aws_env, moto_endpoint, settings, lake, tmp_path):
+def test_gold_and_scd2_history_run_as_glue_job_runs_through_pipes(aws_env, moto_endpoint, settings, lake, tmp_path):
+    """A transaction layer (gold) and an SCD2 landing table, each one Glue job run of the same layer code the assets
+    run in process; what they write equals what the source served."""
+    from etr_assets.sources.synthetic_api import ApiConfig, customers_as_of
+
     bucket = "etr-pipes"
     s3 = s3_client(moto_endpoint, REGION)
     create_bucket(s3, bucket)
@@ -112,6 +118,7 @@ def test_gold_runs_as_a_glue_job_run_through_pipes(aws_env, moto_endpoint, setti
     instance = DagsterInstance.ephemeral()
     resources = defs.get_repository_def().get_top_level_resources()
     upstream = ["raw/bnpl_transactions", "bronze/bnpl_transactions_raw", "silver/bnpl_transactions_clean"]
+    upstream += ["raw/bnpl_customers", "bronze/bnpl_customers_raw"]
     assert materialize(
         list(defs.assets), selection=upstream, resources=resources, partition_key=DAY, instance=instance
     ).success
@@ -139,7 +146,7 @@ def test_gold_runs_as_a_glue_job_run_through_pipes(aws_env, moto_endpoint, setti
     try:
         result = materialize(
             list(defs.assets),
-            selection=["gold/bnpl_daily_summary"],
+            selection=["gold/bnpl_daily_summary", "landing/customers"],
             partition_key=DAY,
             resources=resources | {"layer_runner": runner},
             instance=instance,
@@ -150,10 +157,12 @@ def test_gold_runs_as_a_glue_job_run_through_pipes(aws_env, moto_endpoint, setti
     logs = "\n".join(Path(run["log"]).read_text()[-3000:] for run in glue.runs.values())
     assert result.success, logs
 
-    [run] = glue.runs.values()
-    assert run["worker_type"] == "G.1X" and run["workers"] == 2
-    [event] = result.get_asset_materialization_events()
-    metadata = event.materialization.metadata
+    assert len(glue.runs) == 2, glue.runs
+    assert all(run["worker_type"] == "G.1X" and run["workers"] == 2 for run in glue.runs.values())
+    reported = {
+        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
+    }
+    metadata = reported["gold/bnpl_daily_summary"]
     table = GOLD_DAILY_SUMMARY.qualified(settings.catalog)
     current = lake.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
     assert metadata["snapshot_id"].value == str(current)
@@ -161,6 +170,17 @@ def test_gold_runs_as_a_glue_job_run_through_pipes(aws_env, moto_endpoint, setti
     assert total == settings.api_transactions_per_day
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks and all(checks[c.name] for c in GOLD_DAILY_SUMMARY.expectations), checks
+
+    history = reported["landing/customers"]
+    landing = LANDING_CUSTOMERS.qualified(settings.catalog)
+    served = customers_as_of(
+        ApiConfig(seed=settings.api_seed, transactions_per_day=settings.api_transactions_per_day),
+        dt.date.fromisoformat(DAY),
+    )
+    current = lake.sql(f"SELECT count(*) FROM {landing} WHERE _is_current").first()[0]
+    assert history["current_rows"].value == current == len(served)
+    assert history["history_method"].value == "recompute" and history["versions_inserted"].value == len(served)
+    assert all(checks[c.name] for c in LANDING_CUSTOMERS.expectations), checks
     # Context and messages went through the bucket's pipes/ prefix, as the IAM policy allows.
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert any(k.startswith("pipes/") for k in keys), keys

@@ -34,7 +34,7 @@ def allowed(policy: dict, action: str, resource: str) -> bool:
 def test_the_committed_policy_is_the_generators_output():
     expected = iam.render(iam.iam_policy(ALL_SPECS))
     assert COMMITTED.read_text() == expected, (
-        "deployment/iam-policy.json is stale: python -m etr_assets.lake.iam > deployment/iam-policy.json"
+        "deployment/iam-policy.json is stale: etr iam-policy > deployment/iam-policy.json"
     )
 
 

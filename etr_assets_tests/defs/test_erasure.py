@@ -8,13 +8,13 @@ import pytest
 from dagster import DagsterInstance
 
 from etr_assets.definitions import build_definitions
-from etr_assets.lake import entities, transactions
+from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.erasure import LOCAL_AUDIT_KEY, subject_hash
+from etr_assets.pipeline import entities, transactions
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables import personal_data_specs
-from etr_assets.tables.operations import GDPR_ACTIONS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 DAY = dt.date(2025, 1, 3)

@@ -32,12 +32,12 @@ from etr_assets.defs.maintenance import (
 )
 from etr_assets.defs.resources import build_resources
 from etr_assets.instance import pool_names
+from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.session import attach_catalog
 from etr_assets.lake.specs import Column, TableSpec
 from etr_assets.settings import Settings
 from etr_assets.tables import ALL_SPECS
-from etr_assets.tables.operations import TABLE_MAINTENANCE_LOG
 from etr_assets_tests.conftest import TRANSACTIONS_PER_DAY
 
 COLUMNS = (Column("id", "bigint"), Column("day", "date"))

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from etr_assets.lake import transactions as pipeline
+from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.api_client import ApiClient, ApiError, RetryPolicy
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone

@@ -10,7 +10,8 @@ from urllib.parse import urlparse
 import pytest
 
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.health import ERROR, OK, WARN, TableHealth, judge, table_health
+from etr_assets.lake.health import TableHealth, judge, table_health
+from etr_assets.lake.quality import Severity
 from etr_assets.lake.specs import Column, HealthThresholds, SpecError, TableSpec
 
 COLUMNS = (Column("id", "bigint"), Column("day", "date"))
@@ -32,7 +33,7 @@ def test_a_table_written_once_per_day_is_healthy(lake, settings):
         insert(lake, spec.qualified(settings.catalog), n * 10, day, rows=10)
 
     health = table_health(settings, spec)
-    assert health.status == OK and health.reasons == ()
+    assert health.status == Severity.OK and health.reasons == ()
     assert (health.rows, health.data_files, health.partitions, health.snapshots) == (30, 3, 3, 3)
     # Every file is far under the 128 MB target, but each is alone in its day: nothing to merge.
     assert (health.small_files, health.small_file_share, health.mergeable_small_files) == (3, 1.0, 0)
@@ -59,7 +60,7 @@ def test_many_tiny_appends_and_deletes_make_a_table_warn_with_the_reasons_named(
     lake.sql(f"DELETE FROM {table} WHERE id = 50")
 
     health = table_health(settings, spec)
-    assert health.status == WARN
+    assert health.status == Severity.WARN
     assert (health.data_files, health.small_files, health.mergeable_small_files, health.partitions) == (8, 8, 7, 1)
     assert health.mergeable_small_file_share == pytest.approx(7 / 8)
     assert health.delete_files == 2 and health.rows == 14
@@ -75,10 +76,10 @@ def test_thresholds_come_from_the_spec_and_far_past_a_limit_is_an_error(lake, se
         insert(lake, spec.qualified(settings.catalog), n, f"2025-01-0{n + 1}")
 
     health = table_health(settings, spec)
-    assert health.status == ERROR
+    assert health.status == Severity.ERROR
     assert health.reasons == ("ERROR: snapshots 3 > 1", "WARN: manifests 3 > 2")
     relaxed = dataclasses.replace(spec, health=HealthThresholds())
-    assert table_health(settings, relaxed).status == OK  # the same table under the default limits
+    assert table_health(settings, relaxed).status == Severity.OK  # the same table under the default limits
 
 
 def test_old_snapshots_count_only_beyond_those_expiry_always_keeps(lake, settings):
@@ -90,7 +91,7 @@ def test_old_snapshots_count_only_beyond_those_expiry_always_keeps(lake, setting
 
     health = table_health(settings, keeps_two, now=later)
     assert health.oldest_snapshot_age_days == pytest.approx(20, abs=0.1)
-    assert health.status == WARN and health.reasons[-1].startswith("WARN: oldest snapshot age 20")
+    assert health.status == Severity.WARN and health.reasons[-1].startswith("WARN: oldest snapshot age 20")
     keeps_ten = dataclasses.replace(keeps_two, properties={})  # 3 snapshots, expiry keeps 10: nothing to expire
     assert not any("age" in reason for reason in table_health(settings, keeps_ten, now=later).reasons)
 
@@ -104,10 +105,10 @@ def test_a_table_never_created_is_reported_as_such(settings):
 def test_judging_is_plain_arithmetic_over_the_figures():
     spec = spec_named("figures", health=HealthThresholds(max_metadata_file_mb=1, error_factor=4))
     big_metadata = TableHealth("silver.figures", exists=True, metadata_file_bytes=5 * 1024 * 1024, snapshots=1)
-    assert judge(spec, big_metadata) == (ERROR, ("ERROR: metadata file 5 MB > 1 MB",))
-    assert judge(spec, dataclasses.replace(big_metadata, metadata_file_bytes=2 * 1024 * 1024))[0] == WARN
+    assert judge(spec, big_metadata) == (Severity.ERROR, ("ERROR: metadata file 5 MB > 1 MB",))
+    assert judge(spec, dataclasses.replace(big_metadata, metadata_file_bytes=2 * 1024 * 1024))[0] == Severity.WARN
     all_small = dataclasses.replace(big_metadata, metadata_file_bytes=0, mergeable_small_file_share=1.0)
-    assert judge(spec, all_small)[0] == WARN  # small files never make an ERROR
+    assert judge(spec, all_small)[0] == Severity.WARN  # small files never make an ERROR
 
 
 @pytest.mark.parametrize(

@@ -7,19 +7,17 @@ import datetime as dt
 import pytest
 from pyspark.sql import functions as F
 
-from etr_assets.lake import transactions as pipeline
 from etr_assets.lake.incremental import (
-    FULL,
-    INCREMENTAL,
-    UNCHANGED,
     Cursor,
+    ReadMode,
     current_snapshot_id,
 )
 from etr_assets.lake.writes import append
+from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
-from etr_assets_tests.lake.test_transactions import DAYS, raw  # noqa: F401  (the raw-zone fixture)
+from etr_assets_tests.pipeline.test_transactions import DAYS, raw  # noqa: F401  (the raw-zone fixture)
 
 D0, D1 = DAYS
 
@@ -43,13 +41,13 @@ def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(l
     bronze_first = pipeline.load_bronze(lake, settings.catalog, raw, [D0])
     assert bronze_first.commit.operation == "append"  # a first load: downstream can read it incrementally
     built = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: None})
-    assert modes(built) == {str(D0): FULL}
+    assert modes(built) == {str(D0): ReadMode.WHOLE_DAY}
     silver_snapshot = current_snapshot_id(lake, SILVER_TRANSACTIONS.qualified(settings.catalog))
 
     assert pipeline.load_bronze(lake, settings.catalog, raw, [D1]).commit.operation == "append"
     again = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: cursor_of(built)})
 
-    assert modes(again) == {str(D0): UNCHANGED}
+    assert modes(again) == {str(D0): ReadMode.UNCHANGED}
     assert again.extra["bronze_rows_read"] == 0 and again.commit.snapshot_id is None
     assert current_snapshot_id(lake, SILVER_TRANSACTIONS.qualified(settings.catalog)) == silver_snapshot
     assert again.rows_by_day == built.rows_by_day  # what the day holds, reported all the same
@@ -75,7 +73,7 @@ def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, 
     cursor = cursor_of(built)
     merged = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
 
-    assert modes(merged) == {str(D0): INCREMENTAL, str(D1): UNCHANGED}  # D1 got nothing appended
+    assert modes(merged) == {str(D0): ReadMode.APPENDED, str(D1): ReadMode.UNCHANGED}  # D1 got nothing appended
     assert merged.extra["bronze_rows_read"] == 5  # only the late rows, not the day
     assert merged.extra["days_rewritten"] == 1
     assert merged.rows_by_day == {str(D0): built.rows_by_day[str(D0)] + 2, str(D1): built.rows_by_day[str(D1)]}
@@ -99,7 +97,7 @@ def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw
     rebuilt = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
 
     plan = modes(rebuilt)
-    assert plan == {str(D0): FULL, str(D1): UNCHANGED}
+    assert plan == {str(D0): ReadMode.WHOLE_DAY, str(D1): ReadMode.UNCHANGED}
     assert f"snapshot {reload.commit.snapshot_id} (overwrite) rewrote rows of the day" in rebuilt.extra["read_plan"]
     assert rebuilt.extra["bronze_rows_read"] == reload.rows_by_day[str(D0)]
     assert rebuilt.rows_by_day == built.rows_by_day
@@ -110,7 +108,9 @@ def test_a_lost_cursor_or_a_rolled_back_silver_falls_back_to_full_reads(lake, se
     pipeline.load_bronze(lake, settings.catalog, raw, [D0])
     built = pipeline.build_silver(lake, settings.catalog, [D0])
     unknown = Cursor(upstream_snapshot_id=123, downstream_snapshot_id=cursor_of(built).downstream_snapshot_id)
-    assert modes(pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: unknown})) == {str(D0): FULL}
+    assert modes(pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: unknown})) == {
+        str(D0): ReadMode.WHOLE_DAY
+    }
 
     silver = SILVER_TRANSACTIONS.qualified(settings.catalog)
     newer = pipeline.build_silver(lake, settings.catalog, [D0], full_refresh=True)
@@ -120,7 +120,7 @@ def test_a_lost_cursor_or_a_rolled_back_silver_falls_back_to_full_reads(lake, se
     )
     # The newer build's silver snapshot is no longer in silver's history: its cursor cannot be trusted.
     result = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: cursor_of(newer)})
-    assert modes(result) == {str(D0): FULL} and "rolled back" in result.extra["read_plan"]
+    assert modes(result) == {str(D0): ReadMode.WHOLE_DAY} and "rolled back" in result.extra["read_plan"]
 
 
 def test_compaction_snapshots_do_not_force_full_reads(lake, settings, raw):  # noqa: F811
@@ -138,7 +138,7 @@ def test_compaction_snapshots_do_not_force_full_reads(lake, settings, raw):  # n
 
     cursor = cursor_of(built)
     result = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
-    assert modes(result) == {str(D0): UNCHANGED, str(D1): UNCHANGED}
+    assert modes(result) == {str(D0): ReadMode.UNCHANGED, str(D1): ReadMode.UNCHANGED}
     assert dt.date.fromisoformat(str(D0)) == D0
 
 

@@ -10,16 +10,16 @@ from urllib.parse import urlparse
 
 import pytest
 
+from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.health import OK, WARN
 from etr_assets.lake.maintenance import (
     expire_snapshots,
     maintain_table,
     orphan_file_arguments,
     remove_orphan_files,
 )
+from etr_assets.lake.quality import Severity
 from etr_assets.lake.specs import Column, TableSpec
-from etr_assets.tables.operations import TABLE_MAINTENANCE_LOG
 
 # Merge-on-read so deletes leave delete files for compaction to apply; expiry keeps the newest two snapshots.
 SPEC = TableSpec(
@@ -60,8 +60,8 @@ def test_maintenance_compacts_applies_deletes_expires_and_logs_before_and_after(
 
     assert ids(lake, ledger) == rows_before  # same rows, fewer files
     before, after = result.before, result.after
-    assert before.status == WARN and (before.data_files, before.delete_files, before.snapshots) == (6, 1, 7)
-    assert after.status == OK and (after.data_files, after.delete_files, after.manifests) == (1, 0, 1)
+    assert before.status == Severity.WARN and (before.data_files, before.delete_files, before.snapshots) == (6, 1, 7)
+    assert after.status == Severity.OK and (after.data_files, after.delete_files, after.manifests) == (1, 0, 1)
     assert after.snapshots == 2  # expiry kept the spec's min-snapshots-to-keep
     assert result.compaction.rewritten_data_files == 6 and result.compaction.added_data_files == 1
     assert result.manifests.rewritten_manifests == 0  # compaction already left a single manifest

@@ -7,8 +7,9 @@ import datetime as dt
 
 import pytest
 
+from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
 from etr_assets.lake.quality import (
-    WARN,
+    Severity,
     expectation_outcomes,
     freshness_outcome,
     metrics_of,
@@ -19,7 +20,6 @@ from etr_assets.lake.quality import (
     uniqueness_outcome,
 )
 from etr_assets.lake.specs import QualityRules
-from etr_assets.tables.operations import DATA_QUALITY_METRICS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 D1, D2 = dt.date(2025, 5, 1), dt.date(2025, 5, 2)
@@ -73,7 +73,7 @@ def test_every_customer_of_a_transaction_must_be_known(spark):
 
     strangers = rows.union(frame(spark, [(3, 77, 5, 1.0, "APPROVED", D2), (4, 77, 5, 1.0, "APPROVED", D2)]))
     outcome = reference_outcome(strangers, SILVER_TRANSACTIONS, reference, customers, [D1, D2])
-    assert not outcome.passed and outcome.severity == WARN
+    assert not outcome.passed and outcome.severity == Severity.WARN
     assert outcome.violations == 2 and outcome.by_day == {str(D1): 0.0, str(D2): 2.0} and outcome.examples == "77"
 
 
@@ -90,7 +90,11 @@ def test_row_count_anomaly_against_the_trailing_median(spark):
 
     collapsed = days_with(spark, {**history, D1: 20})
     outcome = row_count_outcome(collapsed, SILVER_TRANSACTIONS, [D1])
-    assert not outcome.passed and outcome.severity == WARN and "20 rows against a median of 100" in outcome.examples
+    assert (
+        not outcome.passed
+        and outcome.severity == Severity.WARN
+        and "20 rows against a median of 100" in outcome.examples
+    )
 
     young = days_with(spark, {D1 - dt.timedelta(days=1): 100, D1: 5})
     outcome = row_count_outcome(young, SILVER_TRANSACTIONS, [D1])

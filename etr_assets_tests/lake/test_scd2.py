@@ -14,7 +14,8 @@ import random
 import pytest
 
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.scd2 import FULL, INCREMENTAL, apply_observations
+from etr_assets.lake.feeds import FeedMode
+from etr_assets.lake.scd2 import apply_observations
 from etr_assets.lake.specs import SCD2_COLUMNS, Column, Scd2, TableSpec
 
 SPEC = TableSpec(
@@ -77,7 +78,7 @@ def make_batches(rng, truth, snapshot_hours, mode):
         t_b = at(hour)
         records = []
         for key, events in truth.items():
-            if mode == FULL:
+            if mode == FeedMode.FULL:
                 seen = state_at(events, t_b)
                 if seen:
                     records.append((key, *seen))
@@ -115,7 +116,7 @@ def model(batches, mode):
             if current:
                 current[3] = when
             history.append([state, when, when, None])
-        if mode == FULL:
+        if mode == FeedMode.FULL:
             for key, history in versions.items():
                 if key not in latest and history and history[-1][3] is None:
                     history[-1][3] = batch["t"]
@@ -148,13 +149,13 @@ def check_invariants(rows):
 def apply(spark, catalog, applied, batch, mode):
     records = spark.createDataFrame([row for b in applied for row in b["rows"]], RECORD_SCHEMA)
     keys = None
-    if mode == INCREMENTAL:  # as the pipeline does: recompute the keys this batch touched
+    if mode == FeedMode.INCREMENTAL:  # as the pipeline does: recompute the keys this batch touched
         keys = spark.createDataFrame([(row[0],) for row in batch["rows"]] or [(-1,)], "id bigint")
     return apply_observations(spark, catalog, SPEC, records, mode, keys)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [FULL, INCREMENTAL])
+@pytest.mark.parametrize("mode", [FeedMode.FULL, FeedMode.INCREMENTAL])
 @pytest.mark.parametrize("seed", [11, 23])
 def test_any_order_and_replays_give_the_in_order_history(lake, settings, mode, seed):
     rng = random.Random(seed)
@@ -193,7 +194,7 @@ def test_null_transitions_are_changes_and_null_to_null_is_not(lake, settings):
         (1, "x", 1, at(4), "b4", "f", at(10)),  # NULL -> value: a change
     ]
     records = lake.createDataFrame(rows, RECORD_SCHEMA)
-    result = apply_observations(lake, settings.catalog, SPEC, records, INCREMENTAL)
+    result = apply_observations(lake, settings.catalog, SPEC, records, FeedMode.INCREMENTAL)
     table = lake.table(SPEC.qualified(settings.catalog)).collect()
     got = sorted(((r["a"], r["_valid_from"], r["_valid_to"]) for r in table), key=lambda v: v[1])
     assert got == [("x", at(1), at(2)), (None, at(2), at(4)), ("x", at(4), None)]
@@ -207,6 +208,6 @@ def test_latest_record_in_a_batch_wins_and_ties_are_deterministic(lake, settings
         (7, "new", 2, at(5), "b1", "f1", at(10)),
         (7, "mid", 3, at(3), "b1", "f1", at(10)),
     ]
-    apply_observations(lake, settings.catalog, SPEC, lake.createDataFrame(rows, RECORD_SCHEMA), FULL)
+    apply_observations(lake, settings.catalog, SPEC, lake.createDataFrame(rows, RECORD_SCHEMA), FeedMode.FULL)
     (only,) = lake.table(SPEC.qualified(settings.catalog)).collect()
     assert (only["a"], only["_valid_from"], only["_is_current"], only["_batch_id"]) == ("new", at(5), True, "b1")

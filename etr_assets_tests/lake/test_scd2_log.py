@@ -13,11 +13,9 @@ import random
 import pytest
 
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.scd2 import FULL, INCREMENTAL
+from etr_assets.lake.feeds import FeedMode
+from etr_assets.lake.scd2 import Scd2Method
 from etr_assets.lake.scd2_log import (
-    EXTEND,
-    RECOMPUTE,
-    UNCHANGED,
     apply_log,
     read_cursor,
 )
@@ -57,7 +55,7 @@ def scenario(seed: int, mode: str, snapshot_hours=(12, 24, 36, 48, 59)):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "seed"), [(FULL, 11), (INCREMENTAL, 23)])
+@pytest.mark.parametrize(("mode", "seed"), [(FeedMode.FULL, 11), (FeedMode.INCREMENTAL, 23)])
 def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, settings, mode, seed):
     catalog = settings.catalog
     batches = scenario(seed, mode, (12, 30, 45, 59))
@@ -68,7 +66,7 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
     for number, batch in enumerate(batches):
         append(lake, log, batch)
         result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
-        assert result.method == (RECOMPUTE if number == 0 else EXTEND), result.reason
+        assert result.method == (Scd2Method.RECOMPUTE if number == 0 else Scd2Method.EXTEND), result.reason
         rows, versions = table_rows(lake, catalog)
         check_invariants(rows)
         assert versions == model(batches[: number + 1], mode)
@@ -80,39 +78,42 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
 
     snapshots = lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0]
     again = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
-    assert (again.method, again.changed) == (UNCHANGED, False)
+    assert (again.method, again.changed) == (Scd2Method.UNCHANGED, False)
     # The last batch downloaded again: in a full snapshot its time is not after the watermark (a record would beat
     # an absence at the same time), so it is recomputed; either way nothing changes and nothing is committed.
     append(lake, log, dict(batches[-1], rows=[r[:4] + ("replay",) + r[5:] for r in batches[-1]["rows"]]))
     replay = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
-    assert (replay.method, replay.changed) == (RECOMPUTE if mode == FULL else EXTEND, False), replay.reason
+    assert (replay.method, replay.changed) == (
+        Scd2Method.RECOMPUTE if mode == FeedMode.FULL else Scd2Method.EXTEND,
+        False,
+    ), replay.reason
     assert lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0] == snapshots
 
 
 @pytest.mark.slow
 def test_a_late_batch_falls_back_to_recompute_and_still_gives_the_in_order_history(lake, settings):
     catalog = settings.catalog
-    batches = scenario(11, FULL)
+    batches = scenario(11, FeedMode.FULL)
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
     for batch in (batches[0], batches[2]):
         append(lake, log, batch)
-        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
+        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
     append(lake, log, batches[1])  # a backfill of a day older than the watermark
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
-    assert result.method == RECOMPUTE and "watermark" in result.reason, result.reason
-    assert table_rows(lake, catalog)[1] == model(batches[:3], FULL)
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    assert result.method == Scd2Method.RECOMPUTE and "watermark" in result.reason, result.reason
+    assert table_rows(lake, catalog)[1] == model(batches[:3], FeedMode.FULL)
 
 
 @pytest.mark.slow
 def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, settings):
     catalog = settings.catalog
-    batches = scenario(23, FULL)
+    batches = scenario(23, FeedMode.FULL)
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
     for batch in batches[:2]:
         append(lake, log, batch)
-        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
+        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
 
     # Compaction of either table changes no rows: history is still extended.
     for table in (log, SPEC.qualified(catalog)):
@@ -121,24 +122,24 @@ def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, 
             f"options => map('rewrite-all', 'true'))"
         )
     append(lake, log, batches[2])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
-    assert result.method == EXTEND, result.reason
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    assert result.method == Scd2Method.EXTEND, result.reason
 
     # A reloaded batch (bronze overwrites a day it loads again): the append scan would not see it.
     lake.sql(f"DELETE FROM {log} WHERE _batch_id = '{batches[1]['id']}'")
     append(lake, log, batches[1])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
-    assert result.method == RECOMPUTE and "changed rows in place" in result.reason, result.reason
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    assert result.method == Scd2Method.RECOMPUTE and "changed rows in place" in result.reason, result.reason
 
     # Someone else changed the history table (here: deleted a version): the cursor no longer describes it.
     lake.sql(f"DELETE FROM {SPEC.qualified(catalog)} WHERE id = 1 AND _is_current")
     append(lake, log, batches[3])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL)
-    assert result.method == RECOMPUTE and "written since" in result.reason, result.reason
-    assert table_rows(lake, catalog)[1] == model(batches[:4], FULL)
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    assert result.method == Scd2Method.RECOMPUTE and "written since" in result.reason, result.reason
+    assert table_rows(lake, catalog)[1] == model(batches[:4], FeedMode.FULL)
 
-    forced = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FULL, full_refresh=True)
-    assert (forced.method, forced.reason, forced.changed) == (RECOMPUTE, "full refresh requested", False)
+    forced = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL, full_refresh=True)
+    assert (forced.method, forced.reason, forced.changed) == (Scd2Method.RECOMPUTE, "full refresh requested", False)
 
 
 @pytest.mark.slow
@@ -148,14 +149,18 @@ def test_an_older_record_inside_a_new_batch_is_recomputed_not_appended(lake, set
     log = make_log(lake, catalog)
     first = [(1, "x", 1, at(1), "b1", "f", at(6)), (1, "y", 1, at(5), "b2", "f", at(10))]
     append(lake, log, {"rows": first})
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, INCREMENTAL)
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
     cursor = read_cursor(lake, SPEC.qualified(catalog))
     assert cursor.log_snapshot_id and cursor.watermark_micros is not None
 
     # A change list re-sending key 1 at hour 3 with a NULL in `a`: it falls inside history, before the watermark.
     append(lake, log, {"rows": [(1, None, 1, at(3), "b3", "f", at(11)), (2, "z", 2, at(12), "b3", "f", at(11))]})
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, INCREMENTAL)
-    assert result.method == RECOMPUTE and "older than the watermark" in result.reason and "id 1" in result.reason
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    assert (
+        result.method == Scd2Method.RECOMPUTE
+        and "older than the watermark" in result.reason
+        and "id 1" in result.reason
+    )
     got = sorted(
         ((r["id"], r["a"], r["_valid_from"], r["_valid_to"]) for r in lake.table(SPEC.qualified(catalog)).collect()),
         key=lambda version: (version[0], version[2]),

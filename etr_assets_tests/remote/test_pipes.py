@@ -8,8 +8,8 @@ from dagster import AssetKey, DagsterInstance, materialize
 
 from etr_assets.definitions import build_definitions
 from etr_assets.defs.compute import LayerRunner
+from etr_assets.pipeline.layers import LayerRequest
 from etr_assets.remote import jobs
-from etr_assets.remote.layers import LayerRequest
 from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
 DAY = "2025-01-02"
@@ -127,7 +127,7 @@ def test_emr_serverless_parameters_and_the_shipped_package(tmp_path):
         in submit["sparkSubmitParameters"]
     )
     names = zipfile.ZipFile(io.BytesIO(jobs.package_zip())).namelist()
-    assert "etr_assets/remote/run_layer.py" in names and "etr_assets/lake/transactions.py" in names
+    assert "etr_assets/remote/run_layer.py" in names and "etr_assets/pipeline/transactions.py" in names
     assert "etr_assets/lake/log4j2.properties" in names and not any("__pycache__" in n for n in names)
 
 

@@ -44,8 +44,8 @@ def s3_client(settings):
 
 
 def run_pipeline(args: dict) -> dict:
-    from etr_assets.lake import transactions as pipeline
     from etr_assets.lake.session import get_spark, spark_conf
+    from etr_assets.pipeline import transactions as pipeline
     from etr_assets.sources.api_client import ApiClient
     from etr_assets.sources.fetch import fetch_day
     from etr_assets.sources.s3_storage import s3_raw_zone
@@ -97,7 +97,7 @@ def run_pipeline(args: dict) -> dict:
             "data_files": [r[0] for r in spark.sql(f"SELECT file_path FROM {qualified}.files").collect()],
             "metadata_files": [r[0] for r in spark.sql(f"SELECT file FROM {qualified}.metadata_log_entries").collect()],
         }
-    from etr_assets.lake import entities
+    from etr_assets.pipeline import entities
 
     entities.load_bronze(spark, settings.catalog, raw, entities.CUSTOMERS, days)
     scd2 = entities.build_landing(spark, settings.catalog, entities.CUSTOMERS, days)

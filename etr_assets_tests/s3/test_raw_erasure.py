@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from etr_assets.lake.erasure import ErasureRequest, erase_raw_zone, scan_raw_zone
+from etr_assets.lake.erasure import ErasureRequest
+from etr_assets.pipeline.erasure import erase_raw_zone, scan_raw_zone
 from etr_assets.sources.raw_zone import RawZone, local_raw_zone
 from etr_assets.sources.s3_storage import s3_raw_zone
 from etr_assets_tests.infra import create_bucket, moto_server, s3_client

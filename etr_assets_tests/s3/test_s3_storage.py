@@ -167,7 +167,7 @@ def test_only_dummy_credentials_are_in_play():
     assert {k: os.environ[k] for k in AWS_TEST_ENV} == AWS_TEST_ENV
 
 
-def test_the_dagster_raw_zone_resource_writes_to_s3_through_dagster_aws(endpoint, client):
+def test_the_dagster_raw_zone_resource_writes_to_s3(endpoint, client):
     from etr_assets.defs.resources import RawZoneResource
 
     bucket = f"lake-{uuid.uuid4().hex[:8]}"

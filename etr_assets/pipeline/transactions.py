@@ -13,15 +13,13 @@ from etr_assets.lake.bronze import (
     DEFAULT_MAX_REJECT_RATE,
     BadInputError,
     LayerResult,
-    RawFeed,
     load_bronze_days,
 )
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.frames import conform
+from etr_assets.lake.frames import conform, count_by_day
 from etr_assets.lake.incremental import (
-    FULL,
-    INCREMENTAL,
     Cursor,
+    ReadMode,
     current_snapshot_id,
     plan_reads,
     read_plan,
@@ -29,9 +27,9 @@ from etr_assets.lake.incremental import (
 from etr_assets.lake.quality import CheckOutcome, record_quarantine_outcome, split_by_record_rules
 from etr_assets.lake.wap import evaluate, write_audit_publish
 from etr_assets.lake.writes import CommitInfo, replace_days
-from etr_assets.sources.fetch import SOURCE
 from etr_assets.sources.raw_zone import RawZone
-from etr_assets.tables.quarantine import QUARANTINE_TRANSACTIONS, SILVER_QUARANTINE_TRANSACTIONS
+from etr_assets.tables.feeds import TRANSACTIONS
+from etr_assets.tables.quarantine import SILVER_QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import (
     BRONZE_TRANSACTIONS,
     GOLD_DAILY_SUMMARY,
@@ -41,14 +39,6 @@ from etr_assets.tables.transactions import (
 
 __all__ = ["TRANSACTIONS", "BadInputError", "LayerResult", "build_gold", "build_silver", "load_bronze"]
 
-TRANSACTIONS = RawFeed(
-    source=SOURCE,
-    endpoint="transactions",
-    bronze=BRONZE_TRANSACTIONS,
-    quarantine=QUARANTINE_TRANSACTIONS,
-    day_column="transaction_date",
-    record_day_column="transaction_date",
-)
 API_COLUMNS = TRANSACTIONS.api_columns
 
 
@@ -143,15 +133,15 @@ def build_silver(
     appended_days = set()
     if appended is not None:
         appended_days = {r[0] for r in appended.select("transaction_date").distinct().collect()}
-    rebuild = sorted(set(plan.of(FULL)) | appended_days)
+    rebuild = sorted(set(plan.of(ReadMode.WHOLE_DAY)) | appended_days)
 
     extra = {
         "bronze_snapshot_id": str(plan.upstream_snapshot_id) if plan.upstream_snapshot_id is not None else "none",
         "read_mode": plan.summary(),
         "read_plan": plan.table(),
         "bronze_rows_read": received,
-        "days_read_full": len(plan.of(FULL)),
-        "days_read_incrementally": len(plan.of(INCREMENTAL)),
+        "days_read_full": len(plan.of(ReadMode.WHOLE_DAY)),
+        "days_read_incrementally": len(plan.of(ReadMode.APPENDED)),
         "days_rewritten": len(rebuild),
     }
 
@@ -160,7 +150,8 @@ def build_silver(
 
     if not rebuild:  # nothing changed upstream: no commit; the checks still report on what main holds
         checks = evaluate(spark, silver_table, SILVER_TRANSACTIONS, "main", days) if audit_branch else []
-        counts = count_by_day(spark.table(silver_table).where(F.col("transaction_date").isin(sorted(days))), days)
+        in_days = spark.table(silver_table).where(F.col("transaction_date").isin(sorted(days)))
+        counts = count_by_day(in_days, days, "transaction_date")
         extra["silver_snapshot_id"] = str(current_snapshot_id(spark, silver_table))
         return LayerResult(CommitInfo(silver_table, None, None), changes, counts, extra, checks=(*checks, held_back()))
 
@@ -175,7 +166,7 @@ def build_silver(
         cleaned = merged if cleaned is None else cleaned.unionByName(merged)
     cleaned = cleaned.cache()
     kept, held = split_by_record_rules(cleaned, SILVER_TRANSACTIONS)
-    counts = count_by_day(kept, rebuild)
+    counts = count_by_day(kept, rebuild, "transaction_date")
     try:
         # The quarantine first: a crash before silver's commit leaves the days to rebuild, which rewrites it again.
         # Nothing to hold and nothing held before: no commit (most days).
@@ -192,7 +183,8 @@ def build_silver(
     extra["silver_snapshot_id"] = str(current_snapshot_id(spark, silver_table))
     untouched = sorted(set(days) - set(rebuild))
     if untouched:  # report what every requested day holds, rewritten or not
-        counts |= count_by_day(spark.table(silver_table).where(F.col("transaction_date").isin(untouched)), untouched)
+        in_untouched = spark.table(silver_table).where(F.col("transaction_date").isin(untouched))
+        counts |= count_by_day(in_untouched, untouched, "transaction_date")
     distinct_ids = bronze_read.where(F.col("transaction_id").isNotNull()).select("transaction_id").distinct().count()
     extra |= {"bronze_rows": received, "duplicates_removed": received - distinct_ids}
     if not appended_days:  # every rebuilt day was read whole: what did not reach silver was refused
@@ -248,14 +240,9 @@ def build_gold(spark, catalog: str, days: list[dt.date], audit_branch: str | Non
     silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog)).where(F.col("transaction_date").isin(sorted(days)))
     changes = ensure_table(spark, catalog, GOLD_DAILY_SUMMARY)
     summary = conform(daily_summary(silver), GOLD_DAILY_SUMMARY).cache()
-    counts = count_by_day(summary, days)
+    counts = count_by_day(summary, days, "transaction_date")
     try:
         commit, checks = _replace(spark, catalog, GOLD_DAILY_SUMMARY, summary, days, audit_branch)
     finally:
         summary.unpersist()
     return LayerResult(commit, changes, counts, checks=tuple(checks))
-
-
-def count_by_day(df, days: list[dt.date], column: str = "transaction_date") -> dict[str, int]:
-    found = {row[0].isoformat(): row[1] for row in df.groupBy(column).count().collect()}
-    return {day.isoformat(): found.get(day.isoformat(), 0) for day in sorted(days)}

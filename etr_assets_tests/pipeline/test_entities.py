@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from etr_assets.lake import entities
+from etr_assets.pipeline import entities
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
@@ -64,7 +64,7 @@ def test_customer_profiles_use_the_version_valid_at_the_end_of_each_day(lake, se
         fetch_day(client, raw, "transactions", day)
     entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, DAYS[:2])
     entities.build_landing(lake, settings.catalog, entities.CUSTOMERS, DAYS[:2])
-    from etr_assets.lake import transactions
+    from etr_assets.pipeline import transactions
 
     transactions.load_bronze(lake, settings.catalog, raw, DAYS[:2])
     transactions.build_silver(lake, settings.catalog, DAYS[:2])
@@ -181,8 +181,8 @@ def test_a_refused_batch_waits_without_blocking_later_days_and_lands_in_place_on
 
 
 def test_abandoning_a_refused_batch_is_audited_and_later_runs_no_longer_wait_for_it(lake, settings, api):
+    from etr_assets.lake.bookkeeping import TABLE_CHANGES
     from etr_assets.lake.bronze import BadInputError, abandon_batch
-    from etr_assets.tables.operations import TABLE_CHANGES
 
     raw = local_raw_zone(settings.raw_root)
     day = dt.date(2024, 6, 1)

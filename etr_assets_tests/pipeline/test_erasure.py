@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from etr_assets.lake import entities, transactions
+from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.erasure import (
     DELETE,
     NOT_FOUND,
@@ -16,13 +16,13 @@ from etr_assets.lake.erasure import (
     ErasureError,
     ErasureRequest,
     audit_key,
-    erase_customers,
     matches_by_id,
-    prove_erased,
     subject_hash,
     validate_customer_ids,
 )
 from etr_assets.lake.frames import conform
+from etr_assets.pipeline import entities, transactions
+from etr_assets.pipeline.erasure import erase_customers, prove_erased
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
@@ -33,7 +33,6 @@ from etr_assets.tables.entities import (
     GOLD_CUSTOMER_PROFILES,
     LANDING_CUSTOMERS,
 )
-from etr_assets.tables.operations import GDPR_ACTIONS
 from etr_assets.tables.quarantine import QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
 
@@ -220,9 +219,9 @@ def test_an_id_inside_a_refused_line_is_matched_even_when_its_column_is_empty(sp
         ),
         QUARANTINE_TRANSACTIONS,
     )
-    from etr_assets.lake.erasure import _ids_frame
+    from etr_assets.lake.erasure import ids_frame
 
-    assert matches_by_id(df, QUARANTINE_TRANSACTIONS, _ids_frame(spark, (123, 4567, 8, 891))) == {
+    assert matches_by_id(df, QUARANTINE_TRANSACTIONS, ids_frame(spark, (123, 4567, 8, 891))) == {
         123: 1,
         4567: 1,
         891: 1,

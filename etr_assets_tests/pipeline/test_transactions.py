@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from etr_assets.lake import transactions as pipeline
+from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone

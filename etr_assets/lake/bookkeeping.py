@@ -1,6 +1,7 @@
-"""Tables the pipeline keeps about itself: the GDPR audit trail and data-quality metrics."""
+"""Bookkeeping tables any pipeline on this library keeps about itself: the GDPR audit trail, table changes (rollbacks,
+abandoned batches), data-quality metrics and the maintenance log."""
 
-from etr_assets.lake.specs import MIB, Column, TableSpec
+from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
 
 # The audit trail outlives the erasure it records, so it holds no raw customer id: a keyed hash lets an
 # auditor confirm "was customer X erased?" without the table itself being personal data to erase.
@@ -20,7 +21,7 @@ GDPR_ACTIONS = TableSpec(
         Column("run_id", "string", "Dagster run that did it"),
     ),
     partition_by=("days(executed_at)",),
-    properties={"write.target-file-size-bytes": str(8 * MIB)},
+    properties={TARGET_FILE_SIZE: str(8 * MIB)},
 )
 
 DATA_QUALITY_METRICS = TableSpec(
@@ -37,7 +38,7 @@ DATA_QUALITY_METRICS = TableSpec(
         Column("run_id", "string", "Dagster run that measured it"),
     ),
     partition_by=("days(measured_at)",),
-    properties={"write.target-file-size-bytes": str(8 * MIB)},
+    properties={TARGET_FILE_SIZE: str(8 * MIB)},
 )
 
 TABLE_CHANGES = TableSpec(
@@ -54,7 +55,7 @@ TABLE_CHANGES = TableSpec(
         Column("executed_at", "timestamp", "When", required=True),
     ),
     partition_by=("days(executed_at)",),
-    properties={"write.target-file-size-bytes": str(8 * MIB)},
+    properties={TARGET_FILE_SIZE: str(8 * MIB)},
 )
 
 TABLE_MAINTENANCE_LOG = TableSpec(
@@ -96,5 +97,5 @@ TABLE_MAINTENANCE_LOG = TableSpec(
         Column("audit_branches_dropped", "string", "Write-audit-publish branches older than the grace period, dropped"),
     ),
     partition_by=("days(started_at)",),
-    properties={"write.target-file-size-bytes": str(8 * MIB)},
+    properties={TARGET_FILE_SIZE: str(8 * MIB)},
 )

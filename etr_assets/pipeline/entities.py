@@ -2,50 +2,24 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 
 from etr_assets.lake.bronze import (
     DEFAULT_MAX_DAY_SHRINK,
     DEFAULT_MAX_REJECT_RATE,
     LayerResult,
-    RawFeed,
     load_bronze_days,
 )
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.frames import conform, spark_type
-from etr_assets.lake.scd2 import FULL, Scd2Result
+from etr_assets.lake.feeds import EntityFeed, FeedMode
+from etr_assets.lake.frames import conform, count_by_day, spark_type
+from etr_assets.lake.scd2 import Scd2Result
 from etr_assets.lake.scd2_log import apply_log
-from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import replace_days
-from etr_assets.sources.fetch import SOURCE
 from etr_assets.sources.raw_zone import RawZone
-from etr_assets.tables.entities import (
-    BRONZE_CUSTOMERS,
-    BRONZE_MERCHANTS,
-    GOLD_CUSTOMER_PROFILES,
-    LANDING_CUSTOMERS,
-    LANDING_MERCHANTS,
-)
-from etr_assets.tables.quarantine import QUARANTINE_CUSTOMERS, QUARANTINE_MERCHANTS
+from etr_assets.tables.entities import GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
+from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS  # noqa: F401 (the feeds this module's functions take)
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
-
-
-@dataclasses.dataclass(frozen=True)
-class EntityFeed:
-    raw: RawFeed
-    landing: TableSpec
-    mode: str = FULL  # FULL: each batch is the whole list, absent keys are closed; INCREMENTAL: changes only
-
-
-CUSTOMERS = EntityFeed(
-    RawFeed(SOURCE, "customers", BRONZE_CUSTOMERS, QUARANTINE_CUSTOMERS, day_column="_as_of", key_column="customer_id"),
-    LANDING_CUSTOMERS,
-)
-MERCHANTS = EntityFeed(
-    RawFeed(SOURCE, "merchants", BRONZE_MERCHANTS, QUARANTINE_MERCHANTS, day_column="_as_of", key_column="merchant_id"),
-    LANDING_MERCHANTS,
-)
 
 
 def load_bronze(
@@ -98,7 +72,7 @@ def held_keys(spark, catalog: str, feed: EntityFeed):
     """(key, `_batch_id`) of records a snapshot sent that validation refused: present, state unknown."""
     key = feed.landing.scd2.key
     quarantine = feed.raw.quarantine.qualified(catalog)
-    if feed.mode != FULL or not spark.catalog.tableExists(quarantine):
+    if feed.mode != FeedMode.FULL or not spark.catalog.tableExists(quarantine):
         return None
     table = spark.table(quarantine)
     return table.where(table[key].isNotNull()).select(key, "_batch_id") if key in table.columns else None
@@ -142,8 +116,6 @@ def customer_profiles(spark, catalog: str, days: list[dt.date]):
 
 
 def build_customer_profiles(spark, catalog: str, days: list[dt.date]) -> LayerResult:
-    from etr_assets.lake.transactions import count_by_day
-
     changes = ensure_table(spark, catalog, GOLD_CUSTOMER_PROFILES)
     profiles = customer_profiles(spark, catalog, days).cache()
     counts = count_by_day(profiles, days, "as_of_date")

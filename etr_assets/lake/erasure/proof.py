@@ -1,0 +1,183 @@
+"""The proof that nothing of the subjects is left: every data file and orphan, the manifests' bounds, each table
+as of before the erasure, every other table of the catalog with a subject-like column, and every raw file."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from etr_assets.lake.copies import (
+    ORPHAN_GRACE,
+    bounds_naming,
+    catalog_tables,
+    normalized,
+    orphan_files,
+    subject_like_columns,
+)
+from etr_assets.lake.erasure.request import (
+    ErasureRequest,
+    data_files,
+    files_holding,
+    files_naming,
+    ids_frame,
+    matches_by_id,
+)
+from etr_assets.lake.erasure.tables import orphans_holding
+from etr_assets.lake.evolve import table_exists
+from etr_assets.lake.feeds import RawFeed
+from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.timetravel import NoSuchSnapshot, read_as_of
+from etr_assets.sources.raw_erasure import (
+    RawErasure,
+    RawFeedSubject,
+    erase_raw_records,
+    find_raw_records,
+)
+from etr_assets.sources.raw_zone import RawZone
+
+
+# --- the raw zone (sources/raw_erasure.py does the work; the feeds come from the pipeline) -------------------
+def raw_feeds_with_subjects(feeds: tuple[RawFeed, ...]) -> tuple[RawFeedSubject, ...]:
+    """Raw endpoints holding personal data: the feeds whose bronze spec names a subject column."""
+    return tuple(
+        RawFeedSubject(f.source, f.endpoint, f.bronze.subject_column) for f in feeds if f.bronze.subject_column
+    )
+
+
+def erase_raw_zone(raw: RawZone, request: ErasureRequest, feeds: tuple[RawFeed, ...]) -> RawErasure:
+    return erase_raw_records(raw, request.customer_ids, raw_feeds_with_subjects(feeds))
+
+
+def scan_raw_zone(
+    raw: RawZone, ids: tuple[int, ...], feeds: tuple[RawFeed, ...]
+) -> tuple[int, dict[str, dict[int, int]]]:
+    return find_raw_records(raw, ids, raw_feeds_with_subjects(feeds))
+
+
+# --- the proof -----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Proof:
+    passed: bool
+    tables_scanned: int
+    data_files_scanned: int
+    raw_files_scanned: int
+    findings: tuple[str, ...]  # where a copy was found: "<table> data file <path>: N row(s) of 1 subject(s)"
+    found_ids: tuple[int, ...]  # which of the customers were still found (empty when passed)
+    time_travel: dict[str, str]  # table -> what reading it as of the erasure's start gave
+
+    def summary(self) -> str:
+        head = "VERIFIED" if self.passed else f"FAILED: {len(self.findings)} copy(ies) left"
+        return (
+            f"{head}; scanned {self.data_files_scanned} data file(s) of {self.tables_scanned} table(s) and "
+            f"{self.raw_files_scanned} raw file(s)" + ("" if self.passed else ": " + "; ".join(self.findings[:5]))
+        )
+
+
+def _as_of_read(spark, spec: TableSpec, qualified: str, when: dt.datetime, ids_df) -> tuple[str, dict[int, int]]:
+    """What reading the table as it was at `when` gives: its snapshot is gone (fine) or it must hold no customer."""
+    try:
+        df = read_as_of(spark, qualified, when=when)
+        found = matches_by_id(df, spec, ids_df)
+    except NoSuchSnapshot:
+        return "no snapshot left from before the erasure", {}
+    except Exception as error:  # Iceberg refusing an expired snapshot, or its files being gone
+        text = str(error).splitlines()[0][:160]
+        if "snapshot" in text.lower() or "FileNotFound" in text or "does not exist" in text:
+            return f"unreadable: {text}", {}
+        raise
+    if found:
+        return f"returns {sum(found.values())} row(s) of erased customers", found
+    return "returns none of the customers", {}
+
+
+def _orphan_finding(table: str, orphan, hits: dict[int, int]) -> str:
+    age = dt.datetime.now(dt.UTC) - orphan.modified
+    recent = (
+        f"; written {age.total_seconds():.0f} s ago, maybe by a write still running: run the erasure again once "
+        "it has committed or failed"
+        if age < ORPHAN_GRACE
+        else ""
+    )
+    return (
+        f"{table} orphan file {orphan.path} (no snapshot references it): "
+        f"{sum(hits.values())} row(s) of {len(hits)} subject(s){recent}"
+    )
+
+
+def _unlisted_copies(spark, catalog: str, specs, ids_df) -> tuple[int, int, list[str], set[int]]:
+    """Every other table of the catalog with a column named like a subject column: (tables, files, findings, ids)."""
+    declared = {s.qualified(catalog) for s in specs}
+    subjects = {s.subject_column for s in specs if s.subject_column} or {"customer_id"}
+    tables = files = 0
+    findings, found = [], set()
+    for table in catalog_tables(spark, catalog):
+        columns = subject_like_columns(table.columns, subjects)
+        if table.qualified in declared or not columns:
+            continue
+        tables += 1
+        keys = "array(" + ", ".join(f"CAST(`{c}` AS BIGINT)" for c in columns) + ")"
+        paths = data_files(spark, table.qualified)
+        orphans = {normalized(o.path) for o in orphan_files(spark, table.qualified)}
+        files += len(paths) + len(orphans)
+        for path, hits in files_naming(spark, table.identifier, paths + sorted(orphans), keys, columns, ids_df).items():
+            where = "orphan file" if normalized(path) in orphans else "data file"
+            findings.append(
+                f"{table.identifier} (a table without a spec: drop it or erase the customers from it) {where} {path}: "
+                f"{sum(hits.values())} row(s) of {len(hits)} subject(s)"
+            )
+            found.update(hits)
+    return tables, files, findings, found
+
+
+def prove_erased(
+    spark,
+    catalog: str,
+    raw: RawZone | None,
+    request: ErasureRequest,
+    specs: tuple[TableSpec, ...],
+    feeds: tuple[RawFeed, ...] = (),
+) -> Proof:
+    """Scan every data file and orphan of every personal-data table (`specs`), its manifests' bounds, every raw file
+    of `feeds`, each table as of before the erasure, and every other table of the catalog with a subject-like
+    column."""
+    ids_df = ids_frame(spark, request.customer_ids)
+    findings: list[str] = []
+    found_ids: set[int] = set()
+    tables = files = 0
+    time_travel: dict[str, str] = {}
+    for spec in specs:
+        qualified = spec.qualified(catalog)
+        if not table_exists(spark, qualified):
+            continue
+        tables += 1
+        paths = data_files(spark, qualified)
+        files += len(paths)
+        for path, hits in files_holding(spark, spec, paths, ids_df).items():
+            findings.append(
+                f"{spec.identifier} data file {path}: {sum(hits.values())} row(s) of {len(hits)} subject(s)"
+            )
+            found_ids.update(hits)
+        orphans = orphans_holding(spark, spec, qualified, ids_df)
+        files += len(orphans)
+        for orphan, hits in orphans:
+            findings.append(_orphan_finding(spec.identifier, orphan, hits))
+            found_ids.update(hits)
+        for bound, named in bounds_naming(spark, qualified, spec.subject_column, request.customer_ids).items():
+            findings.append(f"{spec.identifier} {bound}")
+            found_ids.update(named)
+        outcome, hits = _as_of_read(spark, spec, qualified, request.requested_at, ids_df)
+        time_travel[spec.identifier] = outcome
+        if hits:
+            findings.append(f"{spec.identifier} as of {request.requested_at.isoformat()}: {outcome}")
+            found_ids.update(hits)
+    other_tables, other_files, other_findings, other_ids = _unlisted_copies(spark, catalog, specs, ids_df)
+    tables, files = tables + other_tables, files + other_files
+    findings += other_findings
+    found_ids |= other_ids
+    raw_files = 0
+    if raw is not None:
+        raw_files, raw_found = scan_raw_zone(raw, request.customer_ids, feeds)
+        for uri, hits in raw_found.items():
+            findings.append(f"raw file {uri}: {sum(hits.values())} line(s) of {len(hits)} subject(s)")
+            found_ids.update(hits)
+    return Proof(not findings, tables, files, raw_files, tuple(findings), tuple(sorted(found_ids)), time_travel)

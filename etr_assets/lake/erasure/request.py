@@ -1,0 +1,154 @@
+"""An erasure request: validated subject ids, the reference, the audit key and the keyed hash the audit keeps;
+and how rows, files and lines are matched against the ids."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import hmac
+import os
+
+from etr_assets.lake.bookkeeping import GDPR_ACTIONS
+from etr_assets.lake.specs import TableSpec, _sql_string
+from etr_assets.sources.raw_erasure import (
+    id_field_pattern,
+)
+
+AUDIT_KEY_ENV = "ETR_AUDIT_KEY"
+# Development only: the local profile may run without a key; every other profile must set ETR_AUDIT_KEY.
+LOCAL_AUDIT_KEY = "etr-local-audit-key-not-secret"
+RAW_TEXT_COLUMN = "raw_text"  # quarantine tables keep the refused line here
+MAX_ID = 2**63 - 1
+
+DELETE, EXPIRE, VERIFY = "GDPR_DELETE", "GDPR_EXPIRE", "GDPR_VERIFY"
+DONE, NOT_FOUND, VERIFIED, FAILED = "DONE", "NOT_FOUND", "VERIFIED", "FAILED"
+
+
+class ErasureError(ValueError):
+    """A request that cannot be carried out as given; the message names the value and where it came from."""
+
+
+# --- the request ----------------------------------------------------------------------------------------------
+def validate_customer_ids(values, where: str = "customer_ids") -> tuple[int, ...]:
+    """Positive integers (ints or digit strings), at least one; duplicates removed, order kept."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ErasureError(f"{where} must be a list of customer ids, got {values!r}")
+    ids: list[int] = []
+    for index, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ErasureError(f"{where}[{index}]: {value!r} is not a customer id (a positive integer)")
+        text = str(value).strip()
+        if not text.isdigit() or not text.isascii() or not 0 < int(text) <= MAX_ID:
+            raise ErasureError(f"{where}[{index}]: {value!r} is not a customer id (a positive integer up to {MAX_ID})")
+        if int(text) not in ids:
+            ids.append(int(text))
+    if not ids:
+        raise ErasureError(f"{where} is empty: name at least one customer to erase")
+    return tuple(ids)
+
+
+def audit_key(profile: str, environ: dict[str, str] | None = None) -> bytes:
+    """The HMAC key for subject hashes, from ETR_AUDIT_KEY; a documented default only in the local profile."""
+    env = os.environ if environ is None else environ
+    key = env.get(AUDIT_KEY_ENV, "").strip()
+    if key:
+        return key.encode()
+    if profile == "local":
+        return LOCAL_AUDIT_KEY.encode()
+    raise ErasureError(
+        f"{AUDIT_KEY_ENV} is not set: the {profile} profile needs a secret key to hash customer ids in "
+        f"{GDPR_ACTIONS.identifier} (keep it in your secret store; the same key lets an auditor check an id later)"
+    )
+
+
+def subject_hash(key: bytes, customer_id: int) -> str:
+    """HMAC-SHA256 of the id: stable for an auditor holding the key, meaningless to anyone else."""
+    return hmac.new(key, str(customer_id).encode(), hashlib.sha256).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class ErasureRequest:
+    request_id: str
+    customer_ids: tuple[int, ...]
+    key: bytes = dataclasses.field(repr=False)
+    requested_at: dt.datetime = dataclasses.field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    run_id: str = ""
+
+    @classmethod
+    def create(cls, request_id: str, customer_ids, key: bytes, run_id: str = "") -> ErasureRequest:
+        if not isinstance(request_id, str) or not request_id.strip():
+            raise ErasureError("request_reference is empty: give the reference of the erasure request")
+        if len(request_id) > 200 or any(ord(ch) < 32 for ch in request_id):
+            raise ErasureError(f"request_reference {request_id[:40]!r}...: at most 200 printable characters")
+        return cls(request_id.strip(), validate_customer_ids(customer_ids), key, run_id=run_id)
+
+    def hash_of(self, customer_id: int) -> str:
+        return subject_hash(self.key, customer_id)
+
+
+# --- matching rows -------------------------------------------------------------------------------------------
+def subject_keys_sql(spec: TableSpec) -> str:
+    """SQL array of the ids a row names: its subject column, plus ids inside the stored raw line (quarantine)."""
+    keys = f"array(CAST({spec.subject_column} AS BIGINT))"
+    if RAW_TEXT_COLUMN in spec.column_names:
+        pattern = _sql_string(id_field_pattern(spec.subject_column))
+        # The parsed field too: a key written with JSON escapes ("customer\u005fid") escapes the text pattern.
+        parsed = f"CAST(get_json_object({RAW_TEXT_COLUMN}, {_sql_string('$.' + spec.subject_column)}) AS BIGINT)"
+        keys = (
+            f"concat({keys}, array({parsed}), "
+            f"transform(regexp_extract_all({RAW_TEXT_COLUMN}, {pattern}, 1), x -> CAST(x AS BIGINT)))"
+        )
+    return keys
+
+
+def _match_columns(spec: TableSpec) -> list[str]:
+    return [spec.subject_column] + ([RAW_TEXT_COLUMN] if RAW_TEXT_COLUMN in spec.column_names else [])
+
+
+def ids_frame(spark, ids: tuple[int, ...]):
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("_erase_id", T.LongType(), False)])
+    return spark.createDataFrame([(i,) for i in ids], schema)
+
+
+def matches_by_id(df, spec: TableSpec, ids_df) -> dict[int, int]:
+    """Rows of `df` naming each id (a row naming two erased ids counts for both)."""
+    from pyspark.sql import functions as F
+
+    named = df.select(F.explode(F.array_distinct(F.expr(subject_keys_sql(spec)))).alias("_erase_id"))
+    rows = named.join(F.broadcast(ids_df), "_erase_id").groupBy("_erase_id").count().collect()
+    return {r["_erase_id"]: r["count"] for r in rows}
+
+
+def files_holding(spark, spec: TableSpec, paths: list[str], ids_df) -> dict[str, dict[int, int]]:
+    """Read these Parquet files directly (not through the table) and find rows naming the ids, per file."""
+    return files_naming(spark, spec.identifier, paths, subject_keys_sql(spec), _match_columns(spec), ids_df)
+
+
+def files_naming(
+    spark, label: str, paths: list[str], keys_sql: str, columns: list[str], ids_df
+) -> dict[str, dict[int, int]]:
+    from pyspark.sql import functions as F
+
+    if not paths:
+        return {}
+    df = spark.read.option("mergeSchema", "true").parquet(*paths)
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ErasureError(f"data files of {label} lack {missing}: cannot scan them for subjects")
+    named = df.select(
+        F.input_file_name().alias("_file"), F.explode(F.array_distinct(F.expr(keys_sql))).alias("_erase_id")
+    )
+    found: dict[str, dict[int, int]] = {}
+    for r in named.join(F.broadcast(ids_df), "_erase_id").groupBy("_file", "_erase_id").count().collect():
+        found.setdefault(r["_file"], {})[r["_erase_id"]] = r["count"]
+    return found
+
+
+def data_files(spark, qualified: str) -> list[str]:
+    """Every data file a remaining snapshot of any branch or tag references (`all_data_files`, content 0)."""
+    return sorted(
+        {r[0] for r in spark.sql(f"SELECT file_path FROM {qualified}.all_data_files WHERE content = 0").collect()}
+    )

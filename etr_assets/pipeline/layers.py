@@ -1,0 +1,171 @@
+"""Every table layer of the pipeline, by asset key, and the one way to run and finish it.
+
+`run_layer` builds a layer (the library call its asset makes), then finishes it: the post-write checks not already
+run on an audit branch, their metric rows in monitoring.data_quality_metrics, and the materialization's figures.
+The Dagster assets run it in process and the remote job (Glue, EMR Serverless through Dagster Pipes) runs it in
+the job (`etr_assets.remote.run_layer`), so the two cannot drift; `etr_assets.defs.compute.LayerRunner` decides
+which. A blocking check that fails raises `AuditFailed` (main untouched) before anything is finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+
+from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult
+from etr_assets.lake.evolve import TableChanges
+from etr_assets.lake.feeds import EntityFeed
+from etr_assets.lake.figures import layer_figures
+from etr_assets.lake.incremental import Cursor
+from etr_assets.lake.quality import CheckOutcome, metrics_of, post_write_outcomes, record_metrics
+from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.writes import CommitInfo, commit_of, table_location
+from etr_assets.pipeline import entities, transactions
+from etr_assets.sources.raw_zone import RawZone
+from etr_assets.tables.entities import (
+    BRONZE_CUSTOMERS,
+    BRONZE_MERCHANTS,
+    GOLD_CUSTOMER_PROFILES,
+    LANDING_CUSTOMERS,
+    LANDING_MERCHANTS,
+)
+from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRequest:
+    """What to build: plain JSON, so it travels in the Pipes context's extras to a remote job unchanged."""
+
+    layer: str  # an asset key, e.g. "silver/bnpl_transactions_clean"
+    days: list[str]
+    audit_branch: str | None = None
+    # Per layer: bronze's max_reject_rate and max_day_shrink, silver's cursors, full_refresh.
+    options: dict = dataclasses.field(default_factory=dict)
+
+    def to_extras(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_extras(cls, extras: dict) -> LayerRequest:
+        missing = [k for k in ("layer", "days") if k not in extras]
+        if missing:
+            raise ValueError(f"the Pipes extras lack {', '.join(missing)}: got keys {sorted(extras)}")
+        if extras["layer"] not in LAYERS:
+            raise ValueError(f"unknown layer {extras['layer']!r}; a layer is one of {', '.join(LAYERS)}")
+        return cls(extras["layer"], list(extras["days"]), extras.get("audit_branch"), dict(extras.get("options") or {}))
+
+    @property
+    def dates(self) -> list[dt.date]:
+        return [dt.date.fromisoformat(day) for day in self.days]
+
+    def option(self, name: str, default=None):
+        value = self.options.get(name)
+        return default if value is None else value
+
+
+# A build: (spark, catalog, the raw zone (opened only by layers that read it), the request) -> what it wrote.
+Build = Callable[[object, str, Callable[[], RawZone], LayerRequest], LayerResult]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    spec: TableSpec
+    build: Build
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishedLayer:
+    figures: dict[str, object]  # lake.figures: the materialization's metadata, plain values
+    outcomes: list[CheckOutcome]  # every check of the write, blocking ones from the audit branch included
+    warnings: tuple[str, ...] = ()  # for the run's log (fields the source added, records quarantined...)
+
+
+def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerRequest, run_id: str) -> FinishedLayer:
+    """Build the layer, then run its remaining checks, record their figures and gather the materialization's."""
+    layer = LAYERS[request.layer]
+    result = layer.build(spark, catalog, raw, request)
+    done = {o.name for o in result.checks}
+    pending = not any(c.name in done for c in layer.spec.expectations)
+    outcomes = list(result.checks) + post_write_outcomes(spark, catalog, layer.spec, request.dates, pending)
+    record_metrics(spark, catalog, metrics_of(layer.spec, outcomes), run_id)
+    figures = layer_figures(result, table_location(spark, layer.spec.qualified(catalog)))
+    return FinishedLayer(figures, outcomes, result.warnings)
+
+
+# --- the layers -----------------------------------------------------------------------------------------------
+def _policy(request: LayerRequest) -> dict[str, float]:
+    return {
+        "max_reject_rate": float(request.option("max_reject_rate", DEFAULT_MAX_REJECT_RATE)),
+        "max_day_shrink": float(request.option("max_day_shrink", DEFAULT_MAX_DAY_SHRINK)),
+    }
+
+
+def _bronze_transactions(spark, catalog, raw, request) -> LayerResult:
+    return transactions.load_bronze(spark, catalog, raw(), request.dates, **_policy(request))
+
+
+def _silver_transactions(spark, catalog, raw, request) -> LayerResult:
+    cursors = {
+        dt.date.fromisoformat(day): Cursor(*value) if value else None
+        for day, value in (request.option("cursors") or {}).items()
+    }
+    return transactions.build_silver(
+        spark, catalog, request.dates, request.audit_branch, cursors or None, bool(request.option("full_refresh"))
+    )
+
+
+def _gold_summary(spark, catalog, raw, request) -> LayerResult:
+    return transactions.build_gold(spark, catalog, request.dates, request.audit_branch)
+
+
+def _entity_bronze(feed: EntityFeed) -> Build:
+    def build(spark, catalog, raw, request) -> LayerResult:
+        return entities.load_bronze(spark, catalog, raw(), feed, request.dates, **_policy(request))
+
+    return build
+
+
+def _entity_history(feed: EntityFeed) -> Build:
+    def build(spark, catalog, raw, request) -> LayerResult:
+        full_refresh = bool(request.option("full_refresh"))
+        result = entities.build_landing(spark, catalog, feed, request.dates, full_refresh)
+        table = feed.landing.qualified(catalog)
+        counts = spark.sql(f"SELECT count(*), count_if(_is_current) FROM {table}").first()
+        commit = commit_of(spark, table, result.snapshot_id) if result.changed else CommitInfo(table, None, None)
+        extra = {
+            "dagster/row_count": counts[0],  # history is not partitioned by day: the whole table
+            "current_rows": counts[1],
+            "versions_inserted": result.inserted,
+            "versions_updated": result.updated,
+            "versions_removed": result.deleted,
+            "history_method": str(result.method),
+            "history_reason": result.reason,
+        }
+        return LayerResult(commit, TableChanges(table), {}, extra)
+
+    return build
+
+
+def _profiles(spark, catalog, raw, request) -> LayerResult:
+    return entities.build_customer_profiles(spark, catalog, request.dates)
+
+
+LAYERS: dict[str, Layer] = {
+    "bronze/bnpl_transactions_raw": Layer(BRONZE_TRANSACTIONS, _bronze_transactions),
+    "silver/bnpl_transactions_clean": Layer(SILVER_TRANSACTIONS, _silver_transactions),
+    "gold/bnpl_daily_summary": Layer(GOLD_DAILY_SUMMARY, _gold_summary),
+    "bronze/bnpl_customers_raw": Layer(BRONZE_CUSTOMERS, _entity_bronze(CUSTOMERS)),
+    "bronze/bnpl_merchants_raw": Layer(BRONZE_MERCHANTS, _entity_bronze(MERCHANTS)),
+    "landing/customers": Layer(LANDING_CUSTOMERS, _entity_history(CUSTOMERS)),
+    "landing/merchants": Layer(LANDING_MERCHANTS, _entity_history(MERCHANTS)),
+    "gold/customer_profiles": Layer(GOLD_CUSTOMER_PROFILES, _profiles),
+}
+
+
+def cursor_options(cursors: dict[dt.date, Cursor | None]) -> dict:
+    """Silver's cursors as JSON (ints survive JSON exactly in Python)."""
+    return {
+        day.isoformat(): [c.upstream_snapshot_id, c.downstream_snapshot_id] if c else None for day, c in cursors.items()
+    }
