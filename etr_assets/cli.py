@@ -59,12 +59,34 @@ def _error_line(exc: BaseException) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
 
 
+def read_query(args: argparse.Namespace) -> str:
+    """The query: the argument, `-` for standard input, or --file."""
+    if args.file is not None:
+        return args.file.read_text()
+    if args.query == "-":
+        return sys.stdin.read()
+    if args.query is None:
+        raise RuntimeError('give a query, "-" to read it from standard input, or --file FILE')
+    return args.query
+
+
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
+    from etr_assets.lake.metadata import unknown_tables
+
+    query = read_query(args)
+    unknown = unknown_tables(settings, query)  # from the catalog's metadata: no JVM for a misspelt name
+    if unknown:
+        for name, near in unknown:
+            hint = f"; did you mean {' or '.join(near)}?" if near else "; `etr tables` lists the tables"
+            print(f"etr sql: table {name} does not exist in catalog {settings.catalog}{hint}", file=sys.stderr)
+        return 1
     from etr_assets.lake.session import get_spark
 
+    if sys.stderr.isatty():  # a person waits: say why (scripts read an empty stderr on success)
+        print("etr sql: starting Spark (a few seconds)...", file=sys.stderr, flush=True)
     spark = get_spark(settings)
     try:
-        df = spark.sql(args.query)
+        df = spark.sql(query)
         rows = df.limit(args.limit + 1).collect() if args.limit else df.collect()
     except Exception as exc:  # AnalysisException, ParseException, Py4JJavaError...
         print(f"etr sql: {_error_line(exc)}", file=sys.stderr)
@@ -134,7 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="etr", description="Work with the eTR+ lakehouse (profile from ETR_PROFILE).")
     sub = parser.add_subparsers(dest="command", required=True)
     sql = sub.add_parser("sql", help="run Spark SQL on the profile's Iceberg catalog and print the result")
-    sql.add_argument("query", help='e.g. "SELECT * FROM silver.bnpl_transactions_clean LIMIT 5"')
+    sql.add_argument(
+        "query", nargs="?", help='e.g. "SELECT * FROM silver.bnpl_transactions_clean LIMIT 5"; "-": read standard input'
+    )
+    sql.add_argument("-f", "--file", type=Path, help="read the query from this file")
     sql.add_argument("--json", action="store_true", help="one JSON object per row")
     sql.add_argument("--limit", type=int, default=100, help="rows to print at most (0: all; default 100)")
     sql.set_defaults(run=cmd_sql)

@@ -58,10 +58,8 @@ def slot_holders(dagster_home: Path, pool: str) -> set[str]:
         return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots}
 
 
-def kill_inside_the_bronze_step(env: dict[str, str], home: Path, log: Path) -> str:
-    """Start a run of the first day, SIGKILL its process group once it holds the bronze pool's slot; its run id."""
-    import time
-
+def start_materialize(env: dict[str, str], day: str, **output) -> subprocess.Popen:
+    """`dagster asset materialize` of SELECTION for one day, in a process group of its own (to kill it whole)."""
     command = [
         DAGSTER,
         "asset",
@@ -71,17 +69,17 @@ def kill_inside_the_bronze_step(env: dict[str, str], home: Path, log: Path) -> s
         "--select",
         SELECTION,
         "--partition",
-        DAYS[0],
+        day,
     ]
+    return subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1], start_new_session=True, **output)
+
+
+def kill_inside_the_bronze_step(env: dict[str, str], home: Path, log: Path) -> str:
+    """Start a run of the first day, SIGKILL its process group once it holds the bronze pool's slot; its run id."""
+    import time
+
     with log.open("w") as output:
-        run = subprocess.Popen(
-            command,
-            env=env,
-            cwd=Path(__file__).resolve().parents[1],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        run = start_materialize(env, DAYS[0], stdout=output, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         while not slot_holders(home, BRONZE_POOL):
@@ -108,28 +106,7 @@ def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
     processes = []
     try:
         for day in DAYS:
-            command = [
-                DAGSTER,
-                "asset",
-                "materialize",
-                "-m",
-                "etr_assets.definitions",
-                "--select",
-                SELECTION,
-                "--partition",
-                day,
-            ]
-            processes.append(
-                subprocess.Popen(
-                    command,
-                    env=env,
-                    cwd=Path(__file__).resolve().parents[1],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    start_new_session=True,
-                )
-            )
+            processes.append(start_materialize(env, day, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for process in processes:
             out, err = process.communicate(timeout=600)
             assert process.returncode == 0, tail(err)

@@ -199,3 +199,32 @@ def all_table_stats(settings: Settings, specs) -> list[TableStats]:
             )
         ]
     return [table_stats(settings, s) for s in specs] + [table_stats(settings, t) for t in others]
+
+
+# A table a query reads or writes: `[catalog.]namespace.name[.metadata table or branch_/tag_ ref]` after a keyword.
+_TABLE_REFERENCE = re.compile(
+    r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE|DESCRIBE|DESC)\s+`?(\w+)`?\.`?(\w+)`?(?:\.`?(\w+)`?)?(?:\.`?(\w+)`?)?",
+    re.IGNORECASE,
+)
+
+
+def unknown_tables(settings: Settings, query: str) -> list[tuple[str, list[str]]]:
+    """Tables `query` names that the catalog does not hold, each with the nearest names it does: read from the
+    catalog's metadata (no JVM), so a misspelt table fails in a moment. Only `namespace.name` references are
+    checked (a view or CTE has no namespace); what the regex cannot see is left to Spark."""
+    import difflib
+
+    known = {t.identifier for t in catalog_tables(settings)}
+    missing: dict[str, list[str]] = {}
+    for match in _TABLE_REFERENCE.finditer(query):
+        if re.search(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?TABLE$", query[: match.start() + len("TABLE")], re.IGNORECASE):
+            continue  # the table this statement creates
+        parts = [p for p in match.groups() if p]
+        if parts[0] == settings.catalog:
+            parts = parts[1:]
+        if len(parts) < 2:
+            continue
+        name = f"{parts[0]}.{parts[1]}"
+        if name not in known and name not in missing:
+            missing[name] = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
+    return list(missing.items())
