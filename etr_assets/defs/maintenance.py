@@ -102,7 +102,9 @@ def health_check(settings: Settings, spec: TableSpec) -> AssetChecksDefinition:
         blocking=False,
         description=(
             f"Table health from Iceberg metadata only (no JVM, milliseconds): WARN when a limit of the spec is passed "
-            f"(mergeable small-file share > {limits.max_small_file_share:g}, delete files > {limits.max_delete_files}, "
+            f"(mergeable small-file share > {limits.max_small_file_share:g} once at least "
+            f"{limits.min_mergeable_small_files} files or a target file's worth could merge, "
+            f"delete files > {limits.max_delete_files}, "
             f"snapshots > {limits.max_snapshots}, oldest snapshot > {limits.max_snapshot_age_days:g} days, manifests > "
             f"{limits.max_manifests}, metadata.json > {limits.max_metadata_file_mb:g} MB), ERROR past "
             f"{limits.error_factor:g}x a limit. The table_health_maintenance sensor runs table_maintenance on WARN."

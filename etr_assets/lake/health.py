@@ -42,6 +42,7 @@ class TableHealth:
     small_file_share: float = 0.0
     mergeable_small_files: int = 0
     mergeable_small_file_share: float = 0.0
+    small_file_bytes: int = 0
     partitions: int = 0
     delete_files: int = 0
     snapshots: int = 0
@@ -110,6 +111,7 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
     small_limit = int(spec.target_file_size_bytes * SMALL_FILE_RATIO)
     data_files = data_bytes = delete_files = 0
     small_by_partition: Counter = Counter()
+    small_bytes = 0
     partitions = set()
     for manifest, manifest_entries in entries:
         for entry in manifest_entries:
@@ -123,6 +125,7 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
             partitions.add(partition)
             if file.file_size_in_bytes < small_limit:
                 small_by_partition[partition] += 1
+                small_bytes += file.file_size_in_bytes
     small = sum(small_by_partition.values())
     mergeable = sum(count - 1 for count in small_by_partition.values())
     oldest_ms = min((s.timestamp_ms for s in metadata.snapshots), default=None)
@@ -139,6 +142,7 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
         small_file_share=small / data_files if data_files else 0.0,
         mergeable_small_files=mergeable,
         mergeable_small_file_share=mergeable / data_files if data_files else 0.0,
+        small_file_bytes=small_bytes,
         partitions=len(partitions),
         delete_files=delete_files,
         snapshots=len(metadata.snapshots),
@@ -171,12 +175,17 @@ def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
         level = Severity.ERROR if errors and value > limit * limits.error_factor else Severity.WARN
         findings.append((level, f"{figure} {value:g}{unit} > {limit:g}{unit}"))
 
-    over(
-        "mergeable small-file share",
-        round(health.mergeable_small_file_share, 3),
-        limits.max_small_file_share,
-        errors=False,
+    worth_merging = (
+        health.mergeable_small_files >= limits.min_mergeable_small_files
+        or health.small_file_bytes >= health.target_file_bytes
     )
+    if worth_merging:  # a few tiny files of a new table: nothing compaction would improve
+        over(
+            "mergeable small-file share",
+            round(health.mergeable_small_file_share, 3),
+            limits.max_small_file_share,
+            errors=False,
+        )
     over("delete files", health.delete_files, limits.max_delete_files)
     over("snapshots", health.snapshots, limits.max_snapshots)
     if health.snapshots > retained_snapshots(spec):  # expiry keeps that many, however old: nothing to fix below it

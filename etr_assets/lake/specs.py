@@ -139,6 +139,9 @@ class HealthThresholds:
     planning and commits are already slow. Small files only ever WARN (reads get slower, nothing breaks)."""
 
     max_small_file_share: float = 0.5  # share of data files compaction could merge (small, not alone in a partition)
+    # ... judged only once merging would matter: this many mergeable files, or small files filling a target file
+    # (a new table of four tiny files is not a problem to report).
+    min_mergeable_small_files: int = 16
     max_delete_files: int = 20  # position/equality delete files every read must apply
     max_snapshots: int = 100
     max_snapshot_age_days: float = 14.0  # judged only beyond history.expire.min-snapshots-to-keep
@@ -155,6 +158,7 @@ class HealthThresholds:
             "max_snapshot_age_days",
             "max_manifests",
             "max_metadata_file_mb",
+            "min_mergeable_small_files",
         ):
             if getattr(self, name) <= 0:
                 raise SpecError(f"health threshold {name}={getattr(self, name)} must be positive")

@@ -51,7 +51,9 @@ def test_a_table_written_once_per_day_is_healthy(lake, settings):
 
 
 def test_many_tiny_appends_and_deletes_make_a_table_warn_with_the_reasons_named(lake, settings):
-    spec = spec_named("tiny", properties=MERGE_ON_READ, health=HealthThresholds(max_delete_files=1))
+    spec = spec_named(
+        "tiny", properties=MERGE_ON_READ, health=HealthThresholds(max_delete_files=1, min_mergeable_small_files=4)
+    )
     table = spec.qualified(settings.catalog)
     ensure_table(lake, settings.catalog, spec)
     for n in range(8):
@@ -66,6 +68,10 @@ def test_many_tiny_appends_and_deletes_make_a_table_warn_with_the_reasons_named(
     assert health.delete_files == 2 and health.rows == 14
     assert health.snapshots == 10 and health.manifests == 10
     assert health.reasons == ("WARN: mergeable small-file share 0.875 > 0.5", "WARN: delete files 2 > 1")
+    # With the default floor (16 mergeable files, or small files filling a target file) seven tiny files of a new
+    # table are not worth a warning: compaction would not make reads noticeably faster.
+    default_floor = dataclasses.replace(spec, health=HealthThresholds(max_delete_files=1))
+    assert judge(default_floor, health)[1] == ("WARN: delete files 2 > 1",)
     print(f"health of a 10-snapshot table measured in {health.measured_seconds * 1000:.0f} ms")
 
 
