@@ -28,8 +28,8 @@ import uuid
 from bench.common import Lake, measure, ratio
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.scd2 import apply_observations
-from etr_assets.lake.scd2_log import EXTEND, apply_log, read_cursor, write_cursor
+from etr_assets.lake.scd2 import Scd2Method, apply_observations
+from etr_assets.lake.scd2_log import apply_log, read_cursor, write_cursor
 from etr_assets.tables.entities import LANDING_CUSTOMERS
 
 TITLE = "Benchmark 2 — SCD2: one MERGE against requirement R2's four statements and plain Parquet"
@@ -186,7 +186,7 @@ def one_size(lake: Lake, keys: int) -> list[dict]:
 
         def extend_ours():
             result = apply_log(spark, lake.catalog, extend_spec, log, as_records, FeedMode.FULL)
-            if result.method != EXTEND:
+            if result.method != Scd2Method.EXTEND:
                 raise AssertionError(f"apply_log recomputed instead of extending: {result.reason}")
             return result
 

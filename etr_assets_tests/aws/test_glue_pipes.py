@@ -48,6 +48,7 @@ class GlueRunsJobsHere:
         return str(target)
 
     def start_job_run(self, JobName: str, Arguments: dict, WorkerType: str, NumberOfWorkers: int):
+        Arguments = dict(Arguments)  # the caller's dict is reused for the next run: never change it
         assert Arguments.pop("--datalake-formats") == "iceberg", "the job needs Glue's Iceberg"
         conf = [pair for pair in Arguments.pop("--conf").split(" --conf ")]
         local = [

@@ -150,8 +150,9 @@ def run_scd2_rounds(spark, settings, writer: int, args: dict) -> dict:
     from pyspark.sql import functions as F
 
     from etr_assets.lake.evolve import ensure_table
+    from etr_assets.lake.feeds import FeedMode
     from etr_assets.lake.retry import CommitConflictError
-    from etr_assets.lake.scd2 import INCREMENTAL, apply_observations
+    from etr_assets.lake.scd2 import apply_observations
 
     spec = scd2_spec(args["table"])
     if args.get("create"):
@@ -168,7 +169,7 @@ def run_scd2_rounds(spark, settings, writer: int, args: dict) -> dict:
         before = len(RETRIES)
         entry = {"round": number, "observations": len(rows)}
         try:
-            result = apply_observations(spark, settings.catalog, spec, records, INCREMENTAL, keys=keys)
+            result = apply_observations(spark, settings.catalog, spec, records, FeedMode.INCREMENTAL, keys=keys)
             entry |= {
                 "inserted": result.inserted,
                 "updated": result.updated,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from etr_assets.lake.specs import Column, TableSpec
+from etr_assets.lake.specs import Column, HealthThresholds, TableSpec
 
 SPEC = TableSpec(
     "silver",
@@ -18,6 +18,7 @@ SPEC = TableSpec(
     (Column("id", "bigint"), Column("day", "date")),
     partition_by=("days(day)",),
     properties={"write.delete.mode": "merge-on-read"},
+    health=HealthThresholds(min_mergeable_small_files=2),  # five tiny files must count as worth merging here
 )
 
 
