@@ -35,14 +35,16 @@ from etr_assets.instance import pool_names
 from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.session import attach_catalog
-from etr_assets.lake.specs import Column, TableSpec
+from etr_assets.lake.specs import Column, HealthThresholds, TableSpec
 from etr_assets.settings import Settings
 from etr_assets.tables import ALL_SPECS
 from etr_assets_tests.conftest import TRANSACTIONS_PER_DAY
 
 COLUMNS = (Column("id", "bigint"), Column("day", "date"))
-MESSY = TableSpec("silver", "messy", "many tiny appends", COLUMNS, partition_by=("days(day)",))
-TIDY = TableSpec("silver", "tidy", "one write per day", COLUMNS, partition_by=("days(day)",))
+# A handful of tiny files counts as worth merging here (the default floor is 16 mergeable files).
+FLOOR = HealthThresholds(min_mergeable_small_files=2)
+MESSY = TableSpec("silver", "messy", "many tiny appends", COLUMNS, partition_by=("days(day)",), health=FLOOR)
+TIDY = TableSpec("silver", "tidy", "one write per day", COLUMNS, partition_by=("days(day)",), health=FLOOR)
 TEST_SPECS = (MESSY, TIDY)
 
 

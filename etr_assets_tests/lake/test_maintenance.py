@@ -19,7 +19,7 @@ from etr_assets.lake.maintenance import (
     remove_orphan_files,
 )
 from etr_assets.lake.quality import Severity
-from etr_assets.lake.specs import Column, TableSpec
+from etr_assets.lake.specs import Column, HealthThresholds, TableSpec
 
 # Merge-on-read so deletes leave delete files for compaction to apply; expiry keeps the newest two snapshots.
 SPEC = TableSpec(
@@ -33,6 +33,7 @@ SPEC = TableSpec(
         "history.expire.max-snapshot-age-ms": "1",
         "history.expire.min-snapshots-to-keep": "2",
     },
+    health=HealthThresholds(min_mergeable_small_files=2),  # a handful of tiny files counts as worth merging here
 )
 
 
