@@ -16,3 +16,19 @@ def aws_env(monkeypatch):
         monkeypatch.delenv(name)
     for name, value in aws_test_env(REGION).items():
         monkeypatch.setenv(name, value)
+
+
+def s3_profile_settings(bucket: str, endpoint: str, jdbc_url: str, home, **extra):
+    """The `s3` profile on moto's S3 and a test PostgreSQL catalog (user postgres)."""
+    from etr_assets.settings import Settings
+
+    return Settings(
+        profile="s3",
+        bucket=bucket,
+        s3_endpoint=endpoint,
+        jdbc_url=jdbc_url,
+        jdbc_user="postgres",
+        home=home,
+        region=REGION,
+        **extra,
+    )

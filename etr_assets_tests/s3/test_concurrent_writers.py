@@ -45,8 +45,8 @@ from etr_assets_tests.infra import (
     s3_client,
 )
 from etr_assets_tests.s3.concurrent_job import T0_EPOCH
+from etr_assets_tests.s3.conftest import REGION, s3_profile_settings
 
-REGION = "ap-southeast-5"  # the Settings default: S3A and pyiceberg get it from the profile
 JOB = Path(__file__).with_name("concurrent_job.py")
 ROOT = Path(__file__).resolve().parents[2]
 WRITERS = 3
@@ -163,15 +163,7 @@ def cluster(tmp_path_factory):
     with moto_server() as endpoint, postgres_server() as jdbc_url:
         bucket = f"etr-lake-{uuid.uuid4().hex[:10]}"
         create_bucket(s3_client(endpoint, REGION), bucket)
-        settings = Settings(
-            profile="s3",
-            bucket=bucket,
-            s3_endpoint=endpoint,
-            jdbc_url=jdbc_url,
-            jdbc_user="postgres",
-            home=root / "etr",
-            region=REGION,
-        )
+        settings = s3_profile_settings(bucket, endpoint, jdbc_url, root / "etr")
         args = {"bucket": bucket, "endpoint": endpoint, "jdbc_url": jdbc_url}
         writers: list[Writer] = []
         try:

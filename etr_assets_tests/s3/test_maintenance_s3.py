@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from etr_assets.settings import Settings
 from etr_assets_tests.infra import (
     create_bucket,
     list_keys,
@@ -21,7 +20,8 @@ from etr_assets_tests.infra import (
     require_s3_profile_jars,
     s3_client,
 )
-from etr_assets_tests.s3.test_s3_profile import REGION, finish_jobs, job_args, start_job
+from etr_assets_tests.s3.conftest import REGION, s3_profile_settings
+from etr_assets_tests.s3.test_s3_profile import finish_jobs, job_args, start_job
 
 JOB = Path(__file__).with_name("maintenance_job.py")
 
@@ -39,15 +39,7 @@ def test_maintenance_on_s3a_keeps_every_live_file_and_health_reads_the_postgres_
         create_bucket(client, bucket)
         planted = "warehouse/silver/ledger/data/written-by-a-crashed-job.parquet"
         client.put_object(Bucket=bucket, Key=planted, Body=b"not referenced by any snapshot")
-        settings = Settings(
-            profile="s3",
-            bucket=bucket,
-            s3_endpoint=endpoint,
-            jdbc_url=jdbc_url,
-            jdbc_user="postgres",
-            home=tmp_path / "etr",
-            region=REGION,
-        )
+        settings = s3_profile_settings(bucket, endpoint, jdbc_url, tmp_path / "etr")
         (result,) = finish_jobs([start_job("maintain", job_args(settings), tmp_path)], tmp_path)
 
         assert result["file_scheme"] == "s3a"

@@ -30,8 +30,8 @@ from etr_assets_tests.infra import (
     require_s3_profile_jars,
     s3_client,
 )
+from etr_assets_tests.s3.conftest import REGION, s3_profile_settings
 
-REGION = "ap-southeast-5"  # the Settings default: S3A and pyiceberg get it from the profile
 PER_DAY = 40
 DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2)]
 JOB = Path(__file__).with_name("spark_job.py")
@@ -47,16 +47,7 @@ def lake(tmp_path, aws_env):
         bucket = f"etr-lake-{uuid.uuid4().hex[:10]}"  # moto's state is per process: a bucket per test
         client = s3_client(endpoint, REGION)
         create_bucket(client, bucket)
-        settings = Settings(
-            profile="s3",
-            bucket=bucket,
-            s3_endpoint=endpoint,
-            jdbc_url=jdbc_url,
-            jdbc_user="postgres",
-            home=tmp_path / "etr",
-            api_transactions_per_day=PER_DAY,
-            region=REGION,
-        )
+        settings = s3_profile_settings(bucket, endpoint, jdbc_url, tmp_path / "etr", api_transactions_per_day=PER_DAY)
         yield settings, client
 
 
