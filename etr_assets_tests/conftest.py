@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
 from etr_assets.settings import Settings
 
 TRANSACTIONS_PER_DAY = 40
-# Every JVM the suite starts (this process's, and the subprocesses' through the inherited environment: spark-submit
-# adds SPARK_SUBMIT_OPTS to the driver's command line, silently) compiles with C1 only and collects with the serial
-# collector. The suite is thousands of short Spark jobs on two cores: C2 compiler threads and parallel GC threads
-# compete with the work for the same cores, and C1-only took 0.54x the CPU time of the defaults on test_transactions
-# (one core). Long-running jobs (benchmarks, production) keep the JVM's defaults.
-QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def pytest_configure(config):
-    current = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    if QUICK_JVM_OPTIONS not in current:
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{current} {QUICK_JVM_OPTIONS}".strip()
+    """Every JVM of the suite starts with `quick_jvm`'s options; the controller (or the only process) picks them and
+    the xdist workers inherit them."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or "-XX:TieredStopAtLevel=1" in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        return
+    import tempfile
+
+    from etr_assets_tests.quick_jvm import suite_options
+
+    with tempfile.TemporaryDirectory(prefix="etr-cds-") as scratch:
+        options = suite_options(Path(scratch))
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()
 
 
 # The longest files (minutes each on two cores), longest first: xdist hands out files in collection order.
@@ -83,3 +86,20 @@ def api():
 
     with serve(ApiConfig(transactions_per_day=TRANSACTIONS_PER_DAY)) as running:
         yield running
+
+
+# ETR_TEST_TIMELINE=FILE: one JSON line per test phase (worker, test, phase, start, end) appended to FILE, to see
+# where a whole run's wall time goes (which worker idles while another finishes a long file).
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = os.environ.get("ETR_TEST_TIMELINE")
+    started = __import__("time").time()
+    yield
+    if path:
+        import json
+        import time
+
+        line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid, "start": started}
+        line["end"] = time.time()
+        with open(path, "a") as out:
+            out.write(json.dumps(line) + "\n")
