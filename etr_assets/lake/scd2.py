@@ -35,10 +35,11 @@ from etr_assets.lake.writes import current_snapshot_id
 
 class Scd2Method(StrEnum):
     """How an SCD2 apply was done: every observation recomputed, only new ones applied onto each key's last version
-    (scd2_log.py), or nothing to do."""
+    (scd2_log.py), one new batch compared with the current rows (scd2_current.py), or nothing to do."""
 
     RECOMPUTE = "recompute"
     EXTEND = "extend"
+    CURRENT = "current-rows"
     UNCHANGED = "unchanged"
 
 

@@ -36,6 +36,7 @@ from etr_assets.lake.scd2 import (
     recompute,
     with_retries,
 )
+from etr_assets.lake.scd2_current import apply_current
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id
 
@@ -102,9 +103,15 @@ def apply_log(
                 .option("end-snapshot-id", head)
                 .load(log)
             )
-            result, why, watermark = extend(
-                spark, catalog, spec, to_records(appended), mode, cursor.watermark_micros, held
+            new_records = to_records(appended)
+            result, why, watermark = apply_current(
+                spark, catalog, spec, new_records, mode, cursor.watermark_micros, held
             )
+            if result is None:
+                not_current = why
+                result, why, watermark = extend(spark, catalog, spec, new_records, mode, cursor.watermark_micros, held)
+                if result is not None:
+                    result = dataclasses.replace(result, reason=f"{result.reason} (not by current rows: {not_current})")
             if result is not None:
                 _advance(spark, target, result, head, watermark)
                 return result

@@ -59,9 +59,9 @@ def test_daily_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings,
     assert silver["table_uri"].value.endswith("/silver/bnpl_transactions_clean")
     assert silver["table"].value == SILVER_TRANSACTIONS.qualified(settings.catalog)
     assert metadata["raw/bnpl_transactions"]["dagster/row_count"].value == bronze[DAYS[-1]]
-    # Days in order: customer history was extended from the day's new bronze rows, not recomputed.
+    # Days in order: the day's new bronze rows were compared with the current versions only, not recomputed.
     landing = metadata["landing/customers"]
-    assert landing["history_method"].value == "extend", landing["history_reason"].value
+    assert landing["history_method"].value == "current-rows", landing["history_reason"].value
 
     # Every check of every layer recorded its figure per partition, with the run that measured it.
     metrics = lake.sql(

@@ -66,7 +66,8 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
     for number, batch in enumerate(batches):
         append(lake, log, batch)
         result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
-        assert result.method == (Scd2Method.RECOMPUTE if number == 0 else Scd2Method.EXTEND), result.reason
+        # After the first build each day is one new batch after the watermark: compared with current rows only.
+        assert result.method == (Scd2Method.RECOMPUTE if number == 0 else Scd2Method.CURRENT), result.reason
         rows, versions = table_rows(lake, catalog)
         check_invariants(rows)
         assert versions == model(batches[: number + 1], mode)
@@ -84,10 +85,29 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
     append(lake, log, dict(batches[-1], rows=[r[:4] + ("replay",) + r[5:] for r in batches[-1]["rows"]]))
     replay = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
     assert (replay.method, replay.changed) == (
-        Scd2Method.RECOMPUTE if mode == FeedMode.FULL else Scd2Method.EXTEND,
+        Scd2Method.RECOMPUTE if mode == FeedMode.FULL else Scd2Method.CURRENT,
         False,
     ), replay.reason
     assert lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0] == snapshots
+
+
+@pytest.mark.slow
+def test_several_new_batches_at_once_extend_from_each_keys_last_version(lake, settings):
+    """A range run appends several days before the SCD2 step: the current-rows path takes one batch, so the
+    general extend applies them, and history is still the in-order one."""
+    catalog = settings.catalog
+    batches = scenario(11, FeedMode.FULL)
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    append(lake, log, batches[0])
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    for batch in batches[1:3]:
+        append(lake, log, batch)
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    assert result.method == Scd2Method.EXTEND and "2 new batches" in result.reason, result.reason
+    rows, versions = table_rows(lake, catalog)
+    check_invariants(rows)
+    assert versions == model(batches[:3], FeedMode.FULL)
 
 
 @pytest.mark.slow
@@ -123,7 +143,7 @@ def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, 
         )
     append(lake, log, batches[2])
     result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
-    assert result.method == Scd2Method.EXTEND, result.reason
+    assert result.method == Scd2Method.CURRENT, result.reason
 
     # A reloaded batch (bronze overwrites a day it loads again): the append scan would not see it.
     lake.sql(f"DELETE FROM {log} WHERE _batch_id = '{batches[1]['id']}'")
