@@ -25,6 +25,9 @@ def pytest_configure(config):
     with tempfile.TemporaryDirectory(prefix="etr-cds-") as scratch:
         options = suite_options(Path(scratch))
     os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()
+    # The runs the suite starts as subprocesses (Dagster CLI runs, the Glue stand-in, `etr sql`) read their settings
+    # from the environment: one shuffle partition, as the shared session has (tables of a few hundred rows).
+    os.environ.setdefault("ETR_SPARK_SHUFFLE_PARTITIONS", "1")
 
 
 # The longest files (minutes each on two cores), longest first: xdist hands out files in collection order.

@@ -13,7 +13,7 @@ from dagster import AssetExecutionContext, ConfigurableResource, Failure, Materi
 from pydantic import Field
 
 from etr_assets.defs.common import check_results, days_of
-from etr_assets.defs.metadata import as_metadata
+from etr_assets.defs.metadata import as_metadata, log_partition_counts
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake.quality import metrics_of, record_metrics
 from etr_assets.lake.wap import AuditFailed, branch_name
@@ -78,7 +78,10 @@ class LayerRunner(ConfigurableResource):
             invocation = self._aws_pipes_client().run(
                 context=context, start_job_run_params=dict(self.start_job_run_params), extras=extras
             )
-        yield from invocation.get_results()
+        for result in invocation.get_results():
+            if isinstance(result, MaterializeResult):
+                log_partition_counts(context, dict(result.metadata or {}))
+            yield result
 
     def _run_here(self, context, lake: LakeResource, raw_zone: RawZoneResource, request: LayerRequest):
         spark, spec = lake.session(), LAYERS[request.layer].spec
@@ -94,7 +97,7 @@ class LayerRunner(ConfigurableResource):
             ) from None
         figures = finished.figures
         context.log.info(
-            f"{spec.identifier}: {figures['dagster/row_count']} rows; "
+            f"{spec.identifier}: {figures['rows_written']} rows written, {figures['dagster/row_count']} in the table; "
             + (
                 f"{figures['operation']} snapshot {figures['snapshot_id']} "
                 f"(+{figures['files_added']}/-{figures['files_removed']} files)"
@@ -104,6 +107,7 @@ class LayerRunner(ConfigurableResource):
         )
         for warning in finished.warnings:
             context.log.warning(warning)
+        log_partition_counts(context, figures)
         yield MaterializeResult(metadata=as_metadata(figures), check_results=check_results(finished.outcomes) or None)
 
     def _aws_pipes_client(self):

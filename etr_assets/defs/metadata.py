@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dagster import MetadataValue, TableColumn, TableColumnConstraints, TableSchema
+from dagster import AssetObservation, MetadataValue, TableColumn, TableColumnConstraints, TableSchema
 
-from etr_assets.lake.figures import Tagged
+from etr_assets.lake.figures import Tagged, partition_counts
 from etr_assets.lake.specs import TableSpec
 
 
@@ -39,3 +39,14 @@ def as_metadata(figures: dict[str, object]) -> dict[str, object]:
     return {
         key: render[value.kind](value.value) if isinstance(value, Tagged) else value for key, value in figures.items()
     }
+
+
+def log_partition_counts(context, figures: dict[str, object]) -> None:
+    """A range run materializes every day with the same metadata; each day's own row count goes on that partition
+    as an observation (the UI lists it under the partition and plots it)."""
+    for day, rows in partition_counts(figures).items():
+        context.log_event(
+            AssetObservation(
+                asset_key=context.asset_key, partition=day, metadata={"dagster/partition_row_count": int(rows)}
+            )
+        )

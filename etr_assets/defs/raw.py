@@ -3,6 +3,7 @@
 from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, MaterializeResult, MetadataValue, asset
 
 from etr_assets.defs.common import SINGLE_RUN, daily_partitions, days_of
+from etr_assets.defs.metadata import log_partition_counts
 from etr_assets.defs.resources import BnplApiResource, RawZoneResource
 from etr_assets.settings import Settings
 from etr_assets.sources.fetch import ENDPOINTS, SOURCE, fetch_day
@@ -37,9 +38,12 @@ def _raw_asset(settings: Settings, endpoint: str) -> AssetsDefinition:
             batches[day.isoformat()] = batch.key
             records[day.isoformat()] = manifest.records
             context.log.info(f"{day}: {manifest.records} records in {len(manifest.files)} file(s) -> {batch.key}")
+        if len(records) > 1:
+            log_partition_counts(context, {"rows_by_day": records})
         return MaterializeResult(
             metadata={
-                "dagster/row_count": sum(records.values()),
+                "records_fetched": sum(records.values()),
+                **({"dagster/partition_row_count": sum(records.values())} if len(records) == 1 else {}),
                 "records_by_day": MetadataValue.json(records),
                 "batches": MetadataValue.json(batches),
                 "raw_zone": MetadataValue.path(zone.storage.uri(f"{SOURCE}/{endpoint}")),

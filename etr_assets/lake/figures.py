@@ -18,11 +18,15 @@ class Tagged:
     value: object
 
 
-def layer_figures(result: LayerResult, location: str) -> dict[str, object]:
-    """Figures of one write: numbers plot over time in the UI; ids are strings (they exceed 32 bits)."""
+def layer_figures(result: LayerResult, location: str, table_rows: int | None = None) -> dict[str, object]:
+    """Figures of one write: numbers plot over time in the UI; ids are strings (they exceed 32 bits). `table_rows`:
+    the table's rows when the write committed nothing (its commit then has no figures)."""
     commit = result.commit
     figures: dict[str, object] = {
-        "dagster/row_count": result.rows,
+        # Dagster's meanings: rows in the table, and rows of the partition materialized (one day only; a range run
+        # reports each day's own count as an observation of that partition, `partition_counts`).
+        "dagster/row_count": commit.total_records if commit.snapshot_id is not None else (table_rows or 0),
+        "rows_written": result.rows,
         "table": commit.table,
         "table_uri": Tagged("path", location),
         "snapshot_id": str(commit.snapshot_id) if commit.snapshot_id is not None else "none",
@@ -36,6 +40,8 @@ def layer_figures(result: LayerResult, location: str) -> dict[str, object]:
         "table_bytes": commit.total_bytes,
         "rows_by_day": Tagged("json", result.rows_by_day),
     }
+    if len(result.rows_by_day) == 1:
+        figures["dagster/partition_row_count"] = result.rows
     if result.changes.any:
         figures["table_change"] = result.changes.describe()
     if result.changes.schema_id is not None:
@@ -43,3 +49,10 @@ def layer_figures(result: LayerResult, location: str) -> dict[str, object]:
     for key, value in result.extra.items():  # Markdown tables (e.g. silver's read plan) render as such
         figures[key] = Tagged("md", value) if isinstance(value, str) and value.startswith("|") else value
     return figures
+
+
+def partition_counts(figures: dict[str, object]) -> dict[str, int]:
+    """Per day, the rows a range run wrote for it (empty for a one-day run, whose figures already say)."""
+    by_day = figures.get("rows_by_day")
+    counts = getattr(by_day, "value", by_day) or {}  # Tagged here, Dagster's JSON value after Pipes
+    return dict(counts) if isinstance(counts, dict) and len(counts) > 1 else {}

@@ -20,7 +20,7 @@ from etr_assets.lake.figures import layer_figures
 from etr_assets.lake.incremental import Cursor
 from etr_assets.lake.quality import CheckOutcome, metrics_of, post_write_outcomes, record_metrics
 from etr_assets.lake.specs import TableSpec
-from etr_assets.lake.writes import CommitInfo, commit_of, table_location
+from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, table_location
 from etr_assets.pipeline import entities, transactions
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.entities import (
@@ -90,7 +90,11 @@ def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerReq
     pending = not any(c.name in done for c in layer.spec.expectations)
     outcomes = list(result.checks) + post_write_outcomes(spark, catalog, layer.spec, request.dates, pending)
     record_metrics(spark, catalog, metrics_of(layer.spec, outcomes), run_id)
-    figures = layer_figures(result, table_location(spark, layer.spec.qualified(catalog)))
+    table = layer.spec.qualified(catalog)
+    unchanged_rows = None
+    if result.commit.snapshot_id is None and (head := current_snapshot_id(spark, table)) is not None:
+        unchanged_rows = commit_of(spark, table, head).total_records  # nothing committed: the table as it stands
+    figures = layer_figures(result, table_location(spark, table), unchanged_rows)
     return FinishedLayer(figures, outcomes, result.warnings)
 
 

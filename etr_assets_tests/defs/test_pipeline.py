@@ -54,11 +54,13 @@ def test_daily_partitions_then_a_rerun_changes_no_count(pipeline_defs, settings,
         "BY committed_at DESC LIMIT 1"
     ).first()[0]
     assert silver["snapshot_id"].value == str(current)  # a string: ids exceed 32 bits
-    assert silver["dagster/row_count"].value == per_day
+    # Dagster's meanings: the table's rows, and the rows of the partition materialized.
+    assert silver["dagster/partition_row_count"].value == per_day == silver["rows_written"].value
+    assert silver["dagster/row_count"].value == per_day * len(DAYS)
     assert silver["files_added"].value >= 1 and silver["table_rows"].value == per_day * len(DAYS)
     assert silver["table_uri"].value.endswith("/silver/bnpl_transactions_clean")
     assert silver["table"].value == SILVER_TRANSACTIONS.qualified(settings.catalog)
-    assert metadata["raw/bnpl_transactions"]["dagster/row_count"].value == bronze[DAYS[-1]]
+    assert metadata["raw/bnpl_transactions"]["dagster/partition_row_count"].value == bronze[DAYS[-1]]
     # Days in order: the day's new bronze rows were compared with the current versions only, not recomputed.
     landing = metadata["landing/customers"]
     assert landing["history_method"].value == "current-rows", landing["history_reason"].value
@@ -116,6 +118,16 @@ def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lak
     materialized = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
     assert materialized == {(key.to_user_string(), day) for key in lineage for day in DAYS}
     assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {d: settings.api_transactions_per_day for d in DAYS}
+    # Every day carries its own row count (an observation of that partition), not the range's total.
+    observed = {
+        (e.asset_key.to_user_string(), e.partition): e.event_specific_data.asset_observation.metadata
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    }
+    for day in DAYS:
+        silver_day = observed[("silver/bnpl_transactions_clean", day)]
+        assert silver_day["dagster/partition_row_count"].value == settings.api_transactions_per_day
+        assert observed[("raw/bnpl_transactions", day)]["dagster/partition_row_count"].value > 0
     added = lake.sql(
         f"SELECT summary['added-records'] FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.snapshots "
         "WHERE summary['added-records'] > 0"

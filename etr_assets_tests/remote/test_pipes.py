@@ -51,7 +51,8 @@ def test_silver_and_gold_run_in_the_job_script_and_report_back(settings, lake):
         assert metadata["dagster/row_count"].value == rows == metadata["table_rows"].value > 0
         assert metadata["rows_by_day"].value == {DAY: rows}
         assert metadata["table_uri"].value.endswith(f"{spec.namespace}/{spec.name}")
-    assert reported["silver/bnpl_transactions_clean"]["dagster/row_count"].value == settings.api_transactions_per_day
+    silver = reported["silver/bnpl_transactions_clean"]
+    assert silver["dagster/partition_row_count"].value == settings.api_transactions_per_day
 
     checks = {(c.asset_key, c.check_name): c.passed for c in result.get_asset_check_evaluations()}
     expected = {c.name for c in SILVER_TRANSACTIONS.expectations} | {"transaction_id_is_unique"}
