@@ -23,13 +23,14 @@ from __future__ import annotations
 import uuid
 
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.frames import conform
-from etr_assets.lake.scd2 import Scd2Method, Scd2Result, observations
+from etr_assets.lake.frames import conform, spark_type
+from etr_assets.lake.scd2 import Scd2Method, Scd2Result
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id
 
 # What a classified key needs: its current version closed, a new version opened, or both.
 _CLOSE, _OPEN = "_close_at", "_open"
+BROADCAST_ROWS = 200_000  # staged closes and new versions sent whole to every task of the MERGE (tens of MB at most)
 
 
 def apply_current(
@@ -41,21 +42,29 @@ def apply_current(
 
     scd2 = spec.scd2
     key, target = scd2.key, spec.qualified(catalog)
-    batches = records.select("_batch_id", F.unix_micros("_snapshot_at").alias("micros")).distinct().collect()
-    if len(batches) != 1:
-        return None, f"{len(batches)} new batches (this path takes one)", None
-    batch_id, snapshot_micros = batches[0]["_batch_id"], batches[0]["micros"]
+    batches = records.agg(
+        F.count_distinct("_batch_id", "_snapshot_at").alias("batches"),
+        F.max("_batch_id").alias("batch_id"),
+        F.max(F.unix_micros("_snapshot_at")).alias("micros"),
+    ).first()
+    if batches["batches"] != 1:
+        return None, f"{batches['batches']} new batches (this path takes one)", None
+    batch_id, snapshot_micros = batches["batch_id"], batches["micros"]
     if mode == FeedMode.FULL and snapshot_micros <= watermark:
         return None, "the new snapshot is not newer than the watermark (a day arrived late, or again)", None
 
-    present = observations(records, scd2, FeedMode.INCREMENTAL)
-    current = spark.table(target).where("_is_current").select(key, "_valid_from", *scd2.tracked)
+    present = latest_per_key(records, spec)
+    # Only the key, the start and a fingerprint of the state are read and shuffled from the current rows.
+    current = (
+        spark.table(target)
+        .where("_is_current")
+        .select(key, "_valid_from", state_fingerprint(spec, F.col).alias("_state"))
+    )
     how = "full_outer" if mode == FeedMode.FULL else "left"
     joined = present.alias("n").join(current.alias("c"), F.col(f"n.{key}") == F.col(f"c.{key}"), how)
-    new_state = F.struct(*[F.col(f"n.{c}") for c in scd2.tracked])
     seen, is_current = F.col(f"n.{key}").isNotNull(), F.col(f"c.{key}").isNotNull()
     after = F.unix_micros(F.col("n._seq")) > F.lit(watermark)
-    same_state = new_state.eqNullSafe(F.struct(*[F.col(f"c.{c}") for c in scd2.tracked]))
+    same_state = F.col("n._state") == F.col("c._state")
     # Inside the current version's interval: the same state earlier than that would split an older version.
     repeat = is_current & same_state & (F.col("n._seq") >= F.col("c._valid_from"))
     if held is not None and mode == FeedMode.FULL:
@@ -77,7 +86,7 @@ def apply_current(
         kind.alias("_kind"),
         F.col("c._valid_from").alias("_current_from"),
         F.when(kind == "new", F.col("n._seq")).when(kind == "vanished", snapshot_at).alias(_CLOSE),
-        *[F.col(f"n.{c}").alias(c) for c in present.columns if c != key],
+        *[F.col(f"n.{c}").alias(c) for c in present.columns if c not in (key, "_state")],
     ).where(F.col("_kind").isin("new", "vanished", "older"))
     classified = classified.cache()
     try:
@@ -107,14 +116,44 @@ def apply_current(
         closes, opens = stats["changed"] + stats["vanished"], stats["new"]
         if not (closes or opens):
             return Scd2Result(target, 0, 0, 0, None, Scd2Method.CURRENT, reason), reason, watermark_after
-        _merge(spark, spec, target, classified)
+        _merge(spark, spec, target, classified, closes + opens)
         result = Scd2Result(target, opens, closes, 0, current_snapshot_id(spark, target), Scd2Method.CURRENT, reason)
         return result, reason, watermark_after
     finally:
         classified.unpersist()
 
 
-def _merge(spark, spec: TableSpec, target: str, classified) -> None:
+def latest_per_key(records, spec: TableSpec):
+    """Each key's latest record in a one-batch `records`, picked as `scd2.observations` picks it (newest sequence,
+    then source file, then state), with `_seq` and the state's fingerprint `_state`. Partitioned by the key alone
+    (one batch), so the join with the current rows reuses this shuffle; a max_by aggregate instead of the window
+    measured twice as slow."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    scd2 = spec.scd2
+    newest = Window.partitionBy(scd2.key).orderBy(
+        F.col(scd2.sequence).desc(), F.col("_source_file").desc(), F.xxhash64(*scd2.tracked).desc()
+    )
+    latest = records.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank", "_snapshot_at")
+    return latest.withColumn("_seq", F.col(scd2.sequence)).withColumn("_state", state_fingerprint(spec, F.col))
+
+
+def state_fingerprint(spec: TableSpec, column):
+    """Two independent 64- and 32-bit hashes of the tracked columns, typed as the table types them, NULL-safe: each
+    value is preceded by whether it is NULL (Spark's hashes skip NULLs, which would make (x, NULL) and (NULL, x)
+    equal). Equal states give equal fingerprints; different ones collide with a chance of about 2^-96."""
+    from pyspark.sql import functions as F
+
+    types = {c.name: spark_type(c.type) for c in spec.columns}
+    marked = []
+    for name in spec.scd2.tracked:
+        value = column(name).cast(types[name])
+        marked += [value.isNull(), value]
+    return F.struct(F.xxhash64(*marked).alias("h64"), F.hash(*marked).alias("h32"))
+
+
+def _merge(spark, spec: TableSpec, target: str, classified, staged_rows: int) -> None:
     """Close and open versions in one MERGE: a close row matches its key's current version, an open row nothing."""
     from pyspark.sql import functions as F
 
@@ -135,6 +174,8 @@ def _merge(spark, spec: TableSpec, target: str, classified) -> None:
     )
     columns = spec.column_names
     staged = opens.unionByName(closes, allowMissingColumns=True)
+    if staged_rows <= BROADCAST_ROWS:  # the MERGE then reads the table once, with no shuffle of its rows
+        staged = F.broadcast(staged)
     view = f"scd2_staged_{uuid.uuid4().hex[:12]}"
     staged.createOrReplaceTempView(view)
     try:
