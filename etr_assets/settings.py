@@ -1,6 +1,6 @@
 """Where the lake lives and how to reach it, read once from the environment.
 
-Every setting is an ``ETR_*`` environment variable (the README lists them). Nothing here imports Dagster or
+Every setting is an ``ETR_*`` environment variable (docs/production.md lists them). Nothing here imports Dagster or
 starts a JVM, so the library, the CLI and the Dagster layer all read the same object.
 """
 

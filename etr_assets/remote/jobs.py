@@ -73,7 +73,7 @@ def glue_job_run_params(settings: Settings) -> dict:
 
 
 def glue_job_definition(settings: Settings, role_arn: str) -> dict:
-    """`create_job` parameters for the one Glue job (README: Production on AWS)."""
+    """`create_job` parameters for the one Glue job (docs/production.md: Production on AWS)."""
     return {
         "Name": settings.glue_job_name,
         "Role": role_arn,
