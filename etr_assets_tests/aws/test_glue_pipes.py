@@ -111,7 +111,7 @@ def test_gold_and_scd2_history_run_as_glue_job_runs_through_pipes(aws_env, moto_
     bucket = "etr-pipes"
     s3 = s3_client(moto_endpoint, REGION)
     create_bucket(s3, bucket)
-    # The deploy step of docs/production.md's "Production on AWS": the script and the package in the bucket's code/ prefix.
+    # The deploy step (docs/production.md, "Production on AWS"): the script and the package in the bucket's code/.
     uploaded = jobs.upload_code(s3, SimpleNamespace(bucket=bucket))
     assert uploaded == [f"s3://{bucket}/code/run_layer.py", f"s3://{bucket}/code/etr_assets.zip"]
 
