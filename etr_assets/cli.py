@@ -3,6 +3,7 @@
     etr sql "SELECT ..." [--json] [--limit N]   Spark SQL on the profile's catalog (time travel included)
     etr tables [--json]                          every table of the catalog: rows, snapshots, files, size
     etr api [--port 8765] ...                    the synthetic BNPL API on its own
+    etr run-summary [RUN_ID]                     what a Dagster run wrote and how its checks came out
 
 Errors are one line on stderr and a non-zero exit, never a Java stack trace.
 """
@@ -152,6 +153,19 @@ def cmd_prepare_instance(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_summary(settings: Settings, args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
+    from etr_assets.run_summary import summarize_run
+
+    with DagsterInstance.get() as instance:
+        summary = summarize_run(instance, args.run_id)
+    if summary is None:
+        raise RuntimeError(f"no run {args.run_id or 'at all'} in the Dagster instance at $DAGSTER_HOME")
+    print("\n".join(summary.lines()))
+    return 0 if summary.failed == 0 and summary.status == "SUCCESS" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="etr", description="Work with the eTR+ lakehouse (profile from ETR_PROFILE).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -184,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", type=Path, help="dagster.yaml to install when there is none (default: the laptop one)"
     )
     prepare.set_defaults(run=cmd_prepare_instance)
+    summary = sub.add_parser(
+        "run-summary", help="a Dagster run in three lines: tables and rows written, checks passed/warned/failed"
+    )
+    summary.add_argument("run_id", nargs="?", help="the run (default: the newest run of $DAGSTER_HOME's instance)")
+    summary.set_defaults(run=cmd_run_summary)
     return parser
 
 

@@ -50,6 +50,7 @@ class Settings:
     spark_packages: tuple[str, ...] = ()  # Maven coordinates, for machines that reach Maven
     provided_iceberg: bool = False  # the platform ships Iceberg (Glue 5.0, EMR): add no jar
     executor_memory: str = ""  # empty: Spark's default (1g); a standalone worker must offer at least this
+    table_format_version: int = 0  # Iceberg format of new tables whose spec names none; 0: the profile's
     # Object storage and catalogs (s3 / aws profiles)
     bucket: str = ""
     s3_endpoint: str = ""
@@ -88,6 +89,8 @@ class Settings:
             raise SettingsError(f"ETR_PROFILE={self.profile} needs ETR_S3_BUCKET (the lake's bucket)")
         if self.profile == "s3" and not self.jdbc_url:
             raise SettingsError("ETR_PROFILE=s3 needs ETR_JDBC_URL (the PostgreSQL Iceberg catalog)")
+        if self.table_format_version not in (0, 2, 3):
+            raise SettingsError(f"ETR_TABLE_FORMAT_VERSION={self.table_format_version} must be 2 or 3 (or unset)")
         if not 0 <= self.max_reject_rate <= 1:
             raise SettingsError(f"ETR_MAX_REJECT_RATE={self.max_reject_rate} must be between 0 and 1")
         if not 0 <= self.max_day_shrink <= 1:
@@ -125,6 +128,13 @@ class Settings:
     @property
     def dagster_home(self) -> Path:
         return self.home / "dagster"
+
+    @property
+    def format_version(self) -> int:
+        """The Iceberg format version of new tables (unless their spec pins one): ETR_TABLE_FORMAT_VERSION, else 3
+        (deletion vectors) on the local and s3 profiles and 2 on aws, where Amazon Athena (which cannot read v3)
+        queries the tables."""
+        return self.table_format_version or (2 if self.profile == Profile.AWS.value else 3)
 
     @property
     def serialize_writers(self) -> bool:
@@ -170,6 +180,7 @@ ENVIRONMENT = {
     "spark_packages": (("ETR_SPARK_PACKAGES",), _csv),
     "provided_iceberg": (("ETR_ICEBERG_PROVIDED",), _flag),
     "executor_memory": (("ETR_SPARK_EXECUTOR_MEMORY",), str),
+    "table_format_version": (("ETR_TABLE_FORMAT_VERSION",), int),
     "bucket": (("ETR_S3_BUCKET",), str),
     "s3_endpoint": (("ETR_S3_ENDPOINT",), str),
     "region": (("ETR_AWS_REGION", "AWS_REGION"), str),

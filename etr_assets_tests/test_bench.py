@@ -62,7 +62,10 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     assert len(ours) == 1 and all(r["replay_commits"] == 0 and r["changed_keys"] > 0 for r in ours)
     # The bench itself fails unless the daily path was taken and gave the recompute's versions.
     daily = [r for r in rows if r["method"] == "ours: current rows (daily path)"]
-    assert len(daily) == 1 and all(r["seconds"] > 0 for r in daily)
+    assert len(daily) == 1 and all(r["seconds"] > 0 and r["replay_commits"] == 0 for r in daily)
+    # A day older than the newest takes the general path (the bench fails if it took the daily one).
+    late = [r for r in rows if r["method"].startswith("ours: late day")]
+    assert len(late) == 1 and late[0]["commits"] == 1, late
     seed = [r for r in rows if r["method"].startswith("seed")]
     assert all(r["commits"] >= 1 for r in seed)
 

@@ -16,7 +16,7 @@ from etr_assets.tables import ALL_SPECS
 
 def bootstrap(settings: Settings, lake: LakeResource | None) -> BootstrapResult:
     if settings.profile == "aws":
-        return bootstrap_catalog(pyiceberg_catalog(settings), ALL_SPECS, settings.warehouse)
+        return bootstrap_catalog(pyiceberg_catalog(settings), ALL_SPECS, settings.warehouse, settings.format_version)
     if lake is None:
         raise ValueError(f"ETR_PROFILE={settings.profile}: bootstrap creates tables through Spark and needs the lake")
     return bootstrap_with_spark(lake.session(), lake.catalog, ALL_SPECS)

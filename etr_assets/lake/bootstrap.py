@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.specs import TableSpec, decimal_type
+from etr_assets.lake.specs import FORMAT_VERSION, TableSpec, decimal_type
 
 _TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
 
@@ -162,18 +162,29 @@ def sort_order(spec: TableSpec, schema):
     )
 
 
-def table_properties(spec: TableSpec) -> dict[str, str]:
-    """The spec's properties as the table keeps them (`ensure_table` also declares the write order as hash
-    distribution; `format-version` is a creation argument, not a stored property)."""
-    return dict(spec.table_properties)
+def table_properties(spec: TableSpec, format_version: int) -> dict[str, str]:
+    """The spec's properties as the table is created with them: its own format version, else `format_version` (the
+    profile's; a creation argument, not a stored property). `ensure_table` also declares the write order as hash
+    distribution."""
+    return {FORMAT_VERSION: str(format_version), **spec.table_properties}
 
 
 # --- the two ways ---------------------------------------------------------------------------------------
-def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str) -> BootstrapResult:
-    """Create every database and absent table of `specs` in a pyiceberg catalog (Glue in production)."""
+PYICEBERG_WRITES_UP_TO = 2  # pyiceberg 0.12 reads v3 tables but cannot write v3 metadata
+
+
+def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str, format_version: int) -> BootstrapResult:
+    """Create every database and absent table of `specs` in a pyiceberg catalog (Glue in production), in
+    `format_version` unless a spec pins its own (Settings.format_version)."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
     specs = list(specs)
+    newer = sorted(s.identifier for s in specs if (s.format_version or format_version) > PYICEBERG_WRITES_UP_TO)
+    if newer:
+        raise ValueError(
+            f"pyiceberg writes table metadata up to format v{PYICEBERG_WRITES_UP_TO} only: create "
+            f"{', '.join(newer)} with Spark (bootstrap_with_spark), or use format version {PYICEBERG_WRITES_UP_TO}"
+        )
     created_ns, created, existing = [], [], []
     present = {ns[0] for ns in catalog.list_namespaces()}
     for namespace in namespaces(specs):
@@ -199,7 +210,7 @@ def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str) -> Bo
                 location=warehouse_location(warehouse, spec),
                 partition_spec=partition_spec(spec, schema),
                 sort_order=sort_order(spec, schema),
-                properties=table_properties(spec) | {"comment": spec.description},
+                properties=table_properties(spec, format_version) | {"comment": spec.description},
             )
             created.append(spec.identifier)
         except TableAlreadyExistsError:

@@ -73,6 +73,8 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
     """The Iceberg catalog of the profile. Read lazily by Spark, so settable on a live session."""
     prefix = f"spark.sql.catalog.{settings.catalog}"
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", "spark.sql.defaultCatalog": settings.catalog}
+    # New tables get the profile's format version unless their spec pins one (specs.FORMAT_VERSIONS).
+    conf[f"{prefix}.table-default.format-version"] = str(settings.format_version)
     if settings.profile == "local":
         conf |= {f"{prefix}.type": "hadoop", f"{prefix}.warehouse": settings.warehouse}
     elif settings.profile == "s3":

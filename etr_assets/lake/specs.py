@@ -28,6 +28,34 @@ MIB = 1024 * 1024
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 WAP_ENABLED = "write.wap.enabled"
 DELETE_MODE = "write.delete.mode"
+UPDATE_MODE = "write.update.mode"
+MERGE_MODE = "write.merge.mode"
+FORMAT_VERSION = "format-version"
+# Row-level changes (MERGE, UPDATE, DELETE) write delete files instead of rewriting the data files they touch: a
+# change costs the rows changed, not the files holding them; reads apply the deletes until compaction merges them
+# (the health check warns on delete files, and maintenance runs). On a format v3 table the deletes are deletion
+# vectors (one Puffin blob per data file); on v2, Parquet position-delete files.
+MERGE_ON_READ: Mapping[str, str] = MappingProxyType(
+    {DELETE_MODE: "merge-on-read", UPDATE_MODE: "merge-on-read", MERGE_MODE: "merge-on-read"}
+)
+BLOOM_FILTER_COLUMN = "write.parquet.bloom-filter-enabled.column.{}"
+BLOOM_FILTER_MAX_BYTES = "write.parquet.bloom-filter-max-bytes"
+
+
+def bloom_filter(column: str, ids_per_file: int) -> dict[str, str]:
+    """Properties of a Parquet bloom filter on `column`, sized for `ids_per_file` distinct values at about 1% false
+    positives (10 bits a value, rounded up to a power of two). Left at Parquet's default every filter takes 1 MiB:
+    on day files of a few hundred KB that made a table 100 times larger and every lookup slower (docs/benchmarks.md)."""
+    size = 1024
+    while size < ids_per_file * 1.25:
+        size *= 2
+    return {BLOOM_FILTER_COLUMN.format(column): "true", BLOOM_FILTER_MAX_BYTES: str(size)}
+
+
+# The Iceberg format version a table gets when its spec names none: the profile's (Settings.format_version) through
+# the catalog's `table-default.format-version`. v3 (deletion vectors) where every reader reads it; v2 where Amazon
+# Athena must read the tables (it cannot read v3). A spec that needs one version pins it with `format_version`.
+FORMAT_VERSIONS = (2, 3)
 # Per-column metrics mode: `counts` keeps value and null counts but no lower/upper bound, so a manifest never
 # carries a personal value (truncate(n) never shortens an integer and keeps a string's first n characters).
 METRICS_COLUMN_PROPERTY = "write.metadata.metrics.column.{}"
@@ -36,7 +64,6 @@ PERSONAL_DATA_METRICS = "counts"
 # Properties every table gets unless its spec overrides them (requirement R1, docs/stack.md, apache/iceberg #732).
 DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
     {
-        "format-version": "2",
         "write.format.default": "parquet",
         "write.parquet.compression-codec": "zstd",
         TARGET_FILE_SIZE: str(128 * MIB),
@@ -200,6 +227,7 @@ class TableSpec:
     scd2: Scd2 | None = None  # history kept as SCD2 versions
     health: HealthThresholds = HealthThresholds()  # when the table needs maintenance
     quality: QualityRules = QualityRules()  # row-count anomaly, freshness, references
+    format_version: int | None = None  # None: the profile's (FORMAT_VERSIONS above)
 
     def __post_init__(self) -> None:
         where = f"table spec {self.namespace}.{self.name}"
@@ -216,6 +244,8 @@ class TableSpec:
                 )
             if column.type not in SIMPLE_TYPES and not decimal_type(column.type):
                 raise SpecError(f"{where}: column {column.name!r} has unsupported type {column.type!r}")
+        if self.format_version is not None and self.format_version not in FORMAT_VERSIONS:
+            raise SpecError(f"{where}: format_version {self.format_version} is not one of {FORMAT_VERSIONS}")
         for transform in self.partition_by:
             match = _TRANSFORM.match(transform)
             if not match:
@@ -287,7 +317,14 @@ class TableSpec:
     @property
     def table_properties(self) -> dict[str, str]:
         personal = {METRICS_COLUMN_PROPERTY.format(c): PERSONAL_DATA_METRICS for c in self.personal_data_columns}
-        return {**DEFAULT_PROPERTIES, **personal, **self.properties}
+        pinned = {FORMAT_VERSION: str(self.format_version)} if self.format_version else {}
+        return {**DEFAULT_PROPERTIES, **personal, **pinned, **self.properties}
+
+    @property
+    def merge_on_read(self) -> bool:
+        """Whether any row-level change (delete, update, merge) leaves delete files instead of rewriting."""
+        properties = self.table_properties
+        return any(properties.get(mode) == "merge-on-read" for mode in MERGE_ON_READ)
 
     @property
     def target_file_size_bytes(self) -> int:

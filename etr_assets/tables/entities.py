@@ -5,6 +5,7 @@ log SCD2 history is computed from), landing keeps one version per change.
 """
 
 from etr_assets.lake.specs import (
+    MERGE_ON_READ,
     MIB,
     SCD2_COLUMNS,
     SCD2_EXPECTATIONS,
@@ -22,6 +23,9 @@ _BRONZE_LINEAGE = (
     Column("_ingested_at", "timestamp", "When the record was loaded into Iceberg", required=True),
 )
 _SMALL = {TARGET_FILE_SIZE: str(32 * MIB)}
+# SCD2 histories change a few rows of a keyed table each day: the daily MERGE writes the closed and new versions and
+# deletion vectors (format v3; position deletes on v2) instead of rewriting every file that holds a changed key.
+_HISTORY = {**_SMALL, **MERGE_ON_READ}
 
 _CUSTOMER_FIELDS = (
     Column("customer_id", "bigint", "Customer id", required=True, pii=True),
@@ -82,7 +86,7 @@ LANDING_CUSTOMERS = TableSpec(
         *SCD2_COLUMNS,
     ),
     write_order=("customer_id", "_valid_from"),
-    properties=_SMALL,
+    properties=_HISTORY,
     subject_column="customer_id",
     scd2=Scd2(key="customer_id", tracked=_CUSTOMER_TRACKED, sequence="updated_at"),
     expectations=SCD2_EXPECTATIONS,
@@ -121,7 +125,7 @@ LANDING_MERCHANTS = TableSpec(
     description="Merchant history as SCD2: one version per change of a tracked attribute",
     columns=_MERCHANT_FIELDS + SCD2_COLUMNS,
     write_order=("merchant_id", "_valid_from"),
-    properties=_SMALL,
+    properties=_HISTORY,
     scd2=Scd2(key="merchant_id", tracked=_MERCHANT_TRACKED, sequence="updated_at"),
     expectations=SCD2_EXPECTATIONS,
 )

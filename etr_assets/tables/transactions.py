@@ -1,6 +1,16 @@
 """The eTR+ transaction tables: bronze (as received), silver (typed, deduplicated), gold (daily summary)."""
 
-from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, WAP_ENABLED, Check, Column, QualityRules, Reference, TableSpec
+from etr_assets.lake.specs import (
+    MIB,
+    TARGET_FILE_SIZE,
+    WAP_ENABLED,
+    Check,
+    Column,
+    QualityRules,
+    Reference,
+    TableSpec,
+    bloom_filter,
+)
 
 # Fields of the BNPL API's transaction record, as it sends them. Read with this schema, never inferred
 # (apache/iceberg #4849); the amount stays text in bronze so no precision is lost before silver types it.
@@ -71,7 +81,10 @@ SILVER_TRANSACTIONS = TableSpec(
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "customer_id"),
     subject_column="customer_id",
-    properties={WAP_ENABLED: "true"},  # written to an audit branch, published when checks pass
+    # Written to an audit branch, published when checks pass. A bloom filter on customer_id per day file (sized for
+    # 10,000 customers a day, as benchmark 1 sized it): a one-customer lookup (erasure, support) reads 0.19 of a
+    # full scan's bytes; files grow 7-9% and full scans do not slow down.
+    properties={WAP_ENABLED: "true", **bloom_filter("customer_id", ids_per_file=10_000)},
     # Per record: a transaction that breaks one goes to silver.quarantine_transactions and its day publishes without
     # it. Per day (blocking): transaction_id unique in the whole table.
     expectations=(

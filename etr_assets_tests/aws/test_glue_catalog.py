@@ -7,12 +7,15 @@ Spark's DDL from the same specs.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pytest
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
 from etr_assets.lake.bootstrap import bootstrap_catalog, bootstrap_with_spark, iceberg_schema, warehouse_location
 from etr_assets.lake.metadata import catalog, load_table, table_stats
+from etr_assets.lake.session import attach_catalog
 from etr_assets.tables import ALL_SPECS, spec_for
 from etr_assets_tests.aws.conftest import REGION
 from etr_assets_tests.infra import list_keys, s3_client
@@ -20,11 +23,13 @@ from etr_assets_tests.infra import list_keys, s3_client
 
 def test_bootstrap_creates_every_database_and_table_once(aws_settings, moto_endpoint):
     glue = catalog(aws_settings)
-    first = bootstrap_catalog(glue, ALL_SPECS, aws_settings.warehouse)
+    first = bootstrap_catalog(glue, ALL_SPECS, aws_settings.warehouse, aws_settings.format_version)
     assert sorted(first.created_namespaces) == sorted({s.namespace for s in ALL_SPECS})
     assert sorted(first.created_tables) == sorted(s.identifier for s in ALL_SPECS)
 
-    again = bootstrap_catalog(glue, ALL_SPECS, aws_settings.warehouse)  # safe to re-run: nothing changes
+    again = bootstrap_catalog(
+        glue, ALL_SPECS, aws_settings.warehouse, aws_settings.format_version
+    )  # safe to re-run: nothing changes
     assert again.created_namespaces == () and again.created_tables == ()
     assert sorted(again.existing_tables) == sorted(s.identifier for s in ALL_SPECS)
 
@@ -47,7 +52,7 @@ def test_metadata_reads_go_through_glue_without_a_jvm(aws_settings):
     glue = catalog(aws_settings)
     spec = DATA_QUALITY_METRICS
     assert table_stats(aws_settings, spec).exists is False  # not bootstrapped yet: a clear "absent"
-    bootstrap_catalog(glue, [spec], aws_settings.warehouse)
+    bootstrap_catalog(glue, [spec], aws_settings.warehouse, aws_settings.format_version)
     empty = table_stats(aws_settings, spec)
     assert empty.exists and empty.rows == 0 and empty.snapshots == 0
 
@@ -65,8 +70,10 @@ def test_metadata_reads_go_through_glue_without_a_jvm(aws_settings):
 
 def test_bootstrap_without_spark_makes_the_tables_spark_makes(aws_settings, settings, lake):
     """Spark's ensure_table (local Hadoop catalog) and pyiceberg's bootstrap (Glue) agree table by table."""
-    bootstrap_with_spark(lake, settings.catalog, ALL_SPECS)
-    bootstrap_catalog(catalog(aws_settings), ALL_SPECS, aws_settings.warehouse)
+    # Both in the aws profile's format version (pyiceberg 0.12 cannot write v3 metadata).
+    settings = dataclasses.replace(settings, table_format_version=aws_settings.format_version)
+    bootstrap_with_spark(attach_catalog(lake, settings), settings.catalog, ALL_SPECS)
+    bootstrap_catalog(catalog(aws_settings), ALL_SPECS, aws_settings.warehouse, aws_settings.format_version)
     for spec in ALL_SPECS:
         by_spark, by_pyiceberg = load_table(settings, spec), load_table(aws_settings, spec)
         where = spec.identifier
@@ -74,7 +81,8 @@ def test_bootstrap_without_spark_makes_the_tables_spark_makes(aws_settings, sett
         assert by_pyiceberg.schema() == iceberg_schema(spec), where
         assert by_pyiceberg.spec().fields == by_spark.spec().fields, where
         assert by_pyiceberg.sort_order().fields == by_spark.sort_order().fields, where
-        assert by_pyiceberg.metadata.format_version == by_spark.metadata.format_version == 2, where
+        wanted_version = spec.format_version or settings.format_version
+        assert by_pyiceberg.metadata.format_version == by_spark.metadata.format_version == wanted_version, where
         wanted = {k: v for k, v in spec.table_properties.items() if k != "format-version"}
         for props in (by_spark.properties, by_pyiceberg.properties):
             assert {k: props.get(k) for k in wanted} == wanted, where

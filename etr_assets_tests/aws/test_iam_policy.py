@@ -69,7 +69,7 @@ def test_glue_grants_cover_exactly_the_specs_databases_and_tables():
 
 def test_every_object_bootstrap_writes_is_covered_and_nothing_else_is(aws_settings, moto_endpoint):
     """On moto: each table's location and files fall under the policy; a table outside the specs would not."""
-    bootstrap_catalog(catalog(aws_settings), ALL_SPECS, aws_settings.warehouse)
+    bootstrap_catalog(catalog(aws_settings), ALL_SPECS, aws_settings.warehouse, aws_settings.format_version)
     policy = iam.iam_policy(ALL_SPECS, bucket=aws_settings.bucket, region=REGION)
     keys = list_keys(s3_client(moto_endpoint, REGION), aws_settings.bucket)
     assert keys

@@ -25,7 +25,7 @@ from etr_assets.lake.erasure.request import (
 from etr_assets.lake.evolve import table_exists
 from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots, rewrite_manifests
 from etr_assets.lake.retry import run_with_retries
-from etr_assets.lake.specs import DELETE_MODE, TableSpec
+from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
 from etr_assets.lake.writes import current_snapshot_id
 
@@ -55,6 +55,17 @@ class TableErasure:
 
 def _delete_condition(spec: TableSpec, view: str) -> str:
     return f"arrays_overlap({subject_keys_sql(spec)}, (SELECT collect_set(_erase_id) FROM {view}))"
+
+
+def _delete_where(spark, target: str, spec: TableSpec, view: str) -> None:
+    spark.sql(f"DELETE FROM {target} WHERE {_delete_condition(spec, view)}")
+
+
+def _rewrite_without(spark, target: str, spec: TableSpec, view: str) -> None:
+    """Replace every file of `target` (a branch) with its live rows minus the customers: one overwrite commit."""
+    from pyspark.sql import functions as F
+
+    spark.table(target).where(f"NOT {_delete_condition(spec, view)}").writeTo(target).overwrite(F.lit(True))
 
 
 def _quoted(name: str) -> str:
@@ -99,21 +110,22 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
                 spec,
                 ids_df,
             )
-            if not held:
+            # A merge-on-read branch can keep a customer's older rows in its files behind deletion vectors (a MERGE
+            # closed them), and rewrite_data_files cannot compact a branch (Iceberg 1.10): rewrite its rows.
+            rewrite = kind == "BRANCH" and spec.merge_on_read
+            if not (held or rewrite):
                 continue
             if kind == "BRANCH":
                 target = f"{qualified}.{_quoted('branch_' + name)}"
-                run_with_retries(
-                    lambda t=target: spark.sql(f"DELETE FROM {t} WHERE {_delete_condition(spec, view)}"),
-                    f"erasing from {target}",
-                )
+                erase = _rewrite_without if rewrite else _delete_where
+                run_with_retries(lambda t=target, e=erase: e(spark, t, spec, view), f"erasing from {target}")
                 branches_erased[name] = sum(held.values())
             else:
                 spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS {_quoted(name)}")
                 dropped.append(f"tag {name}")
     finally:
         spark.catalog.dropTempView(view)
-    if spec.table_properties.get(DELETE_MODE) == "merge-on-read":
+    if spec.merge_on_read:
         compact(spark, catalog, spec)  # a delete file only hides rows: rewrite the data files without them
     overridden = _lower_branch_retention(spark, qualified)
     try:

@@ -1,0 +1,87 @@
+"""What a run did, in three lines: `etr run-summary` (the end of `./dev demo`, or after any `dg launch`).
+
+Read from the Dagster instance's event log: the tables the run materialized and the rows it wrote to them, and its
+asset checks by outcome (passed, warned = a failed WARN check, failed = a failed ERROR check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    job_name: str
+    status: str
+    partitions: str  # "2025-01-01", "2025-01-01...2025-01-03", or "" for an unpartitioned run
+    seconds: float | None
+    rows_by_table: dict[str, int]  # table asset -> rows written by the run
+    passed: int
+    warned: int
+    failed: int
+    not_passed: tuple[str, ...]  # "asset:check" of each check that warned or failed
+
+    def lines(self) -> list[str]:
+        took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
+        days = f" for {self.partitions}" if self.partitions else ""
+        rows = sum(self.rows_by_table.values())
+        checks = f"checks: {self.passed} passed, {self.warned} warned, {self.failed} failed"
+        lines = [
+            f"run {self.run_id[:8]} of {self.job_name}{days}: {self.status}{took}",
+            f"  {len(self.rows_by_table)} table(s) written, {rows:,} row(s)",
+            f"  {checks}" + (f" ({', '.join(self.not_passed)})" if self.not_passed else ""),
+        ]
+        return lines
+
+
+def _partitions(tags: dict[str, str]) -> str:
+    if "dagster/partition" in tags:
+        return tags["dagster/partition"]
+    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+    return f"{start}...{end}" if start and end else ""
+
+
+def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSummary | None:
+    """The run `run_id` (default: the newest run of the instance), or None when the instance has no run."""
+    run = instance.get_run_by_id(run_id) if run_id else next(iter(instance.get_runs(limit=1)), None)
+    if run is None:
+        return None
+    rows: dict[str, int] = {}
+    passed = warned = failed = 0
+    not_passed = []
+    kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION}
+    for record in instance.all_logs(run.run_id, of_type=kinds):
+        event = record.dagster_event
+        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            materialization = event.event_specific_data.materialization
+            metadata = materialization.metadata
+            written = metadata.get("rows_written") or metadata.get("dagster/partition_row_count")
+            key = materialization.asset_key.to_user_string()
+            rows[key] = rows.get(key, 0) + int(written.value if written is not None else 0)
+            continue
+        evaluation = event.event_specific_data
+        if evaluation.passed:
+            passed += 1
+            continue
+        not_passed.append(f"{evaluation.asset_key.to_user_string()}:{evaluation.check_name}")
+        if evaluation.severity == AssetCheckSeverity.WARN:
+            warned += 1
+        else:
+            failed += 1
+    stats = instance.get_run_stats(run.run_id)
+    seconds = stats.end_time - stats.start_time if stats.start_time and stats.end_time else None
+    return RunSummary(
+        run.run_id,
+        run.job_name,
+        run.status.value,
+        _partitions(run.tags),
+        seconds,
+        rows,
+        passed,
+        warned,
+        failed,
+        tuple(not_passed),
+    )
