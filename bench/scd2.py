@@ -17,8 +17,10 @@ the next share, so every case starts from the same state.
   COALESCE(s.x, NULL)`, (3) INSERT of new and changed keys via a LEFT JOIN with the same test, (4) DROP the view;
 - floor: appending the batch to plain Parquet files (no history at all).
 
-Then, at the REPLAY_SHARE, each method is run again on the same batch (an idempotent replay): ours finds no
-difference and commits nothing; the seed's MERGE and INSERT scan and join everything again.
+Then, at the REPLAY_SHARE, each method is run again on the same batch (an idempotent replay): the recompute finds no
+difference and commits nothing, the daily path sees nothing new in the log (a table property read) and commits
+nothing; the seed's MERGE and INSERT scan and join everything again. Last, a late day (a snapshot older than the
+table's newest) is applied: ours must take the general path; the seed's statements run on it for time only.
 """
 
 from __future__ import annotations
