@@ -60,16 +60,9 @@ def pytest_collection_modifyitems(items):
 def spark(tmp_path_factory):
     """The process's only JVM: tests point it at their own catalog with `attach_catalog`."""
     from etr_assets.lake.session import get_spark
-    from etr_assets_tests.quick_jvm import long_lived
 
     # One shuffle partition: the suite's tables hold hundreds of rows, and each partition is a task to schedule.
-    # This JVM lives as long as the test process: C2 on (quick_jvm); the subprocesses' JVMs keep the C1-only options.
-    short_lived = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    os.environ["SPARK_SUBMIT_OPTS"] = long_lived(short_lived)
-    try:
-        session = get_spark(Settings(home=tmp_path_factory.mktemp("spark-session"), shuffle_partitions=1))
-    finally:
-        os.environ["SPARK_SUBMIT_OPTS"] = short_lived
+    session = get_spark(Settings(home=tmp_path_factory.mktemp("spark-session"), shuffle_partitions=1))
     yield session
     session.stop()
 

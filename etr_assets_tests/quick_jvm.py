@@ -4,11 +4,8 @@ spark-submit adds SPARK_SUBMIT_OPTS to the driver's command line (silently), so 
 this process's, and its subprocesses' (Dagster runs, `etr sql`, the Glue stand-in) through the inherited environment.
 The suite is thousands of short Spark jobs over tables of a few hundred rows, on two cores:
 
-- C1 only and the serial collector for the short-lived JVMs (a Dagster run, `etr sql`, a job script): C2 compiler
-  threads and parallel GC threads compete with the work for the same cores (C1-only took 0.54x the CPU time of the
-  defaults on test_transactions, on one core). The test processes' own JVMs live the whole suite and run thousands
-  of Spark jobs: they keep the tiered C2 compiler, which pays for itself after the first minute (four in-process
-  pipeline days: 24.5 s for the fourth day C1-only, 17.5 s tiered; the first day 41 s against 51 s).
+- C1 only and the serial collector: C2 compiler threads and parallel GC threads compete with the work for the same
+  cores (C1-only took 0.54x the CPU time of the defaults on test_transactions, on one core).
 - No code generation (`spark.sql.codegen.*` as system properties, which SparkConf reads): compiling a plan with Janino
   costs more than interpreting it over a few hundred rows (lake/test_scd2.py + test_incremental.py: 136 s -> 96 s).
 - A class-data-sharing archive of the classes a Spark + Iceberg session loads, made once per JDK and jar set (about
@@ -27,8 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-C1_ONLY = "-XX:TieredStopAtLevel=1"
-JIT_AND_GC = f"{C1_ONLY} -XX:+UseSerialGC"
+JIT_AND_GC = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 NO_CODEGEN = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 ARCHIVES = Path(sys.prefix) / "etr-test-cds"  # inside the venv: made per machine, never committed
 
@@ -83,9 +79,3 @@ def suite_options(scratch: Path) -> str:
     archive = class_archive(scratch)
     sharing = f" -XX:SharedArchiveFile={archive} -Xlog:cds*=off" if archive else ""
     return f"{JIT_AND_GC} {NO_CODEGEN}{sharing}"
-
-
-def long_lived(options: str) -> str:
-    """The suite's options for a JVM that lives as long as a test process (its shared session): the same, with the
-    tiered C2 compiler back."""
-    return " ".join(part for part in options.split() if part != C1_ONLY)

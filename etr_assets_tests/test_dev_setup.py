@@ -44,3 +44,25 @@ def test_the_pinned_iceberg_jar_passes_and_a_tampered_copy_fails_naming_both_has
 
     unknown = verify(jar, "some-other.jar")
     assert unknown.returncode == 1 and "some-other.jar has no sha256" in unknown.stderr
+
+
+def demo_range(*args: str) -> subprocess.CompletedProcess:
+    """Run dev's own `demo_range` (its definition cut out of the script)."""
+    script = (REPO / "dev").read_text()
+    die = next(line for line in script.splitlines() if line.startswith("die()"))
+    body = script[script.index("demo_range() {") :]
+    body = body[: body.index("\n}\n") + 3]
+    program = "\n".join([die, body, "demo_range " + " ".join(args)])
+    return subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60)
+
+
+def test_the_demo_runs_the_most_recent_complete_days_unless_told_otherwise():
+    import datetime as dt
+
+    yesterday = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
+    assert demo_range().stdout.split() == [str(yesterday - dt.timedelta(days=2)), str(yesterday)]
+    assert demo_range("5", "2025-01-10").stdout.split() == ["2025-01-06", "2025-01-10"]
+    assert demo_range("1", "2025-03-01").stdout.split() == ["2025-03-01", "2025-03-01"]
+    bad_day, bad_count = demo_range("3", "2025-13-40"), demo_range("three")
+    assert bad_day.returncode != 0 and "LAST_DAY '2025-13-40' is not a date" in bad_day.stderr
+    assert bad_count.returncode != 0 and "DAYS 'three' is not a positive number" in bad_count.stderr
