@@ -5,7 +5,10 @@ this process's, and its subprocesses' (Dagster runs, `etr sql`, the Glue stand-i
 The suite is thousands of short Spark jobs over tables of a few hundred rows, on two cores:
 
 - C1 only and the serial collector: C2 compiler threads and parallel GC threads compete with the work for the same
-  cores (C1-only took 0.54x the CPU time of the defaults on test_transactions, on one core).
+  cores (C1-only took 0.54x the CPU time of the defaults on test_transactions, on one core). The test processes'
+  own long-lived JVMs stay C1-only too: with C2 they ran four in-process pipeline days faster alone (17.5 s against
+  24.5 s for the fourth day), but in the suite (two workers on two cores) the files they start with got slower
+  (pipeline/test_transactions.py 93 s -> 127-143 s) and the whole run gained nothing.
 - No code generation (`spark.sql.codegen.*` as system properties, which SparkConf reads): compiling a plan with Janino
   costs more than interpreting it over a few hundred rows (lake/test_scd2.py + test_incremental.py: 136 s -> 96 s).
 - A class-data-sharing archive of the classes a Spark + Iceberg session loads, made once per JDK and jar set (about
