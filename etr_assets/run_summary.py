@@ -1,6 +1,7 @@
 """What a run did, in three lines: `etr run-summary` (the end of `./dev demo`, or after any `dg launch`).
 
-Read from the Dagster instance's event log: the tables the run materialized and the rows it wrote to them, and its
+Read from the Dagster instance's event log: the assets the run materialized (raw batches and tables) and the rows it
+wrote to them (an SCD2 history: the versions it inserted), and its
 asset checks by outcome (passed, warned = a failed WARN check, failed = a failed ERROR check).
 """
 
@@ -10,6 +11,8 @@ import dataclasses
 
 from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
 
+ROW_FIGURES = ("versions_inserted", "rows_written", "dagster/partition_row_count")  # the first a materialization has
+
 
 @dataclasses.dataclass(frozen=True)
 class RunSummary:
@@ -18,7 +21,7 @@ class RunSummary:
     status: str
     partitions: str  # "2025-01-01", "2025-01-01...2025-01-03", or "" for an unpartitioned run
     seconds: float | None
-    rows_by_table: dict[str, int]  # table asset -> rows written by the run
+    rows_by_table: dict[str, int]  # asset (a raw batch or a table) -> rows written by the run
     passed: int
     warned: int
     failed: int
@@ -31,7 +34,7 @@ class RunSummary:
         checks = f"checks: {self.passed} passed, {self.warned} warned, {self.failed} failed"
         lines = [
             f"run {self.run_id[:8]} of {self.job_name}{days}: {self.status}{took}",
-            f"  {len(self.rows_by_table)} table(s) written, {rows:,} row(s)",
+            f"  {len(self.rows_by_table)} asset(s) materialized, {rows:,} row(s) written",
             f"  {checks}" + (f" ({', '.join(self.not_passed)})" if self.not_passed else ""),
         ]
         return lines
@@ -58,7 +61,15 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
             materialization = event.event_specific_data.materialization
             metadata = materialization.metadata
-            written = metadata.get("rows_written") or metadata.get("dagster/partition_row_count")
+            # Rows the run wrote: SCD2 histories count the versions they inserted.
+            written = next(
+                (
+                    metadata[k]
+                    for k in ("versions_inserted", "rows_written", "dagster/partition_row_count")
+                    if k in metadata
+                ),
+                None,
+            )
             key = materialization.asset_key.to_user_string()
             rows[key] = rows.get(key, 0) + int(written.value if written is not None else 0)
             continue

@@ -30,7 +30,7 @@ def things():
     ],
 )
 def summary():
-    yield MaterializeResult(metadata={"dagster/partition_row_count": 3})
+    yield MaterializeResult(metadata={"versions_inserted": 3, "rows_written": 0})  # as an SCD2 history reports
     yield AssetCheckResult(check_name="row_count_anomaly", passed=False, severity=AssetCheckSeverity.WARN)
     yield AssetCheckResult(check_name="amounts_positive", passed=True)
 
@@ -45,7 +45,7 @@ def test_the_summary_counts_tables_rows_and_checks_of_the_run():
     assert newest.rows_by_table == {"silver/things": 40, "gold/summary": 3}
     assert (newest.passed, newest.warned, newest.failed) == (2, 1, 0)
     lines = newest.lines()
-    assert lines[1] == "  2 table(s) written, 43 row(s)"
+    assert lines[1] == "  2 asset(s) materialized, 43 row(s) written"
     assert lines[2] == "  checks: 2 passed, 1 warned, 0 failed (gold/summary:row_count_anomaly)"
 
 
