@@ -14,7 +14,7 @@ from dagster import (
     MetadataValue,
     asset,
 )
-from dagster._utils.warnings import BetaWarning, PreviewWarning
+from dagster._utils.warnings import BetaWarning
 
 from etr_assets.defs.metadata import definition_metadata
 from etr_assets.lake.quality import (
@@ -26,8 +26,6 @@ from etr_assets.settings import Settings
 
 # BackfillPolicy is marked beta; single-run backfills are what `--partition-range` needs, so we accept it.
 warnings.filterwarnings("ignore", category=BetaWarning, message=".*backfill_policy.*")
-# Partitioned asset checks are a preview; per-day check results in the UI are what the per-day checks need.
-warnings.filterwarnings("ignore", category=PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
 SINGLE_RUN = BackfillPolicy.single_run()
 
@@ -52,19 +50,14 @@ def table_pool(settings: Settings, spec: TableSpec) -> str | None:
     return f"iceberg_{spec.namespace}_{spec.name}" if single_writer else None
 
 
-def table_check_specs(spec: TableSpec, partitions: DailyPartitionsDefinition | None = None) -> list[AssetCheckSpec]:
+def table_check_specs(spec: TableSpec) -> list[AssetCheckSpec]:
     """The checks a table asset reports with each materialization, derived from its spec.
 
     Blocking (ERROR): each expectation and the unique key. Silver and gold evaluate them on the audit branch before
     publishing; other tables evaluate them after writing, and a failure stops downstream assets.
     Non-blocking (WARN): each reference of the spec, and the row-count anomaly for tables with daily partitions.
-    Checks over the rows of the days written (a table with a day column: its expectations, references and row-count
-    anomaly) are partitioned like the asset (`partitions`): a one-day run records the result on its day, a range
-    run records it once without a partition, with the per-day figures in `by_day`. Whole-table checks (the unique
-    key, an SCD2 history's expectations) are not partitioned.
     """
     key = table_key(spec)
-    by_day = partitions if spec.day_column else None
     when = "before publishing" if spec.table_properties.get(WAP_ENABLED) == "true" else "after writing"
     specs = [
         AssetCheckSpec(
@@ -77,7 +70,6 @@ def table_check_specs(spec: TableSpec, partitions: DailyPartitionsDefinition | N
                 if c.per_record
                 else f"Blocking, {when}: {c.description}"
             ),
-            partitions_def=by_day,
         )
         for c in spec.expectations
     ]
@@ -95,7 +87,6 @@ def table_check_specs(spec: TableSpec, partitions: DailyPartitionsDefinition | N
             r.name,
             asset=key,
             description=f"Warns when a {r.column} names no {r.key} of {r.table} (it may arrive later)",
-            partitions_def=by_day,
         )
         for r in spec.quality.references
     ]
@@ -109,31 +100,27 @@ def table_check_specs(spec: TableSpec, partitions: DailyPartitionsDefinition | N
                 "away from the median of "
                 f"the {rules.row_count_window_days} days before it (no verdict with under "
                 f"{rules.row_count_min_history_days} days)",
-                partitions_def=by_day,
             )
         )
     return specs
 
 
-def quarantine_check(spec: TableSpec, partitions: DailyPartitionsDefinition) -> AssetCheckSpec:
-    """Bronze's own check: the share of received records refused into quarantine (the run fails above the limit);
-    per day, like the asset."""
+def quarantine_check(spec: TableSpec) -> AssetCheckSpec:
+    """Bronze's own check: the share of received records refused into quarantine (the run fails above the limit)."""
     return AssetCheckSpec(
         "quarantine_rate",
         asset=table_key(spec),
         description="Warns when any received record was refused into quarantine",
-        partitions_def=partitions,
     )
 
 
-def record_quarantine_check(spec: TableSpec, partitions: DailyPartitionsDefinition) -> AssetCheckSpec:
-    """Rows held back by the spec's per-record expectations (the rest of the day was published); per day."""
+def record_quarantine_check(spec: TableSpec) -> AssetCheckSpec:
+    """Rows held back by the spec's per-record expectations (the rest of the day was published)."""
     rules = ", ".join(c.description for c in spec.expectations if c.per_record)
     return AssetCheckSpec(
         "records_quarantined",
         asset=table_key(spec),
         description=f"Warns when a row broke a per-record expectation ({rules}) and was held back",
-        partitions_def=partitions,
     )
 
 
@@ -165,16 +152,15 @@ def table_asset(
     extra_checks: tuple[AssetCheckSpec, ...] = (),
 ):
     """@asset for a daily-partitioned Iceberg table written by Spark, with the checks its spec implies."""
-    partitions = daily_partitions(settings)
     return asset(
         key=table_key(spec),
         deps=deps,
         group_name=group or spec.namespace,
-        partitions_def=partitions,
+        partitions_def=daily_partitions(settings),
         backfill_policy=SINGLE_RUN,
         kinds={"iceberg", "spark"},
         pool=table_pool(settings, spec),
         description=description,
         metadata=definition_metadata(spec, settings.catalog),
-        check_specs=table_check_specs(spec, partitions) + list(extra_checks) or None,
+        check_specs=table_check_specs(spec) + list(extra_checks) or None,
     )
