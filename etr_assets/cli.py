@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prepare.set_defaults(run=cmd_prepare_instance)
     summary = sub.add_parser(
-        "run-summary", help="a Dagster run in three lines: tables and rows written, checks passed/warned/failed"
+        "run-summary", help="a Dagster run in three lines: assets, rows written, checks passed/warned/failed"
     )
     summary.add_argument("run_id", nargs="?", help="the run (default: the newest run of $DAGSTER_HOME's instance)")
     summary.set_defaults(run=cmd_run_summary)

@@ -1,8 +1,8 @@
 """What a run did, in three lines: `etr run-summary` (the end of `./dev demo`, or after any `dg launch`).
 
-Read from the Dagster instance's event log: the assets the run materialized (raw batches and tables) and the rows it
-wrote to them (an SCD2 history: the versions it inserted), and its
-asset checks by outcome (passed, warned = a failed WARN check, failed = a failed ERROR check).
+Read from the Dagster instance's event log: the assets the run materialized (raw batches and tables), the rows it
+wrote to them (an SCD2 history: the versions it inserted), and its asset checks by outcome (passed, warned = a failed
+WARN check, failed = a failed ERROR check).
 """
 
 from __future__ import annotations
@@ -62,14 +62,7 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
             materialization = event.event_specific_data.materialization
             metadata = materialization.metadata
             # Rows the run wrote: SCD2 histories count the versions they inserted.
-            written = next(
-                (
-                    metadata[k]
-                    for k in ("versions_inserted", "rows_written", "dagster/partition_row_count")
-                    if k in metadata
-                ),
-                None,
-            )
+            written = next((metadata[k] for k in ROW_FIGURES if k in metadata), None)
             key = materialization.asset_key.to_user_string()
             rows[key] = rows.get(key, 0) + int(written.value if written is not None else 0)
             continue
