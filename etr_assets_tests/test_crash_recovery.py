@@ -7,15 +7,18 @@ the runs after it. Each run here is `dagster asset materialize` of the transacti
 by `etr prepare-instance` (one slot per table pool), in a process group of its own; this test kills that group:
 
 1. once a few tenths of a second into the customers download, on a fresh lake (a batch left without manifest);
-2. then lets one run finish, to measure how long a whole run takes here (it is also the lake's first ingestion);
-3. then SPARK_KILLS times after random delays (seeded `random.Random`, one per equal slice of the measured run, so
-   the kills spread over the JVM start, every layer's Spark job and the commits between them: nearly all of that
-   time is spent inside pooled steps), checking after each kill that what the lake holds is consistent (no day
-   half-replaced, no duplicate, one current version per key); if no random kill landed while the run held a pool
-   slot, one more kill is placed there;
-4. then runs to completion with no manual step before it: every killed run must end FAILED with its slots freed by
+2. then SPARK_KILLS times inside a table step (each holds its table's pool slot: a Spark job, a commit, the checks
+   and metric rows after it), one step picked at random from each equal slice of TABLE_STEPS, at a random moment
+   up to IN_STEP_S seconds after the step started (seeded `random.Random`); the first of these runs is the lake's
+   first ingestion after the cut download. After each kill, what the lake holds must be consistent (no day
+   half-replaced, no duplicate, one current version per key); if no kill landed while the run held a pool slot,
+   one more kill is placed there;
+3. then runs to completion with no manual step before it: every killed run must end FAILED with its slots freed by
    the run guard, and the exact counts must match the synthetic API (that a replay commits nothing to the SCD2
    history is test_cli_subprocess's rerun).
+
+Kill moments come from the run's own step events, not from the length of a measured whole run: a whole run less,
+and every kill lands inside the work it is meant to interrupt however loaded the machine is.
 
 Where each kill landed comes from the instance's event log (the step started and not finished) and its pool slots.
 The test process reads the tables with the shared Spark session through the same warehouse and catalog name as the
@@ -66,10 +69,18 @@ DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 SELECTION = "*gold/bnpl_daily_summary,*landing/customers"
 SEED = int(os.environ.get("ETR_CRASH_SEED", "20250101"))
 PAGE_SIZE = 20  # a customers download of several pages a day: long enough to be cut in the middle
-SPARK_KILLS = 2  # after the mid-download kill: one per equal slice of a whole run (new seed, new moments)
+SPARK_KILLS = 2  # after the mid-download kill: one per equal slice of TABLE_STEPS (new seed, new steps and moments)
+# The run's table steps (each a pooled write), in the order the lineage needs them: the kills are spread over them.
+TABLE_STEPS = (
+    "bronze__bnpl_transactions_raw",
+    "bronze__bnpl_customers_raw",
+    "silver__bnpl_transactions_clean",
+    "landing__customers",
+    "gold__bnpl_daily_summary",
+)
+IN_STEP_S = 4.0  # a kill lands up to this long after its step started (a step takes seconds here)
 RUN_TIMEOUT_S = 420
 ENDPOINTS = ("transactions", "customers")
-DOWNLOAD_STEPS = ("raw__bnpl_transactions", "raw__bnpl_customers")
 
 
 # --- the runs ------------------------------------------------------------------------------------------------
@@ -211,16 +222,6 @@ def kill_now(run: Run) -> bool:
     run.killed_after = time.monotonic() - run.started
     kill_group(run)
     return True
-
-
-def kill_after(run: Run, delay: float) -> bool:
-    """Kill `run` `delay` seconds after its start; False if it ended by itself first."""
-    try:
-        run.proc.wait(timeout=max(0.0, run.started + delay - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return kill_now(run)
-    run.ended = time.monotonic()
-    return False
 
 
 def wait_until(run: Run, ready, what: str, timeout: float = 180) -> None:
@@ -426,6 +427,11 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
             f"the lake is inconsistent:\n- " + "\n- ".join(problems) + f"\n{run.describe()}"
         )
 
+    def step_state(run: Run, step: str) -> str | None:
+        """None before `step` started, then "running", then "done"."""
+        found = next((s for s in instance.steps(run) if s["step"] == step), None)
+        return None if found is None else "done" if found.get("done") else "running"
+
     def launch() -> Run:
         before = table_files(settings.home)
         run = start_run(len(runs) + 1, env, logs)
@@ -453,37 +459,25 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
                     break
                 print("[crash] that kill missed the download; again", flush=True)
 
-            # 2. One whole run: how long a run takes here (and the lake's first ingestion, after a cut download).
-            run = launch()
-            finish(run, instance)
-            full = run.duration
-            steps = instance.steps(run)
-            download_end = min(s["t"] for s in steps if s["step"] not in DOWNLOAD_STEPS)
-            print(
-                f"[crash] whole run {run.number}: {full:.1f} s; steps: "
-                + ", ".join(f"{s['step']}@{s['t']}" for s in steps),
-                flush=True,
-            )
-
-            # 3. Kills at random moments: one per equal slice of [end of download, end of run].
-            estimate = full
+            # 2. Inside table steps: one step picked at random per slice of TABLE_STEPS, killed a moment into it.
             for slice_number in range(SPARK_KILLS):
+                first = len(TABLE_STEPS) * slice_number // SPARK_KILLS
+                last = len(TABLE_STEPS) * (slice_number + 1) // SPARK_KILLS
+                step = TABLE_STEPS[rng.randrange(first, last)]
+                into_step = rng.uniform(0.0, IN_STEP_S)
                 for _attempt in range(3):
-                    low = download_end + (estimate - download_end) * slice_number / SPARK_KILLS
-                    high = download_end + (estimate - download_end) * (slice_number + 1) / SPARK_KILLS
-                    delay = rng.uniform(low, high)
                     run = launch()
-                    if kill_after(run, delay):
-                        note_kill(run, delay)
+                    wait_until(run, lambda: step_state(run, step) is not None, f"step {step}", RUN_TIMEOUT_S)  # noqa: B023
+                    # Into the step, or at its end if it ends sooner (then the kill lands between steps).
+                    moment = time.monotonic() + into_step
+                    while time.monotonic() < moment and step_state(run, step) == "running":
+                        time.sleep(0.02)
+                    planned = time.monotonic() - run.started
+                    if kill_now(run):
+                        note_kill(run, planned)
                         break
-                    # It finished before the kill: runs got faster (the first one created the tables); re-slice.
                     assert run.proc.returncode == 0, run.describe()
-                    print(
-                        f"[crash] run {run.number} finished in {run.duration:.1f} s, before its kill at "
-                        f"{delay:.1f} s; slicing {run.duration:.1f} s from now on",
-                        flush=True,
-                    )
-                    estimate = run.duration
+                    print(f"[crash] run {run.number} ended before its kill after {step}; again", flush=True)
             if not any(k["pools_held"] for k in kills):
                 # No random moment fell inside a pooled step (they fill nearly all of a run): place one there.
                 run = launch()
@@ -492,7 +486,7 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
                 if kill_now(run):
                     note_kill(run, planned)
 
-            # 4. Run to completion: no manual step (the run reaps the dead ones and frees their slots).
+            # 3. Run to completion: no manual step (the run reaps the dead ones and frees their slots).
             finish(launch(), instance)
         finally:
             for run in runs:
@@ -520,7 +514,7 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
 
     # --- exactly once, after the crashes ----------------------------------------------------------------
     problems = consistency_problems(lake, catalog, raw)
-    assert not problems, "PRODUCT BUG: inconsistent lake after two whole runs:\n- " + "\n- ".join(problems)
+    assert not problems, "PRODUCT BUG: inconsistent lake after the final run:\n- " + "\n- ".join(problems)
 
     def by_day(sql: str) -> dict[dt.date, tuple]:
         return {r[0]: tuple(r[1:]) for r in lake.sql(sql).collect()}
@@ -567,7 +561,7 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
 
     for endpoint in ENDPOINTS:
         stuck = raw.pending(SOURCE, endpoint)
-        assert not stuck, f"PRODUCT BUG: raw {endpoint} batches still pending after two whole runs: {stuck}"
+        assert not stuck, f"PRODUCT BUG: raw {endpoint} batches still pending after the final run: {stuck}"
     for spec in (QUARANTINE_TRANSACTIONS, QUARANTINE_CUSTOMERS):
         assert lake.table(spec.qualified(catalog)).count() == 0, f"{spec.identifier} is not empty"
 

@@ -1,6 +1,10 @@
 """Bookkeeping tables any pipeline on this library keeps about itself: the GDPR audit trail, table changes (rollbacks,
 abandoned batches), data-quality metrics and the maintenance log."""
 
+from __future__ import annotations
+
+from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.frames import local_frame, spark_schema
 from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
 
 # The audit trail outlives the erasure it records, so it holds no raw customer id: a keyed hash lets an
@@ -99,3 +103,11 @@ TABLE_MAINTENANCE_LOG = TableSpec(
     partition_by=("days(started_at)",),
     properties={TARGET_FILE_SIZE: str(8 * MIB)},
 )
+
+
+def record_rows(spark, catalog: str, spec: TableSpec, rows: list[dict]) -> None:
+    """Append `rows` to the bookkeeping table `spec` (created or evolved first): one small file, one commit."""
+    if not rows:
+        return
+    ensure_table(spark, catalog, spec)
+    local_frame(spark, rows, spark_schema(spec.columns)).writeTo(spec.qualified(catalog)).append()

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from etr_assets.lake.bookkeeping import record_rows
 from etr_assets.lake.evolve import TableChanges, ensure_table
 from etr_assets.lake.feeds import RawFeed
-from etr_assets.lake.frames import conform, spark_schema
+from etr_assets.lake.frames import conform
 from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.validate import Validated, read_validated
@@ -280,6 +281,5 @@ def abandon_batch(
         "run_id": run_id,
         "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
     }
-    ensure_table(spark, catalog, audit)
-    append(spark, audit.qualified(catalog), spark.createDataFrame([record], schema=spark_schema(audit.columns)))
+    record_rows(spark, catalog, audit, [record])
     return record

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
+import json
 from collections.abc import Iterable
 
 from etr_assets.lake.specs import Column, TableSpec, decimal_type
@@ -68,6 +70,31 @@ def spark_schema(columns: Iterable[Column]):
     from pyspark.sql import types as T
 
     return T.StructType([T.StructField(c.name, spark_type(c.type), True) for c in columns])
+
+
+def _json_value(value):
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()  # a naive timestamp is read in the session's time zone (UTC)
+    if isinstance(value, decimal.Decimal):
+        return str(value)  # exactly: Spark reads a decimal from a JSON string
+    raise TypeError(f"cannot put {type(value).__name__} {value!r} in a local frame")
+
+
+def local_frame(spark, rows: Iterable[dict | tuple], schema):
+    """Rows made in this process (bookkeeping records, ids) as a one-partition DataFrame of `schema`.
+
+    `createDataFrame` of a list pickles it through a Python worker per core (about 0.3 s a write on two cores, and a
+    file per core); here the JVM parses one JSON literal, so a small write is one task and one file."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(schema, str):
+        schema = T._parse_datatype_string(schema)  # noqa: SLF001 (what createDataFrame does with a DDL string)
+    names = schema.fieldNames()
+    records = [row if isinstance(row, dict) else dict(zip(names, row, strict=True)) for row in rows]
+    payload = json.dumps(records, default=_json_value, allow_nan=False)
+    parsed = F.from_json(F.lit(payload), T.ArrayType(schema))
+    return spark.range(1, numPartitions=1).select(F.inline(parsed)).select(*names)
 
 
 def conform(df, spec: TableSpec):

@@ -20,14 +20,11 @@ import dataclasses
 import datetime as dt
 import time
 
-from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG
-from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.frames import spark_schema
+from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG, record_rows
 from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
-from etr_assets.lake.writes import append
 from etr_assets.settings import Settings
 
 ORPHAN_MIN_AGE = dt.timedelta(days=3)
@@ -347,12 +344,4 @@ def drop_stale_audit_branches(
 
 
 def record_maintenance(spark, catalog: str, results: list[MaintenanceResult], run_id: str = "") -> None:
-    if not results:
-        return
-    ensure_table(spark, catalog, TABLE_MAINTENANCE_LOG)
-    rows = [result.log_row(run_id) for result in results]
-    append(
-        spark,
-        TABLE_MAINTENANCE_LOG.qualified(catalog),
-        spark.createDataFrame(rows, spark_schema(TABLE_MAINTENANCE_LOG.columns)),
-    )
+    record_rows(spark, catalog, TABLE_MAINTENANCE_LOG, [result.log_row(run_id) for result in results])

@@ -17,12 +17,9 @@ import datetime as dt
 import statistics
 from enum import StrEnum
 
-from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
-from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.frames import spark_schema
+from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, record_rows
 from etr_assets.lake.metadata import load_table
 from etr_assets.lake.specs import Reference, TableSpec
-from etr_assets.lake.writes import append
 
 
 class Severity(StrEnum):
@@ -55,8 +52,6 @@ class CheckOutcome:
 
 
 def record_metrics(spark, catalog: str, metrics: list[Metric], run_id: str = "") -> None:
-    if not metrics:
-        return
     measured_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     rows = [
         {
@@ -67,12 +62,7 @@ def record_metrics(spark, catalog: str, metrics: list[Metric], run_id: str = "")
         }
         for m in metrics
     ]
-    ensure_table(spark, catalog, DATA_QUALITY_METRICS)
-    append(
-        spark,
-        DATA_QUALITY_METRICS.qualified(catalog),
-        spark.createDataFrame(rows, spark_schema(DATA_QUALITY_METRICS.columns)),
-    )
+    record_rows(spark, catalog, DATA_QUALITY_METRICS, rows)
 
 
 def metrics_of(spec: TableSpec, outcomes: list[CheckOutcome]) -> list[Metric]:
@@ -134,17 +124,29 @@ def record_quarantine_outcome(quarantine_df, day_column: str, days: list[dt.date
 
 
 def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[CheckOutcome]:
-    """Each of the spec's expectations over the rows of `days` (all rows when the table has no day column)."""
+    """Each of the spec's expectations over the rows of `days` (all rows when the table has no day column).
+
+    One Spark job counts every rule's broken rows per day (a job per rule cost seconds a layer); only a rule that
+    found some reads its examples."""
     from pyspark.sql import functions as F
 
-    day_column = spec.day_column
+    checks, day_column = spec.expectations, spec.day_column
+    if not checks:
+        return []
     rows = df.where(F.col(day_column).isin(sorted(days))) if day_column else df
+    broken = [~F.coalesce(F.expr(check.predicate), F.lit(True)) for check in checks]
+    counts = [F.count_if(rule).alias(f"_broken_{i}") for i, rule in enumerate(broken)]
+    grouped = rows.groupBy(day_column).agg(*counts) if day_column else rows.agg(*counts)
+    per_group = grouped.collect()
     outcomes = []
-    for check in spec.expectations:
-        bad = rows.where(~F.coalesce(F.expr(check.predicate), F.lit(True)))
-        by_day = _per_day(bad, day_column, days)
-        count = int(sum(by_day.values())) if day_column else bad.count()
-        sample = ", ".join(str(r.asDict()) for r in bad.limit(2).collect()) if count else ""
+    for i, check in enumerate(checks):
+        if day_column:
+            found = {r[0].isoformat(): r[i + 1] for r in per_group if r[0] is not None}
+            by_day = {d.isoformat(): float(found.get(d.isoformat(), 0)) for d in sorted(days)}
+            count = sum(r[i + 1] for r in per_group)
+        else:
+            by_day, count = {}, per_group[0][i] if per_group else 0
+        sample = ", ".join(str(r.asDict()) for r in rows.where(broken[i]).limit(2).collect()) if count else ""
         outcomes.append(CheckOutcome(check.name, check.description, count == 0, count, sample[:400], by_day=by_day))
     return outcomes
 

@@ -25,6 +25,7 @@ import dataclasses
 import json
 
 from etr_assets.lake.feeds import FeedMode
+from etr_assets.lake.frames import local_frame
 from etr_assets.lake.incremental import changed_only_by
 from etr_assets.lake.scd2 import (
     Scd2Method,
@@ -222,8 +223,8 @@ def extend(
         if mode == FeedMode.FULL:
             # Deleted at a new snapshot's time: a key current in the table or seen in the new rows that the snapshot
             # lacks (a key new to the table only from its first new observation on, as `observations` does).
-            snapshots = spark.createDataFrame(
-                [(b["_batch_id"], b["_micros"]) for b in batches], "_batch_id string, _micros bigint"
+            snapshots = local_frame(
+                spark, [(b["_batch_id"], b["_micros"]) for b in batches], "_batch_id string, _micros bigint"
             )
             snapshots = snapshots.select("_batch_id", F.timestamp_micros("_micros").alias("_seq"))
             seen = classified.groupBy(key).agg(F.min(F.when(~F.col("_known"), F.col("_seq"))).alias("_first"))

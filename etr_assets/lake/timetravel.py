@@ -5,10 +5,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from etr_assets.lake.bookkeeping import TABLE_CHANGES
-from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.frames import spark_schema
-from etr_assets.lake.writes import append, current_snapshot_id
+from etr_assets.lake.bookkeeping import TABLE_CHANGES, record_rows
+from etr_assets.lake.writes import current_snapshot_id
 
 
 class NoSuchSnapshot(LookupError):
@@ -123,10 +121,5 @@ def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str,
         "run_id": run_id,
         "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
     }
-    ensure_table(spark, catalog, TABLE_CHANGES)
-    append(spark, TABLE_CHANGES.qualified(catalog), spark.createDataFrame([record], schema=_schema(TABLE_CHANGES)))
+    record_rows(spark, catalog, TABLE_CHANGES, [record])
     return record
-
-
-def _schema(spec):
-    return spark_schema(spec.columns)

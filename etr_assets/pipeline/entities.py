@@ -12,7 +12,7 @@ from etr_assets.lake.bronze import (
 )
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import EntityFeed, FeedMode
-from etr_assets.lake.frames import conform, count_by_day, spark_type
+from etr_assets.lake.frames import conform, count_by_day, local_frame, spark_type
 from etr_assets.lake.scd2 import Scd2Result
 from etr_assets.lake.scd2_log import apply_log
 from etr_assets.lake.writes import replace_days
@@ -84,7 +84,7 @@ def customer_profiles(spark, catalog: str, days: list[dt.date]):
 
     customers = spark.table(LANDING_CUSTOMERS.qualified(catalog))
     silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog))
-    day_list = spark.createDataFrame([(d,) for d in sorted(days)], "as_of_date date")
+    day_list = local_frame(spark, [(d,) for d in sorted(days)], "as_of_date date")
     end_of_day = F.to_timestamp(F.date_add("as_of_date", 1))
     # The SCD2 as-of view: the version whose interval contains the end of the day.
     as_of = day_list.crossJoin(customers).where(

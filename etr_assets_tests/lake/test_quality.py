@@ -56,6 +56,17 @@ def test_expectations_pass_on_good_rows_and_count_bad_rows_per_day(spark):
     assert "LOST" in outcomes["status_is_an_accepted_value"].examples
 
 
+def test_expectations_of_a_table_without_days_are_counted_over_all_rows(spark):
+    undated = dataclasses.replace(SILVER_TRANSACTIONS, partition_by=())
+    rows = frame(spark, [(1, 10, 5, 12.5, "APPROVED", D1), (2, None, 5, 0.0, "LOST", D2), (3, 11, 5, 1.0, "LOST", D2)])
+    outcomes = by_name(expectation_outcomes(rows, undated, [D1]))
+    assert outcomes["keys_are_present"].violations == 1 and outcomes["keys_are_present"].by_day == {}
+    assert outcomes["status_is_an_accepted_value"].violations == 2
+    assert "LOST" in outcomes["status_is_an_accepted_value"].examples
+    assert outcomes["amount_is_between_0_01_and_100000"].examples.count("transaction_id") == 1
+    assert expectation_outcomes(rows.limit(0), undated, [D1])[0].passed
+
+
 def test_uniqueness_is_judged_over_the_whole_table(spark):
     rows = frame(spark, [(1, 10, 5, 1.0, "APPROVED", D1), (2, 10, 5, 1.0, "APPROVED", D2)])
     assert uniqueness_outcome(rows, SILVER_TRANSACTIONS, [D2]).passed

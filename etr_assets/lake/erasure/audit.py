@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from etr_assets.lake.bookkeeping import GDPR_ACTIONS
+from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
 from etr_assets.lake.erasure.proof import Proof
 from etr_assets.lake.erasure.request import DELETE, DONE, EXPIRE, FAILED, NOT_FOUND, VERIFIED, VERIFY, ErasureRequest
 from etr_assets.lake.erasure.tables import TableErasure
-from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.frames import spark_schema
 from etr_assets.lake.maintenance import ExpireResult
-from etr_assets.lake.writes import append
 from etr_assets.sources.raw_erasure import (
     RawErasure,
 )
@@ -113,7 +110,4 @@ def proof_audit_rows(request: ErasureRequest, proof: Proof, held_anywhere: set[i
 
 
 def record_actions(spark, catalog: str, rows: list[dict]) -> None:
-    if not rows:
-        return
-    ensure_table(spark, catalog, GDPR_ACTIONS)
-    append(spark, GDPR_ACTIONS.qualified(catalog), spark.createDataFrame(rows, spark_schema(GDPR_ACTIONS.columns)))
+    record_rows(spark, catalog, GDPR_ACTIONS, rows)

@@ -10,6 +10,7 @@ import hmac
 import os
 
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS
+from etr_assets.lake.frames import local_frame
 from etr_assets.lake.specs import TableSpec, _sql_string
 from etr_assets.sources.raw_erasure import (
     id_field_pattern,
@@ -110,7 +111,7 @@ def ids_frame(spark, ids: tuple[int, ...]):
     from pyspark.sql import types as T
 
     schema = T.StructType([T.StructField("_erase_id", T.LongType(), False)])
-    return spark.createDataFrame([(i,) for i in ids], schema)
+    return local_frame(spark, [(i,) for i in ids], schema)
 
 
 def matches_by_id(df, spec: TableSpec, ids_df) -> dict[int, int]:

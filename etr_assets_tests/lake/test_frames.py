@@ -1,0 +1,40 @@
+"""Rows made in the process become a one-partition frame with their exact values."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pytest
+
+from etr_assets.lake.frames import local_frame
+
+SCHEMA = "id bigint, note string, day date, at timestamp, amount decimal(13,2), missing string, rate double, ok boolean"
+
+
+def test_a_local_frame_keeps_every_value_exactly_in_one_partition(spark):
+    row = (
+        1,
+        'it\'s "quoted" \\ and ünïcode',
+        dt.date(2025, 1, 2),
+        dt.datetime(2025, 1, 2, 3, 4, 5, 123456),
+        decimal.Decimal("12345678901.23"),
+        None,
+        1.5,
+        True,
+    )
+    frame = local_frame(spark, [row, dict(zip(frame_names(), row, strict=True))], SCHEMA)
+    assert frame.rdd.getNumPartitions() == 1
+    assert [tuple(r) for r in frame.collect()] == [row, row]
+    assert local_frame(spark, [], SCHEMA).count() == 0
+
+
+def frame_names():
+    return [part.split()[0] for part in SCHEMA.split(", ")]
+
+
+def test_a_value_json_cannot_carry_is_refused_naming_it(spark):
+    with pytest.raises(TypeError, match="cannot put set"):
+        local_frame(spark, [(1, {"a"})], "id bigint, tags string")
+    with pytest.raises(ValueError, match="Out of range float"):
+        local_frame(spark, [(float("nan"),)], "rate double")
