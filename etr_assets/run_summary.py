@@ -1,4 +1,4 @@
-"""What a run did, in three lines: `etr run-summary` (the end of `./dev demo`, or after any `dg launch`).
+"""What a run did, in three lines: at the end of every run's log, and `etr run-summary` (the end of `./dev demo`).
 
 Read from the Dagster instance's event log: the assets the run materialized (raw batches and tables), the rows it
 wrote to them (an SCD2 history: the versions it inserted), and its asset checks by outcome (passed, warned = a failed
@@ -27,13 +27,14 @@ class RunSummary:
     failed: int
     not_passed: tuple[str, ...]  # "asset:check" of each check that warned or failed
 
-    def lines(self) -> list[str]:
+    def lines(self, status: str | None = None) -> list[str]:
+        """Three lines; `status` replaces the run's (a run still ending reports how its steps went)."""
         took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
         days = f" for {self.partitions}" if self.partitions else ""
         rows = sum(self.rows_by_table.values())
         checks = f"checks: {self.passed} passed, {self.warned} warned, {self.failed} failed"
         lines = [
-            f"run {self.run_id[:8]} of {self.job_name}{days}: {self.status}{took}",
+            f"run {self.run_id[:8]} of {self.job_name}{days}: {status or self.status}{took}",
             f"  {len(self.rows_by_table)} asset(s) materialized, {rows:,} row(s) written",
             f"  {checks}" + (f" ({', '.join(self.not_passed)})" if self.not_passed else ""),
         ]

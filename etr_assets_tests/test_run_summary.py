@@ -7,11 +7,16 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     DagsterInstance,
+    Definitions,
     MaterializeResult,
     asset,
+    define_asset_job,
+    execute_job,
     materialize,
+    reconstructable,
 )
 
+from etr_assets.defs.run_guard import in_process_executor
 from etr_assets.run_summary import summarize_run
 
 
@@ -52,3 +57,22 @@ def test_the_summary_counts_tables_rows_and_checks_of_the_run():
 def test_an_instance_without_runs_has_no_summary():
     with DagsterInstance.ephemeral() as instance:
         assert summarize_run(instance) is None
+
+
+def things_job():
+    """The two assets as a job of the code location's executor (module level: `execute_job` reconstructs it)."""
+    defs = Definitions(assets=[things, summary], jobs=[define_asset_job("things_job")], executor=in_process_executor)
+    return defs.resolve_job_def("things_job")
+
+
+def test_every_run_of_the_code_locations_executor_ends_with_its_summary_in_the_log():
+    with DagsterInstance.ephemeral() as instance:
+        with execute_job(reconstructable(things_job), instance=instance) as result:
+            assert result.success
+            messages = [entry.user_message for entry in instance.all_logs(result.run_id) if entry.dagster_event is None]
+    (last,) = [m for m in messages if m.startswith(f"run {result.run_id[:8]} of things_job")]
+    assert last.splitlines() == [
+        f"run {result.run_id[:8]} of things_job: every step succeeded",
+        "  2 asset(s) materialized, 43 row(s) written",
+        "  checks: 2 passed, 1 warned, 0 failed (gold/summary:row_count_anomaly)",
+    ]

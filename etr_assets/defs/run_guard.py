@@ -6,6 +6,9 @@ the slots only of runs that *ended*. So every run of this code location records 
 pid, process start time) and, before any of its steps claims a slot, fails the runs of the same host whose process
 is gone and frees their slots (`reap_dead_runs`). The `dead_runs` sensor does the same every minute under the
 daemon (`dagster dev`), so a wedged pool is freed even when no new run starts.
+
+The same executor ends every run with its summary in the run's log (`etr_assets.run_summary`: assets materialized,
+rows written, checks passed / warned / failed), so a `dg launch` prints it last and the UI shows it on the run.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections.abc import Iterator
 
 from dagster import DagsterRunStatus, Executor, RunsFilter, SensorEvaluationContext, SkipReason, executor, sensor
 from dagster import in_process_executor as dagster_in_process_executor
+
+from etr_assets.run_summary import summarize_run
 
 HOST_TAG, PID_TAG, STARTED_TAG = "etr/worker_host", "etr/worker_pid", "etr/worker_started"
 _WATCHED = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
@@ -92,7 +97,16 @@ class GuardedExecutor(Executor):
         instance.add_run_tags(run_id, worker_tags())
         for dead in reap_dead_runs(instance, run_id):
             plan_context.log.warning(f"run {dead}: its worker process is gone; marked failed and its pool slots freed")
-        yield from self.inner.execute(plan_context, execution_plan)
+        failed_steps = 0
+        try:
+            for event in self.inner.execute(plan_context, execution_plan):
+                failed_steps += event.is_step_failure
+                yield event
+        finally:
+            summary = summarize_run(instance, run_id)
+            if summary is not None:
+                outcome = f"{failed_steps} step(s) failed" if failed_steps else "every step succeeded"
+                plan_context.log.info("\n".join(summary.lines(outcome)))
 
 
 @executor(

@@ -43,21 +43,33 @@ class CommitInfo:
         )
 
 
+def iceberg_table(spark, qualified: str):
+    """The table's Iceberg (Java) object, refreshed to its latest metadata: what a commit recorded, read without a
+    Spark job (a metadata-table query is a job, and the suite runs thousands of them)."""
+    table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, qualified)
+    table.refresh()  # the session's catalog may cache the table object; another writer may have committed since
+    return table
+
+
 def current_snapshot_id(spark, qualified: str) -> int | None:
     """The snapshot `main` points at now (from the table's refs, not the newest commit: a rollback makes an older
     snapshot current, and a concurrent writer's commit may be newer than ours); None for a table never written."""
-    row = spark.sql(f"SELECT snapshot_id FROM {qualified}.refs WHERE name = 'main'").first()
-    return row[0] if row else None
+    main = iceberg_table(spark, qualified).refs().get("main")
+    return None if main is None else int(main.snapshotId())
+
+
+def _commit_info(qualified: str, snapshot) -> CommitInfo:
+    return CommitInfo.from_summary(
+        qualified, int(snapshot.snapshotId()), snapshot.operation(), dict(snapshot.summary())
+    )
 
 
 def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
     """The figures of one snapshot of `qualified`, by id."""
-    row = spark.sql(
-        f"SELECT operation, summary FROM {qualified}.snapshots WHERE snapshot_id = {int(snapshot_id)}"
-    ).first()
-    if row is None:
+    snapshot = iceberg_table(spark, qualified).snapshot(int(snapshot_id))
+    if snapshot is None:
         return CommitInfo(table=qualified, snapshot_id=None, operation=None)
-    return CommitInfo.from_summary(qualified, snapshot_id, row["operation"], dict(row["summary"]))
+    return _commit_info(qualified, snapshot)
 
 
 def new_write_id() -> str:
@@ -65,19 +77,19 @@ def new_write_id() -> str:
 
 
 def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
-    """The snapshot our write made, found by the write id we stamped on it (safe under concurrent writers)."""
-    from pyspark.sql import functions as F
-
-    rows = (
-        spark.table(f"{qualified}.snapshots")
-        .where(F.col("summary").getItem(WRITE_ID_PROPERTY) == F.lit(write_id))
-        .select("snapshot_id", "operation", "summary")
-        .collect()
-    )
-    if not rows:
-        return CommitInfo(table=qualified, snapshot_id=None, operation=None)
-    row = rows[-1]
-    return CommitInfo.from_summary(qualified, row["snapshot_id"], row["operation"], dict(row["summary"]))
+    """The snapshot our write made, found by the write id we stamped on it (safe under concurrent writers): newest
+    first, from the head of every branch back through its ancestors (ours is at or near a head)."""
+    table = iceberg_table(spark, qualified)
+    seen = set()
+    for ref in table.refs().values():
+        snapshot = table.snapshot(ref.snapshotId())
+        while snapshot is not None and snapshot.snapshotId() not in seen:
+            seen.add(snapshot.snapshotId())
+            if snapshot.summary().get(WRITE_ID_PROPERTY) == write_id:
+                return _commit_info(qualified, snapshot)
+            parent = snapshot.parentId()
+            snapshot = None if parent is None else table.snapshot(parent)
+    return CommitInfo(table=qualified, snapshot_id=None, operation=None)
 
 
 def replace_days(
