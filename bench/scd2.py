@@ -333,8 +333,8 @@ def _rounded(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 3)
 
 
-def run(lake: Lake, scale: float, repeats: int = 1) -> dict:
-    key_counts = [max(least, int(k * scale)) for least, k in zip((100, 1_000), KEYS_PER_SCALE)]
+def run(lake: Lake, scale: float, repeats: int = 1, sizes: list[int] | None = None) -> dict:
+    key_counts = sizes or [max(least, int(k * scale)) for least, k in zip((100, 1_000), KEYS_PER_SCALE)]
     rows = [row for keys in key_counts for row in one_size(lake, keys)]
 
     def seconds(keys, share, method):

@@ -86,3 +86,19 @@ def test_orchestration_runs_both_paths(run):
     result = run("orchestration")
     paths = {r["path"] for r in result["tables"][0]["rows"] if r["counted"]}
     assert paths == {"Dagster materialize", "library calls"}
+
+
+def test_keys_sets_the_scd2_sizes_and_is_refused_elsewhere(tmp_path, monkeypatch):
+    from bench import __main__ as bench_main
+    from bench import scd2
+
+    seen = {}
+    monkeypatch.setattr(scd2, "run", lambda lake, scale, repeats, sizes=None: seen.update(sizes=sizes) or {})
+    monkeypatch.setattr(bench_main, "open_lake", lambda name: __import__("contextlib").nullcontext(None))
+    monkeypatch.setattr("bench.report.write", lambda result, out: [])
+    bench_main.main(["scd2", "--keys", "3000000,200", "--out", str(tmp_path)])
+    assert seen["sizes"] == [3_000_000, 200]
+    with pytest.raises(SystemExit, match="--keys sets the scd2 benchmark's table sizes"):
+        bench_main.main(["formats", "--keys", "3000000"])
+    with pytest.raises(SystemExit, match="each >= 100"):
+        bench_main.main(["scd2", "--keys", "50"])
