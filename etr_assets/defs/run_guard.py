@@ -103,7 +103,11 @@ class GuardedExecutor(Executor):
                 failed_steps += event.is_step_failure
                 yield event
         finally:
-            summary = summarize_run(instance, run_id)
+            try:
+                summary = summarize_run(instance, run_id)
+            except Exception as exc:  # noqa: BLE001 - a summary must never fail a run or hide why it failed
+                plan_context.log.warning(f"no run summary: {type(exc).__name__}: {exc}")
+                summary = None
             if summary is not None:
                 outcome = f"{failed_steps} step(s) failed" if failed_steps else "every step succeeded"
                 plan_context.log.info("\n".join(summary.lines(outcome)))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from etr_assets.lake.specs import TableSpec, decimal_type
+from etr_assets.lake.writes import iceberg_table
 
 _WIDENINGS = {("int", "bigint"), ("float", "double")}
 
@@ -73,8 +74,7 @@ def live_partitioning(spark, qualified: str) -> list[str]:
 
 def current_schema_id(spark, qualified: str) -> int:
     """The table's current schema id (metadata tables only show the schema of the latest snapshot)."""
-    table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, qualified)
-    return int(table.schema().schemaId())
+    return int(iceberg_table(spark, qualified).schema().schemaId())
 
 
 def _widening(old: str, new: str) -> bool:

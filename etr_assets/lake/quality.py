@@ -78,11 +78,15 @@ def metrics_of(spec: TableSpec, outcomes: list[CheckOutcome]) -> list[Metric]:
     return metrics
 
 
+def _every_day(found: dict[dt.date | None, int], days: list[dt.date]) -> dict[str, float]:
+    """A figure for each of `days` (0 where none was found), keyed by ISO date."""
+    return {d.isoformat(): float(found.get(d, 0)) for d in sorted(days)}
+
+
 def _per_day(df, day_column: str | None, days: list[dt.date]) -> dict[str, float]:
     if day_column is None:
         return {}
-    found = {r[0].isoformat(): r[1] for r in df.groupBy(day_column).count().collect() if r[0] is not None}
-    return {d.isoformat(): float(found.get(d.isoformat(), 0)) for d in sorted(days)}
+    return _every_day(dict(df.groupBy(day_column).count().collect()), days)
 
 
 def split_by_record_rules(df, spec: TableSpec):
@@ -141,8 +145,7 @@ def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[Check
     outcomes = []
     for i, check in enumerate(checks):
         if day_column:
-            found = {r[0].isoformat(): r[i + 1] for r in per_group if r[0] is not None}
-            by_day = {d.isoformat(): float(found.get(d.isoformat(), 0)) for d in sorted(days)}
+            by_day = _every_day({r[0]: r[i + 1] for r in per_group}, days)
             count = sum(r[i + 1] for r in per_group)
         else:
             by_day, count = {}, per_group[0][i] if per_group else 0

@@ -27,7 +27,7 @@ from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots,
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
-from etr_assets.lake.writes import current_snapshot_id
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 
 # --- erasing a table -----------------------------------------------------------------------------------------
@@ -199,8 +199,7 @@ def _retention_text(retention: dict) -> str:
 
 
 def _manage_snapshots(spark, qualified: str):
-    table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, qualified)
-    return table.manageSnapshots()
+    return iceberg_table(spark, qualified).manageSnapshots()
 
 
 def _lower_branch_retention(spark, qualified: str) -> dict[str, dict]:
