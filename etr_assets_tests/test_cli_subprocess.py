@@ -157,6 +157,16 @@ def run_readme_line(env: dict[str, str], option: str, value: str) -> Done:
     return done
 
 
+def latest_metadata(env: dict[str, str], *asset_keys: str) -> list[dict]:
+    """The metadata of each asset's latest materialization in the instance at env's DAGSTER_HOME."""
+    from dagster import AssetKey, DagsterInstance
+    from dagster._core.instance.ref import InstanceRef
+
+    with DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"])) as instance:
+        events = [instance.get_latest_materialization_event(AssetKey.from_user_string(key)) for key in asset_keys]
+    return [event.asset_materialization.metadata for event in events]
+
+
 def json_lines(done: Done) -> list[dict]:
     assert done.returncode == 0, done.describe()
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
@@ -273,6 +283,14 @@ def test_rerunning_a_day_replaces_it_without_duplicates(
     # The day's customer list came again unchanged: its history commits nothing (a replay is not a change).
     for name in ("landing.customers", "landing.merchants"):
         assert after[name]["snapshots"] == snapshots_before[name], (name, snapshots_before[name], after[name])
+
+    # What the run reported, as the UI shows it (read from the instance the command wrote to): silver replaced the
+    # day's rows instead of appending them; the reload overwrote a bronze day, so landing's history was recomputed
+    # (and came out unchanged), saying why.
+    silver, landing = latest_metadata(lake_env, "silver/bnpl_transactions_clean", "landing/customers")
+    assert silver["records_removed"].value == silver["rows_written"].value == PER_DAY, silver
+    assert landing["history_method"].value == "recompute", landing
+    assert "changed rows in place" in landing["history_reason"].value and landing["versions_inserted"].value == 0
 
 
 @pytest.mark.slow

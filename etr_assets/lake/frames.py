@@ -99,12 +99,20 @@ def local_frame(spark, rows: Iterable[dict | tuple], schema):
 
 def conform(df, spec: TableSpec):
     """Select the spec's columns in its order, cast to its types: what the table expects, nothing else."""
-    from pyspark.sql import functions as F
 
-    missing = [c.name for c in spec.columns if c.name not in df.columns]
+    present = set(df.columns)  # each `df.columns` asks the JVM for the schema
+    missing = [c.name for c in spec.columns if c.name not in present]
     if missing:
         raise ValueError(f"cannot write {spec.identifier}: the data lacks columns {missing}")
-    return df.select([F.col(c.name).cast(spark_type(c.type)).alias(c.name) for c in spec.columns])
+    # SQL text, not Column objects: each Column costs py4j round trips, and every write conforms its frame.
+    return df.selectExpr(
+        *[f"CAST({quoted(c.name)} AS {spark_type(c.type).simpleString()}) AS {quoted(c.name)}" for c in spec.columns]
+    )
+
+
+def quoted(name: str) -> str:
+    """`name` as a SQL identifier (backticks, a backtick inside doubled)."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def count_by_day(df, days: list[dt.date], column: str) -> dict[str, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from etr_assets.lake.frames import parse_exactly
+from etr_assets.lake.frames import local_frame, parse_exactly
 from etr_assets.lake.specs import Check, Column
 
 
@@ -107,7 +107,7 @@ def read_validated(
         )
     else:
         schema = "raw_text string, source_file string, _position bigint"
-        lines = spark.createDataFrame([], schema)
+        lines = local_frame(spark, [], schema)
     numbered = lines.withColumn(
         "line_number", F.row_number().over(Window.partitionBy("source_file").orderBy("_position")).cast("bigint")
     ).where(F.trim("raw_text") != "")

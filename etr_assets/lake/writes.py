@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import uuid
 
 WRITE_ID_PROPERTY = "etr.write-id"
@@ -58,10 +59,11 @@ def current_snapshot_id(spark, qualified: str) -> int | None:
     return None if main is None else int(main.snapshotId())
 
 
-def _commit_info(qualified: str, snapshot) -> CommitInfo:
-    return CommitInfo.from_summary(
-        qualified, int(snapshot.snapshotId()), snapshot.operation(), dict(snapshot.summary())
-    )
+def _commit_info(spark, qualified: str, snapshot) -> CommitInfo:
+    # The snapshot as one JSON text: reading its summary map entry by entry is two py4j round trips an entry.
+    fields = json.loads(spark._jvm.org.apache.iceberg.SnapshotParser.toJson(snapshot))
+    summary = fields.get("summary", {})
+    return CommitInfo.from_summary(qualified, int(fields["snapshot-id"]), summary.get("operation"), summary)
 
 
 def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
@@ -69,7 +71,7 @@ def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
     snapshot = iceberg_table(spark, qualified).snapshot(int(snapshot_id))
     if snapshot is None:
         return CommitInfo(table=qualified, snapshot_id=None, operation=None)
-    return _commit_info(qualified, snapshot)
+    return _commit_info(spark, qualified, snapshot)
 
 
 def new_write_id() -> str:
@@ -86,7 +88,7 @@ def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
         while snapshot is not None and snapshot.snapshotId() not in seen:
             seen.add(snapshot.snapshotId())
             if snapshot.summary().get(WRITE_ID_PROPERTY) == write_id:
-                return _commit_info(qualified, snapshot)
+                return _commit_info(spark, qualified, snapshot)
             parent = snapshot.parentId()
             snapshot = None if parent is None else table.snapshot(parent)
     return CommitInfo(table=qualified, snapshot_id=None, operation=None)

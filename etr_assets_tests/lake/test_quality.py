@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
+from etr_assets.lake.frames import local_frame
 from etr_assets.lake.quality import (
     Severity,
     expectation_outcomes,
@@ -29,7 +30,7 @@ SCHEMA = (
 
 
 def frame(spark, rows):
-    return spark.createDataFrame(rows, SCHEMA)
+    return local_frame(spark, rows, SCHEMA)
 
 
 def by_name(outcomes):
@@ -78,7 +79,7 @@ def test_uniqueness_is_judged_over_the_whole_table(spark):
 
 def test_every_customer_of_a_transaction_must_be_known(spark):
     (reference,) = SILVER_TRANSACTIONS.quality.references
-    customers = spark.createDataFrame([(10,), (11,)], "customer_id bigint")
+    customers = local_frame(spark, [(10,), (11,)], "customer_id bigint")
     rows = frame(spark, [(1, 10, 5, 1.0, "APPROVED", D1), (2, 11, 5, 1.0, "APPROVED", D2)])
     assert reference_outcome(rows, SILVER_TRANSACTIONS, reference, customers, [D1, D2]).passed
 

@@ -15,6 +15,7 @@ import pytest
 
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
+from etr_assets.lake.frames import local_frame
 from etr_assets.lake.scd2 import apply_observations
 from etr_assets.lake.specs import SCD2_COLUMNS, Column, Scd2, TableSpec
 
@@ -147,10 +148,10 @@ def check_invariants(rows):
 
 
 def apply(spark, catalog, applied, batch, mode):
-    records = spark.createDataFrame([row for b in applied for row in b["rows"]], RECORD_SCHEMA)
+    records = local_frame(spark, [row for b in applied for row in b["rows"]], RECORD_SCHEMA)
     keys = None
     if mode == FeedMode.INCREMENTAL:  # as the pipeline does: recompute the keys this batch touched
-        keys = spark.createDataFrame([(row[0],) for row in batch["rows"]] or [(-1,)], "id bigint")
+        keys = local_frame(spark, [(row[0],) for row in batch["rows"]] or [(-1,)], "id bigint")
     return apply_observations(spark, catalog, SPEC, records, mode, keys)
 
 
@@ -193,7 +194,7 @@ def test_null_transitions_are_changes_and_null_to_null_is_not(lake, settings):
         (1, None, 1, at(3), "b3", "f", at(10)),  # NULL -> NULL: not a change
         (1, "x", 1, at(4), "b4", "f", at(10)),  # NULL -> value: a change
     ]
-    records = lake.createDataFrame(rows, RECORD_SCHEMA)
+    records = local_frame(lake, rows, RECORD_SCHEMA)
     result = apply_observations(lake, settings.catalog, SPEC, records, FeedMode.INCREMENTAL)
     table = lake.table(SPEC.qualified(settings.catalog)).collect()
     got = sorted(((r["a"], r["_valid_from"], r["_valid_to"]) for r in table), key=lambda v: v[1])
@@ -208,6 +209,6 @@ def test_latest_record_in_a_batch_wins_and_ties_are_deterministic(lake, settings
         (7, "new", 2, at(5), "b1", "f1", at(10)),
         (7, "mid", 3, at(3), "b1", "f1", at(10)),
     ]
-    apply_observations(lake, settings.catalog, SPEC, lake.createDataFrame(rows, RECORD_SCHEMA), FeedMode.FULL)
+    apply_observations(lake, settings.catalog, SPEC, local_frame(lake, rows, RECORD_SCHEMA), FeedMode.FULL)
     (only,) = lake.table(SPEC.qualified(settings.catalog)).collect()
     assert (only["a"], only["_valid_from"], only["_is_current"], only["_batch_id"]) == ("new", at(5), True, "b1")

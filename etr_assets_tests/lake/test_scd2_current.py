@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
+from etr_assets.lake.frames import local_frame
 from etr_assets.lake.scd2_current import state_fingerprint
 from etr_assets_tests.lake.test_scd2 import SPEC
 
 
 def fingerprints(spark, rows, schema="a string, b bigint"):
-    df = spark.createDataFrame(rows, schema)
+    df = local_frame(spark, rows, schema)
     return [r[0] for r in df.select(state_fingerprint(SPEC, F.col)).collect()]
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
+from etr_assets.lake.frames import local_frame
 from etr_assets.lake.scd2 import Scd2Method
 from etr_assets.lake.scd2_log import (
     apply_log,
@@ -40,7 +41,7 @@ def make_log(spark, catalog: str) -> str:
 
 
 def append(spark, log: str, batch: dict) -> None:
-    spark.createDataFrame(batch["rows"], RECORD_SCHEMA).writeTo(log).append()
+    local_frame(spark, batch["rows"], RECORD_SCHEMA).writeTo(log).append()
 
 
 def rows_without_ingest_time(spark, qualified: str) -> set[tuple]:

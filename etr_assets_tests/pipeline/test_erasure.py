@@ -20,7 +20,7 @@ from etr_assets.lake.erasure import (
     subject_hash,
     validate_customer_ids,
 )
-from etr_assets.lake.frames import conform
+from etr_assets.lake.frames import conform, local_frame
 from etr_assets.pipeline import entities, transactions
 from etr_assets.pipeline.erasure import erase_customers, prove_erased
 from etr_assets.sources.api_client import ApiClient
@@ -207,7 +207,8 @@ def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, set
 
 def test_an_id_inside_a_refused_line_is_matched_even_when_its_column_is_empty(spark):
     df = conform(
-        spark.createDataFrame(
+        local_frame(
+            spark,
             [
                 ("b", None, "f", 1, '{"customer_id":"123", "amount": broken', "not a JSON object", None, None),
                 ("b", None, "f", 2, '{"customer_id": 4567}', "wrong type", None, None),

@@ -132,7 +132,9 @@ def records_frame(spark, rows: list[list]):
     """Observations (id, a, b, hour) as the records apply_observations takes: one batch per hour."""
     from pyspark.sql import functions as F
 
-    df = spark.createDataFrame([tuple(r) for r in rows], RECORD_COLUMNS)
+    from etr_assets.lake.frames import local_frame
+
+    df = local_frame(spark, [tuple(r) for r in rows], RECORD_COLUMNS)
     updated = F.timestamp_seconds(F.lit(T0_EPOCH) + F.col("hour").cast("bigint") * 3600)
     return df.select(
         "id",
@@ -151,6 +153,7 @@ def run_scd2_rounds(spark, settings, writer: int, args: dict) -> dict:
 
     from etr_assets.lake.evolve import ensure_table
     from etr_assets.lake.feeds import FeedMode
+    from etr_assets.lake.frames import local_frame
     from etr_assets.lake.retry import CommitConflictError
     from etr_assets.lake.scd2 import apply_observations
 
@@ -165,7 +168,7 @@ def run_scd2_rounds(spark, settings, writer: int, args: dict) -> dict:
         if args.get("gate") and number == 0:
             # The first round's source waits inside the query for every writer: all read the same snapshot.
             records = records.withColumn("id", gate(args["gate"], writer, args["writers"])(F.col("id")))
-        keys = spark.createDataFrame(sorted({(r[0],) for r in rows}), "id bigint")
+        keys = local_frame(spark, sorted({(r[0],) for r in rows}), "id bigint")
         before = len(RETRIES)
         entry = {"round": number, "observations": len(rows)}
         try:
@@ -190,15 +193,16 @@ def run_insert_only_merge(spark, settings, writer: int, args: dict) -> dict:
     from pyspark.sql import functions as F
 
     from etr_assets.lake.evolve import ensure_table
+    from etr_assets.lake.frames import local_frame
 
     spec = plain_spec(args["table"])
     target = spec.qualified(settings.catalog)
     if args.get("create"):
         ensure_table(spark, settings.catalog, spec)
-        seed = spark.createDataFrame([(i, "seed") for i in args["seed_ids"]], "id bigint, v string")
+        seed = local_frame(spark, [(i, "seed") for i in args["seed_ids"]], "id bigint, v string")
         seed.writeTo(target).append()
     wait_for_all(args["barrier"], "ready", writer, args["writers"])
-    source = spark.createDataFrame([(i, f"w{writer}") for i in args["source_ids"]], "id bigint, v string")
+    source = local_frame(spark, [(i, f"w{writer}") for i in args["source_ids"]], "id bigint, v string")
     source = source.withColumn("id", gate(args["gate"], writer, args["writers"])(F.col("id")))
     view = f"insert_only_src_{writer}"
     source.createOrReplaceTempView(view)
@@ -215,15 +219,16 @@ def run_merge_with_retries(spark, settings, writer: int, args: dict) -> dict:
     from pyspark.sql import functions as F
 
     from etr_assets.lake.evolve import ensure_table
+    from etr_assets.lake.frames import local_frame
     from etr_assets.lake.retry import CommitConflictError, run_with_retries
 
     spec = plain_spec(args["table"])
     target = spec.qualified(settings.catalog)
     if args.get("create"):
         ensure_table(spark, settings.catalog, spec)
-        spark.createDataFrame([(i, "seed") for i in args["ids"]], "id bigint, v string").writeTo(target).append()
+        local_frame(spark, [(i, "seed") for i in args["ids"]], "id bigint, v string").writeTo(target).append()
     wait_for_all(args["barrier"], "ready", writer, args["writers"])
-    source = spark.createDataFrame([(i, args["value"]) for i in args["ids"]], "id bigint, v string")
+    source = local_frame(spark, [(i, args["value"]) for i in args["ids"]], "id bigint, v string")
     source = source.withColumn("id", gate(args["gate"], writer, args["writers"])(F.col("id")))
     view = f"upsert_src_{writer}"
     source.createOrReplaceTempView(view)

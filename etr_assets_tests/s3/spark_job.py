@@ -132,6 +132,7 @@ def run_pipeline(args: dict) -> dict:
 
 def run_append(args: dict) -> dict:
     """One of several concurrent writers: wait for all to be ready, then append `batches` small batches."""
+    from etr_assets.lake.frames import local_frame
     from etr_assets.lake.session import get_spark, spark_conf
     from etr_assets.lake.writes import append
 
@@ -163,7 +164,7 @@ def run_append(args: dict) -> dict:
     commits = []
     for batch in range(int(args["batches"])):
         rows = [(writer, batch, k) for k in range(int(args["rows"]))]
-        df = spark.createDataFrame(rows, "writer int, batch int, k int")
+        df = local_frame(spark, rows, "writer int, batch int, k int")
         info = append(spark, table, df)
         commits.append(
             {"snapshot_id": str(info.snapshot_id), "operation": info.operation, "added_records": info.added_records}

@@ -23,6 +23,7 @@ from etr_assets.lake.erasure.request import (
     subject_keys_sql,
 )
 from etr_assets.lake.evolve import table_exists
+from etr_assets.lake.frames import quoted
 from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots, rewrite_manifests
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec
@@ -68,11 +69,6 @@ def _rewrite_without(spark, target: str, spec: TableSpec, view: str) -> None:
     spark.table(target).where(f"NOT {_delete_condition(spec, view)}").writeTo(target).overwrite(F.lit(True))
 
 
-def _quoted(name: str) -> str:
-    """A ref name as a Spark identifier (ref names come from the table, not from the request)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -> TableErasure:
     """Delete the customers from main and other branches, drop refs that pin their rows, expire older snapshots."""
     if not spec.subject_column:
@@ -102,7 +98,7 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         for ref in spark.sql(f"SELECT name, type FROM {qualified}.refs WHERE name <> 'main'").collect():
             name, kind = ref["name"], ref["type"]
             if kind == "BRANCH" and name.startswith(AUDIT_BRANCH_PREFIX):
-                spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS {_quoted(name)}")
+                spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS {quoted(name)}")
                 dropped.append(f"branch {name}")
                 continue
             held = matches_by_id(
@@ -116,12 +112,12 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
             if not (held or rewrite):
                 continue
             if kind == "BRANCH":
-                target = f"{qualified}.{_quoted('branch_' + name)}"
+                target = f"{qualified}.{quoted('branch_' + name)}"
                 erase = _rewrite_without if rewrite else _delete_where
                 run_with_retries(lambda t=target, e=erase: e(spark, t, spec, view), f"erasing from {target}")
                 branches_erased[name] = sum(held.values())
             else:
-                spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS {_quoted(name)}")
+                spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS {quoted(name)}")
                 dropped.append(f"tag {name}")
     finally:
         spark.catalog.dropTempView(view)
