@@ -64,8 +64,10 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
             metadata = materialization.metadata
             # Rows the run wrote: SCD2 histories count the versions they inserted.
             written = next((metadata[k] for k in ROW_FIGURES if k in metadata), None)
-            key = materialization.asset_key.to_user_string()
-            rows[key] = rows.get(key, 0) + int(written.value if written is not None else 0)
+            # A range run materializes each day with the same figures (the whole run's): count them once.
+            rows.setdefault(
+                materialization.asset_key.to_user_string(), int(written.value if written is not None else 0)
+            )
             continue
         evaluation = event.event_specific_data
         if evaluation.passed:

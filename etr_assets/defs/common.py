@@ -4,19 +4,22 @@ import datetime as dt
 import warnings
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
+    AssetRecordsFilter,
+    AssetSpec,
     BackfillPolicy,
     DailyPartitionsDefinition,
-    MetadataValue,
-    asset,
+    multi_asset,
 )
-from dagster._utils.warnings import BetaWarning
+from dagster._utils.warnings import BetaWarning, PreviewWarning
 
-from etr_assets.defs.metadata import definition_metadata
+from etr_assets.defs.metadata import as_metadata, definition_metadata
+from etr_assets.lake.figures import check_figures
 from etr_assets.lake.quality import (
     CheckOutcome,
     Severity,
@@ -26,6 +29,8 @@ from etr_assets.settings import Settings
 
 # BackfillPolicy is marked beta; single-run backfills are what `--partition-range` needs, so we accept it.
 warnings.filterwarnings("ignore", category=BetaWarning, message=".*backfill_policy.*")
+# Checks partitioned by day are a preview; the per-day results in the UI are what we want from them.
+warnings.filterwarnings("ignore", category=PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
 SINGLE_RUN = BackfillPolicy.single_run()
 
@@ -125,22 +130,77 @@ def record_quarantine_check(spec: TableSpec) -> AssetCheckSpec:
 
 
 def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:
-    """Dagster results of quality outcomes: numbers (plotted by the UI) and the per-day figures."""
-    results = []
-    for o in outcomes:
-        metadata: dict[str, object] = {"violations": o.violations, "detail": o.examples or "none", **o.figures}
-        if o.by_day:
-            metadata["by_day"] = MetadataValue.json(o.by_day)
-        results.append(
-            AssetCheckResult(
-                check_name=o.name,
-                passed=o.passed,
-                severity=AssetCheckSeverity.WARN if o.severity == Severity.WARN else AssetCheckSeverity.ERROR,
-                metadata=metadata,
-                description=o.description,
-            )
+    """Dagster results of quality outcomes: numbers (plotted by the UI) and the per-day figures and verdicts."""
+    return [
+        AssetCheckResult(
+            check_name=o.name,
+            passed=o.passed,
+            severity=AssetCheckSeverity.WARN if o.severity == Severity.WARN else AssetCheckSeverity.ERROR,
+            metadata=as_metadata(check_figures(o)),
+            description=o.description,
         )
-    return results
+        for o in outcomes
+    ]
+
+
+def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult]):
+    """The check results as the run should record them. A one-day run: as they are (Dagster puts a check of days
+    on the day's partition). A range run: a check of days gives one evaluation per day, on that day's partition,
+    with the day's figure and verdict (from `by_day` and `days_failed`); Dagster itself would record one result
+    without a partition, which the UI cannot place on any day. Yield these after the materialization they check."""
+    specs = {spec.name: spec for spec in context.assets_def.check_specs}
+    selected = {key.name for key in context.selected_asset_check_keys}
+    days = context.partition_keys if context.has_partition_key_range else []
+    for result in results:
+        name = result.check_name
+        if name not in selected:
+            continue
+        if not days or specs[name].partitions_def is None:
+            yield result
+            continue
+        metadata = dict(result.metadata or {})
+        by_day = getattr(metadata.pop("by_day", None), "value", None) or {}
+        failed = getattr(metadata.pop("days_failed", None), "value", None)
+        for day in days:
+            passed = result.passed if failed is None else day not in failed
+            figures = {**metadata, "day_figure": float(by_day.get(day, 0)), "run_days": f"{days[0]}...{days[-1]}"}
+            yield AssetCheckEvaluation(
+                asset_key=context.asset_key,
+                check_name=name,
+                passed=passed,
+                metadata=figures,
+                target_materialization_data=_materialization_of(context, day),
+                severity=result.severity,
+                description=result.description,
+                blocking=specs[name].blocking,
+                partition=day,
+            )
+
+
+def _materialization_of(context: AssetExecutionContext, day: str):
+    """The day's materialization a check evaluation is about (what Dagster links a one-day run's result to)."""
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
+    found = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[day]), limit=1
+    ).records
+    if not found:
+        return None
+    return AssetCheckEvaluationTargetMaterializationData(
+        storage_id=found[0].storage_id, run_id=found[0].event_log_entry.run_id, timestamp=found[0].timestamp
+    )
+
+
+def _on_days(check: AssetCheckSpec, partitions: DailyPartitionsDefinition | None) -> AssetCheckSpec:
+    return AssetCheckSpec(
+        check.name,
+        asset=check.asset_key,
+        description=check.description,
+        blocking=check.blocking,
+        partitions_def=partitions,
+    )
 
 
 def table_asset(
@@ -151,16 +211,31 @@ def table_asset(
     group: str | None = None,
     extra_checks: tuple[AssetCheckSpec, ...] = (),
 ):
-    """@asset for a daily-partitioned Iceberg table written by Spark, with the checks its spec implies."""
-    return asset(
-        key=table_key(spec),
-        deps=deps,
-        group_name=group or spec.namespace,
-        partitions_def=daily_partitions(settings),
+    """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
+
+    A table with a day column has its checks partitioned by day too (a result per day's partition; a preview in
+    Dagster 1.13). A multi-asset of one asset, because only there are check outputs optional: a range run records
+    its per-day evaluations instead (`on_partitions`)."""
+    partitions = daily_partitions(settings)
+    checks = [
+        _on_days(c, partitions if spec.day_column else None) for c in table_check_specs(spec) + list(extra_checks)
+    ]
+    key = table_key(spec)
+    return multi_asset(
+        name=key.to_python_identifier(),  # the step key, as an @asset of this key had
+        specs=[
+            AssetSpec(
+                key,
+                deps=deps,
+                group_name=group or spec.namespace,
+                kinds={"iceberg", "spark"},
+                description=description,
+                metadata=definition_metadata(spec, settings.catalog),
+            )
+        ],
+        partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        kinds={"iceberg", "spark"},
         pool=table_pool(settings, spec),
-        description=description,
-        metadata=definition_metadata(spec, settings.catalog),
-        check_specs=table_check_specs(spec) + list(extra_checks) or None,
+        check_specs=checks or None,
+        can_subset=True,
     )

@@ -9,10 +9,17 @@ to exercise the whole protocol without AWS.
 
 import sys
 
-from dagster import AssetExecutionContext, ConfigurableResource, Failure, MaterializeResult, MetadataValue
+from dagster import (
+    AssetCheckResult,
+    AssetExecutionContext,
+    ConfigurableResource,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+)
 from pydantic import Field
 
-from etr_assets.defs.common import check_results, days_of
+from etr_assets.defs.common import check_results, days_of, on_partitions
 from etr_assets.defs.metadata import as_metadata, log_partition_counts
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake.quality import metrics_of, record_metrics
@@ -78,10 +85,15 @@ class LayerRunner(ConfigurableResource):
             invocation = self._aws_pipes_client().run(
                 context=context, start_job_run_params=dict(self.start_job_run_params), extras=extras
             )
+        checks = []
         for result in invocation.get_results():
+            if isinstance(result, AssetCheckResult):
+                checks.append(result)  # after the materialization: a range run's per-day results point at it
+                continue
             if isinstance(result, MaterializeResult):
                 log_partition_counts(context, dict(result.metadata or {}))
             yield result
+        yield from on_partitions(context, checks)
 
     def _run_here(self, context, lake: LakeResource, raw_zone: RawZoneResource, request: LayerRequest):
         spark, spec = lake.session(), LAYERS[request.layer].spec
@@ -89,7 +101,7 @@ class LayerRunner(ConfigurableResource):
             finished = run_layer(spark, lake.catalog, raw_zone.zone, request, context.run.run_id)
         except AuditFailed as failed:  # the failed figures matter most: recorded and reported before the run fails
             record_metrics(spark, lake.catalog, metrics_of(spec, failed.results), context.run.run_id)
-            yield from check_results(failed.results)
+            yield from on_partitions(context, check_results(failed.results))
             inspect = f"`etr sql \"SELECT * FROM {spec.identifier} VERSION AS OF '{failed.branch}'\"`"
             raise Failure(
                 description=str(failed),
@@ -108,7 +120,8 @@ class LayerRunner(ConfigurableResource):
         for warning in finished.warnings:
             context.log.warning(warning)
         log_partition_counts(context, figures)
-        yield MaterializeResult(metadata=as_metadata(figures), check_results=check_results(finished.outcomes) or None)
+        yield MaterializeResult(metadata=as_metadata(figures))
+        yield from on_partitions(context, check_results(finished.outcomes))
 
     def _aws_pipes_client(self):
         import boto3

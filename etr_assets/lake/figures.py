@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from etr_assets.lake.bronze import LayerResult
+from etr_assets.lake.quality import CheckOutcome
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +57,18 @@ def partition_counts(figures: dict[str, object]) -> dict[str, int]:
     by_day = figures.get("rows_by_day")
     counts = getattr(by_day, "value", by_day) or {}  # Tagged here, Dagster's JSON value after Pipes
     return dict(counts) if isinstance(counts, dict) and len(counts) > 1 else {}
+
+
+def check_figures(outcome: CheckOutcome) -> dict[str, object]:
+    """What a check result reports: its numbers (plotted by the UI), and for a check of days its figure and verdict
+    per day, from which a range run records a result on each day's partition (`etr_assets.defs.common`)."""
+    figures: dict[str, object] = {
+        "violations": outcome.violations,
+        "detail": outcome.examples or "none",
+        **outcome.figures,
+    }
+    if outcome.by_day:
+        verdicts = outcome.day_verdicts()
+        figures["by_day"] = Tagged("json", outcome.by_day)
+        figures["days_failed"] = Tagged("json", sorted(day for day, passed in verdicts.items() if not passed))
+    return figures

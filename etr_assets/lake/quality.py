@@ -49,6 +49,19 @@ class CheckOutcome:
     severity: Severity = Severity.ERROR
     by_day: dict[str, float] = dataclasses.field(default_factory=dict)  # the measured figure per partition day
     figures: dict[str, float] = dataclasses.field(default_factory=dict)  # further numbers for the UI
+    # Days the check judged failed; None: a day fails when its figure (a count of violations) is not 0.
+    days_failed: tuple[str, ...] | None = None
+
+    def day_verdicts(self) -> dict[str, bool]:
+        """Passed or not, per day of `by_day`. A check that failed without any day to blame (a key repeated on
+        days outside the run's) fails on every day, so no day reads as passed while the check failed."""
+        if self.days_failed is not None:
+            verdicts = {day: day not in self.days_failed for day in self.by_day}
+        else:
+            verdicts = {day: value == 0 for day, value in self.by_day.items()}
+        if not self.passed and all(verdicts.values()):
+            return dict.fromkeys(verdicts, False)
+        return verdicts
 
 
 def record_metrics(spark, catalog: str, metrics: list[Metric], run_id: str = "") -> None:
@@ -70,9 +83,9 @@ def metrics_of(spec: TableSpec, outcomes: list[CheckOutcome]) -> list[Metric]:
     metrics = []
     for o in outcomes:
         if o.by_day:
+            verdicts = o.day_verdicts()
             for day, value in sorted(o.by_day.items()):
-                day_passed = o.passed if o.severity == Severity.WARN else value == 0
-                metrics.append(Metric(spec.identifier, o.name, value, day_passed, day))
+                metrics.append(Metric(spec.identifier, o.name, value, verdicts[day], day))
         else:
             metrics.append(Metric(spec.identifier, o.name, float(o.violations), o.passed))
     return metrics
@@ -203,7 +216,7 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
         .count()
         .collect()
     }
-    by_day, anomalies, notes = {}, [], []
+    by_day, anomalies, notes, days_failed = {}, [], [], []
     for day in sorted(days):
         rows = counts.get(day, 0)
         by_day[day.isoformat()] = float(rows)
@@ -214,6 +227,7 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
         median = statistics.median(history)
         if abs(rows - median) > rules.row_count_tolerance * median:
             anomalies.append(f"{day}: {rows} rows against a median of {median:g}")
+            days_failed.append(day.isoformat())
     return CheckOutcome(
         "row_count_anomaly",
         f"each day's rows within {rules.row_count_tolerance:.0%} of the median of the "
@@ -223,6 +237,7 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
         "; ".join(anomalies or notes)[:400],
         severity=Severity.WARN,
         by_day=by_day,
+        days_failed=tuple(days_failed),
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from etr_assets.lake.figures import Tagged
+from etr_assets.lake.figures import Tagged, check_figures
 from etr_assets.pipeline.layers import LayerRequest, run_layer
 from etr_assets.settings import Settings
 from etr_assets.sources.s3_storage import open_raw_zone
@@ -94,10 +94,9 @@ def run(pipes) -> None:
 
 def report_checks(pipes, outcomes) -> None:
     for o in outcomes:
-        metadata = {"violations": o.violations, "detail": o.examples or "none", **o.figures}
-        if o.by_day:
-            metadata["by_day"] = {"raw_value": o.by_day, "type": "json"}
-        pipes.report_asset_check(o.name, o.passed, severity=o.severity.upper(), metadata=metadata)
+        pipes.report_asset_check(
+            o.name, o.passed, severity=o.severity.upper(), metadata=pipes_metadata(check_figures(o))
+        )
 
 
 def main() -> None:

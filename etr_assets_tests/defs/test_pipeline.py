@@ -114,6 +114,20 @@ def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lak
         silver_day = observed[("silver/bnpl_transactions_clean", day)]
         assert silver_day["dagster/partition_row_count"].value == settings.api_transactions_per_day
         assert observed[("raw/bnpl_transactions", day)]["dagster/partition_row_count"].value > 0
+    # Checks of days record one result per day, on the day's partition (Dagster alone would record one without a
+    # partition for the whole range, which the UI cannot place on any day).
+    of_days = {(a.key, c.name) for a in pipeline_defs.assets for c in a.check_specs if c.partitions_def is not None}
+    checked = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_CHECK_EVALUATION":
+            data = event.event_specific_data
+            if (data.asset_key, data.check_name) in of_days:
+                checked[(data.asset_key.to_user_string(), data.check_name, data.partition)] = data.passed
+    assert {partition for (_, _, partition) in checked} == set(DAYS)
+    for day in DAYS:
+        assert checked[("silver/bnpl_transactions_clean", "transaction_id_is_unique", day)] is True
+        assert checked[("gold/bnpl_daily_summary", "outcome_counts_add_up", day)] is True
+        assert ("bronze/bnpl_transactions_raw", "quarantine_rate", day) in checked
     added = lake.sql(
         f"SELECT summary['added-records'] FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.snapshots "
         "WHERE summary['added-records'] > 0"
