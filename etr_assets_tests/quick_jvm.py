@@ -12,8 +12,9 @@ The suite is thousands of short Spark jobs over tables of a few hundred rows, on
 - No code generation (`spark.sql.codegen.*` as system properties, which SparkConf reads): compiling a plan with Janino
   costs more than interpreting it over a few hundred rows (lake/test_scd2.py + test_incremental.py: 136 s -> 96 s).
 - Adaptive query execution stays on in every JVM: a job the suite starts with Spark's default 200 shuffle partitions
-  (the Glue stand-in's, a standalone cluster's) needs it to coalesce them (turned off JVM-wide, aws/test_glue_pipes.py
-  took 120 s instead of 74 s alone). Only the test processes' own sessions, at one shuffle partition, turn it off.
+  (a standalone cluster's; the Glue stand-in's did too) needs it to coalesce them (turned off JVM-wide,
+  aws/test_glue_pipes.py took 120 s instead of 74 s alone; its stand-in now runs at one partition: 53 s). Only the
+  test processes' own sessions, at one shuffle partition, turn it off.
 - A class-data-sharing archive of the classes a Spark + Iceberg session loads, made once per JDK and jar set (about
   15 s, kept in the venv): a session then starts in 3.6 s instead of 6.6 s (idle machine), and the suite starts
   about fifty JVMs. A JVM that cannot use the archive runs without it; `-Xlog:cds*=off` keeps its warning off

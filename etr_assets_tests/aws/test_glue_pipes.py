@@ -58,6 +58,7 @@ class GlueRunsJobsHere:
             "spark.ui.enabled=false",
             f"spark.local.dir={self.work}",
             "spark.driver.memory=512m",
+            "spark.sql.shuffle.partitions=1",  # one core, a few hundred rows (Glue's 200 suit a cluster)
         ]
         script = self._fetch(jobs.code_uri(SimpleNamespace(bucket=self.bucket), jobs.SCRIPT_KEY))
         package = self._fetch(Arguments.pop("--extra-py-files"))
