@@ -160,9 +160,8 @@ def run_readme_line(env: dict[str, str], option: str, value: str) -> Done:
 def latest_metadata(env: dict[str, str], *asset_keys: str) -> list[dict]:
     """The metadata of each asset's latest materialization in the instance at env's DAGSTER_HOME."""
     from dagster import AssetKey, DagsterInstance
-    from dagster._core.instance.ref import InstanceRef
 
-    with DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"])) as instance:
+    with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         events = [instance.get_latest_materialization_event(AssetKey.from_user_string(key)) for key in asset_keys]
     return [event.asset_materialization.metadata for event in events]
 

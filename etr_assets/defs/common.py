@@ -151,6 +151,7 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
     specs = {spec.name: spec for spec in context.assets_def.check_specs}
     selected = {key.name for key in context.selected_asset_check_keys}
     days = context.partition_keys if context.has_partition_key_range else []
+    targets = {}  # each day's materialization, looked up once for all the checks
     for result in results:
         name = result.check_name
         if name not in selected:
@@ -162,6 +163,8 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
         by_day = getattr(metadata.pop("by_day", None), "value", None) or {}
         failed = getattr(metadata.pop("days_failed", None), "value", None)
         for day in days:
+            if day not in targets:
+                targets[day] = _materialization_of(context, day)
             passed = result.passed if failed is None else day not in failed
             figures = {**metadata, "day_figure": float(by_day.get(day, 0)), "run_days": f"{days[0]}...{days[-1]}"}
             yield AssetCheckEvaluation(
@@ -169,7 +172,7 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
                 check_name=name,
                 passed=passed,
                 metadata=figures,
-                target_materialization_data=_materialization_of(context, day),
+                target_materialization_data=targets[day],
                 severity=result.severity,
                 description=result.description,
                 blocking=specs[name].blocking,
