@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 from urllib.parse import urlparse
 
+from etr_assets.lake.session import java_class
 from etr_assets.lake.writes import table_location
 
 # A file written by a running write is an orphan until its commit: younger ones are left alone (and named).
@@ -26,7 +27,7 @@ class FolderFile:
 
 
 def _hadoop_path(spark, path: str):
-    return spark._jvm.org.apache.hadoop.fs.Path(path)
+    return java_class(spark, "org.apache.hadoop.fs.Path")(path)
 
 
 def _file_system(spark, path: str):

@@ -21,6 +21,10 @@ from etr_assets.lake.specs import TableSpec, decimal_type
 from etr_assets.lake.writes import iceberg_table
 
 _WIDENINGS = {("int", "bigint"), ("float", "double")}
+# Tables this process already brought to a spec, with what identified their layout then. Every layer ensures its
+# tables before writing (about ten times a layer with the bookkeeping tables); a table still as it was needs one
+# metadata read instead of five catalog statements.
+_MATCHED: dict[tuple[str, int], tuple[TableSpec, tuple]] = {}
 
 
 class UnsafeEvolution(ValueError):
@@ -126,9 +130,43 @@ def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts:
     return steps
 
 
+def _layout(spark, qualified: str) -> tuple:
+    """What changes when anyone alters the table: its identity, schema, partitioning, sort order and properties
+    (a commit of data changes none of them)."""
+    table = iceberg_table(spark, qualified)
+    return (
+        str(table.uuid()),
+        table.schema().schemaId(),
+        table.spec().specId(),
+        table.sortOrder().orderId(),
+        table.properties().hashCode(),
+    )
+
+
+def _still_matching(spark, qualified: str, spec: TableSpec) -> int | None:
+    """The schema id, when this process matched the table to `spec` and nobody altered it since; else None."""
+    matched = _MATCHED.get((qualified, id(spec)))
+    if matched is None or matched[0] is not spec:
+        return None
+    try:
+        layout = _layout(spark, qualified)
+    except Exception:  # dropped since: the full path creates it again
+        return None
+    return layout[1] if layout == matched[1] else None
+
+
 def ensure_table(spark, catalog: str, spec: TableSpec) -> TableChanges:
     """Create the table if absent; otherwise evolve it to the spec (or refuse, altering nothing)."""
     qualified = spec.qualified(catalog)
+    schema_id = _still_matching(spark, qualified, spec)
+    if schema_id is not None:
+        return TableChanges(qualified, schema_id=schema_id)
+    changes = _ensure(spark, catalog, spec, qualified)
+    _MATCHED[(qualified, id(spec))] = (spec, _layout(spark, qualified))
+    return changes
+
+
+def _ensure(spark, catalog: str, spec: TableSpec, qualified: str) -> TableChanges:
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{spec.namespace}")
     if not table_exists(spark, qualified):
         try:

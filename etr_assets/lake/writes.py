@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import uuid
 
+from etr_assets.lake.session import java_class
+
 WRITE_ID_PROPERTY = "etr.write-id"
 
 
@@ -47,7 +49,7 @@ class CommitInfo:
 def iceberg_table(spark, qualified: str):
     """The table's Iceberg (Java) object, refreshed to its latest metadata: what a commit recorded, read without a
     Spark job (a metadata-table query is a job, and the suite runs thousands of them)."""
-    table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, qualified)
+    table = java_class(spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(spark._jsparkSession, qualified)
     table.refresh()  # the session's catalog may cache the table object; another writer may have committed since
     return table
 
@@ -61,7 +63,7 @@ def current_snapshot_id(spark, qualified: str) -> int | None:
 
 def _commit_info(spark, qualified: str, snapshot) -> CommitInfo:
     # The snapshot as one JSON text: reading its summary map entry by entry is two py4j round trips an entry.
-    fields = json.loads(spark._jvm.org.apache.iceberg.SnapshotParser.toJson(snapshot))
+    fields = json.loads(java_class(spark, "org.apache.iceberg.SnapshotParser").toJson(snapshot))
     summary = fields.get("summary", {})
     return CommitInfo.from_summary(qualified, int(fields["snapshot-id"]), summary.get("operation"), summary)
 

@@ -141,3 +141,24 @@ def test_a_refused_change_alters_nothing(lake, settings):
     with pytest.raises(UnsafeEvolution):
         ensure_table(lake, settings.catalog, bad)
     assert [f.name for f in lake.table(V1.qualified(settings.catalog)).schema] == V1.column_names
+
+
+def test_a_table_altered_by_someone_else_since_this_process_matched_it_is_checked_again(lake, settings):
+    """A repeated ensure_table of a table still as this process left it reads its metadata only; any change made
+    meanwhile (a property, a column, the table dropped) sends it through the whole check again."""
+    table = V1.qualified(settings.catalog)
+    key = "write.parquet.compression-codec"
+    assert ensure_table(lake, settings.catalog, V1).created
+    assert not ensure_table(lake, settings.catalog, V1).any
+
+    lake.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('{key}' = 'gzip')")
+    changes = ensure_table(lake, settings.catalog, V1)
+    assert changes.changed_properties == (key,)
+    assert lake.sql(f"SHOW TBLPROPERTIES {table} ('{key}')").first()["value"] == V1.table_properties[key]
+
+    lake.sql(f"ALTER TABLE {table} ADD COLUMNS (added_elsewhere string)")
+    with pytest.raises(UnsafeEvolution, match="column added_elsewhere: dropping a column"):
+        ensure_table(lake, settings.catalog, V1)
+
+    lake.sql(f"DROP TABLE {table}")
+    assert ensure_table(lake, settings.catalog, V1).created

@@ -125,16 +125,10 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         compact(spark, catalog, spec)  # a delete file only hides rows: rewrite the data files without them
     overridden = _lower_branch_retention(spark, qualified)
     try:
-        expired = expire_snapshots(spark, catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
-        # The kept manifests still list the rewritten files as DELETED entries, bounds included: rewrite, expire.
+        # The current manifests still list the deleted files as DELETED entries, bounds included: rewrite them,
+        # then expire every older snapshot (the files only they referenced go with them).
         rewrite_manifests(spark, catalog, spec)
-        again = expire_snapshots(spark, catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
-        expired = dataclasses.replace(
-            expired,
-            expired_snapshot_ids=expired.expired_snapshot_ids + again.expired_snapshot_ids,
-            deleted_data_files=expired.deleted_data_files + again.deleted_data_files,
-            deleted_manifest_files=expired.deleted_manifest_files + again.deleted_manifest_files,
-        )
+        expired = expire_snapshots(spark, catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
     finally:
         _restore_branch_retention(spark, qualified, overridden)
     deleted, left = _erase_orphans(spark, in_orphans)
