@@ -59,42 +59,39 @@ def _validate(spark, raw: RawZone, feed: RawFeed, batch: Batch) -> Validated:
     )
 
 
-def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date]) -> CommitInfo:
-    """Append when none of the days holds rows yet (a first load), else replace them.
+def _loaded_rows(spark, qualified: str, day_column: str, days) -> dict[dt.date, int]:
+    """The rows each of `days` holds now (none for a table not created yet)."""
+    from pyspark.sql import functions as F
+
+    if not spark.catalog.tableExists(qualified):
+        return {}
+    in_days = spark.table(qualified).where(F.col(day_column).isin(sorted(days)))
+    return {r[0]: r[1] for r in in_days.groupBy(day_column).count().collect()}
+
+
+def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date], loaded: dict) -> CommitInfo:
+    """Append when none of the days holds rows yet (`loaded`: a first load), else replace them.
 
     Appends let downstream tables read just the new rows (`etr_assets.lake.incremental`); an overwrite, even one
     that deletes nothing, would force them to read the days whole. Two first loads of one day racing would both
     append, so bronze tables have a writer pool in every profile (`etr_assets.defs.common.table_pool`).
     """
-    from pyspark.sql import functions as F
-
-    if spark.table(qualified).where(F.col(day_column).isin(sorted(days))).limit(1).count() == 0:
+    if not any(loaded.get(day) for day in days):
         return append(spark, qualified, df)
     return replace_days(spark, qualified, df, day_column, days)
 
 
-def _shrinking_days(spark, catalog: str, feed: RawFeed, chosen, checked, max_day_shrink: float) -> dict[dt.date, str]:
-    """Per day whose reload would shrink it past `max_day_shrink`, why it is refused."""
-    from pyspark.sql import functions as F
-
-    qualified = feed.bronze.qualified(catalog)
-    if max_day_shrink >= 1 or not spark.catalog.tableExists(qualified):
+def _shrinking_days(chosen, checked, loaded: dict, max_day_shrink: float, feed: RawFeed) -> dict[dt.date, str]:
+    """Per day whose reload would shrink it past `max_day_shrink` (from the `loaded` rows), why it is refused."""
+    if max_day_shrink >= 1:
         return {}
     refused = {}
-    before = {
-        r[0]: r[1]
-        for r in spark.table(qualified)
-        .where(F.col(feed.day_column).isin(sorted(chosen)))
-        .groupBy(feed.day_column)
-        .count()
-        .collect()
-    }
     for day, result in checked.items():
-        loaded, arriving = before.get(day, 0), result.accepted_count
-        if loaded and arriving < loaded * (1 - max_day_shrink):
+        held, arriving = loaded.get(day, 0), result.accepted_count
+        if held and arriving < held * (1 - max_day_shrink):
             refused[day] = (
-                f"raw batch {chosen[day].key}: reloading {day} would shrink {feed.bronze.identifier} from {loaded} to "
-                f"{arriving} rows ({1 - arriving / loaded:.0%} fewer; at most {max_day_shrink:.0%} "
+                f"raw batch {chosen[day].key}: reloading {day} would shrink {feed.bronze.identifier} from {held} to "
+                f"{arriving} rows ({1 - arriving / held:.0%} fewer; at most {max_day_shrink:.0%} "
                 "allowed); nothing was "
                 f"written and the batch stays pending. If the source really dropped those records, re-run with "
                 f"max_day_shrink 1.0 (run config resources.raw_zone.config.max_day_shrink)"
@@ -102,7 +99,7 @@ def _shrinking_days(spark, catalog: str, feed: RawFeed, chosen, checked, max_day
     return refused
 
 
-def _refused_batches(spark, catalog, feed, chosen, checked, max_reject_rate, max_day_shrink) -> dict[dt.date, str]:
+def _refused_batches(feed, chosen, checked, loaded, max_reject_rate, max_day_shrink) -> dict[dt.date, str]:
     """Per day whose batch must not be loaded (too many records refused, or a shrink), why."""
     refused = {
         day: (
@@ -114,7 +111,7 @@ def _refused_batches(spark, catalog, feed, chosen, checked, max_reject_rate, max
         if result.reject_rate > max_reject_rate
     }
     shrinking = _shrinking_days(
-        spark, catalog, feed, chosen, {d: r for d, r in checked.items() if d not in refused}, max_day_shrink
+        chosen, {d: r for d, r in checked.items() if d not in refused}, loaded, max_day_shrink, feed
     )
     return refused | shrinking
 
@@ -156,7 +153,9 @@ def load_bronze_days(
     checked = {day: _validate(spark, raw, feed, batch) for day, batch in chosen.items()}
     skipped: dict[str, str] = {}  # batch key -> why it waits
     try:
-        refused = _refused_batches(spark, catalog, feed, chosen, checked, max_reject_rate, max_day_shrink)
+        # What the days hold now: whether a reload shrinks one, and whether the write is a first load (an append).
+        loaded = _loaded_rows(spark, feed.bronze.qualified(catalog), feed.day_column, chosen)
+        refused = _refused_batches(feed, chosen, checked, loaded, max_reject_rate, max_day_shrink)
         for day in sorted(refused):
             if day in requested:
                 raise BadInputError(refused[day])
@@ -194,7 +193,7 @@ def load_bronze_days(
         changes = ensure_table(spark, catalog, feed.bronze)
         ensure_table(spark, catalog, feed.quarantine)
         commit = _write_days(
-            spark, feed.bronze.qualified(catalog), conform(accepted, feed.bronze), feed.day_column, days
+            spark, feed.bronze.qualified(catalog), conform(accepted, feed.bronze), feed.day_column, days, loaded
         )
         replace_days(
             spark, feed.quarantine.qualified(catalog), conform(quarantined, feed.quarantine), "_batch_day", days

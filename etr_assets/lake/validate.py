@@ -128,16 +128,19 @@ def read_validated(
     )
     checked = typed.withColumn("_reason", _reasons(columns, checks, day_column, day)).cache()
 
-    counts = {row[0]: row[1] for row in checked.groupBy(F.col("_reason").isNull()).count().collect()}
-    accepted_count, quarantined_count = counts.get(True, 0), counts.get(False, 0)
+    # One job counts both: each line's verdict, and each field of it the spec does not declare.
     known = F.array(*[F.lit(c.name) for c in columns])
-    unknown = (
-        checked.where(F.col("_keys").isNotNull())
-        .select(F.explode(F.array_except("_keys", known)).alias("field"))
-        .groupBy("field")
-        .count()
-        .collect()
+    outcome = F.when(F.col("_reason").isNull(), "accepted").otherwise("quarantined")
+    verdict = F.struct(F.lit(False).alias("unknown"), outcome.alias("name"))
+    unknown_fields = F.transform(
+        F.coalesce(F.array_except("_keys", known), F.array().cast("array<string>")),
+        lambda field: F.struct(F.lit(True).alias("unknown"), field.alias("name")),
     )
+    tally = checked.select(F.explode(F.concat(F.array(verdict), unknown_fields)).alias("entry")).groupBy("entry")
+    counted = [(row["entry"]["unknown"], row["entry"]["name"], row["count"]) for row in tally.count().collect()]
+    unknown = {name: count for is_field, name, count in counted if is_field}
+    verdicts = {name: count for is_field, name, count in counted if not is_field}
+    accepted_count, quarantined_count = verdicts.get("accepted", 0), verdicts.get("quarantined", 0)
     first = (
         checked.where(F.col("_reason").isNotNull())
         .orderBy("source_file", "line_number")
@@ -158,7 +161,7 @@ def read_validated(
         received=accepted_count + quarantined_count,
         accepted_count=accepted_count,
         quarantined_count=quarantined_count,
-        unknown_fields={row["field"]: row["count"] for row in unknown},
+        unknown_fields=unknown,
         first_reasons=[f"{r['source_file'].rsplit('/', 1)[-1]}:{r['line_number']}: {r['_reason']}" for r in first],
     )
     result._cached = checked
