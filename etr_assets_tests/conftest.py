@@ -30,17 +30,26 @@ def pytest_configure(config):
     os.environ.setdefault("ETR_SPARK_SHUFFLE_PARTITIONS", "1")
 
 
-# The longest files (minutes each on two cores), longest first: xdist hands out files in collection order.
+# The longest files (a minute or more each on two cores), longest first, as measured: xdist hands out files in
+# collection order (./dev passes --no-loadscope-reorder; by default xdist puts files with the most tests first).
 LONGEST_FIRST = (
-    "test_crash_recovery.py",
-    "defs/test_pipeline.py",
     "test_cli_subprocess.py",
+    "test_crash_recovery.py",
     "s3/test_concurrent_writers.py",
-    "test_pools.py",
     "test_bench.py",
     "lake/test_scd2_log.py",
-    "remote/test_pipes.py",
+    "pipeline/test_entities.py",
+    "pipeline/test_erasure.py",
+    "defs/test_pipeline.py",
     "s3/test_s3_profile.py",
+    "pipeline/test_transactions.py",
+    "aws/test_glue_pipes.py",
+    "test_spark_cluster.py",
+    "test_pools.py",
+    "lake/test_scd2.py",
+    "defs/test_erasure.py",
+    "lake/test_incremental.py",
+    "remote/test_pipes.py",
 )
 
 

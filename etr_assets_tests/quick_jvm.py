@@ -86,3 +86,12 @@ def suite_options(scratch: Path) -> str:
     archive = class_archive(scratch)
     sharing = f" -XX:SharedArchiveFile={archive} -Xlog:cds*=off" if archive else ""
     return f"{JIT_AND_GC} {NO_CODEGEN}{sharing}"
+
+
+if __name__ == "__main__":  # ./dev setup --tests (and ./dev test) make the archive before the suite starts
+    import tempfile
+
+    if not (ARCHIVES / f"spark-{_archive_key()}.jsa").exists():
+        print("==> making the class-data-sharing archive of the suite's JVMs (once per JDK and jars)", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="etr-cds-") as scratch:
+        sys.exit(0 if class_archive(Path(scratch)) else 1)

@@ -63,7 +63,7 @@ def s3_profile_jars() -> list[str]:
     if missing or len(jars) < 3:
         raise JarNotFound(
             f"the s3 profile needs {', '.join(S3A_JARS)} in {jars_dir()} and Debian's libpostgresql-jdbc-java; "
-            f"missing: {', '.join(missing) or 'postgresql JDBC driver'}. Run: ./dev setup --s3"
+            f"missing: {', '.join(missing) or 'postgresql JDBC driver'}. Run: ./dev setup --tests"
         )
     return jars
 
