@@ -1,9 +1,8 @@
 """The daily SCD2 case: one new batch, every record of it after everything the table has seen, compared with the
-table's *current rows only* and applied in one MERGE.
+table's *current rows only*.
 
 `scd2_log.apply_log` tries this first when the observation log gained exactly one batch since its cursor. One join
-of the batch's latest record per key with the current rows (only the key, `_valid_from` and the tracked columns are
-read) classifies every key, NULL-safely:
+of the batch's latest record per key with the current rows classifies every key, NULL-safely:
 
 - same state as its current version: a repeat (a full snapshot re-sends unchanged records), nothing to do;
 - a different state, or a key without a current row, with a sequence after the watermark: its current version (if
@@ -14,8 +13,15 @@ read) classifies every key, NULL-safely:
   back to the general extend or the recompute, which give the order-independent history.
 
 Those are exactly the versions the recompute (`scd2.history`) gives for this batch, lineage included: a closed version
-keeps the batch that started it. The close and the insert are one MERGE over a staged union (a close row matches its
-current version, an insert row matches nothing), so a reader sees both or neither.
+keeps the batch that started it.
+
+Why it is shaped this way (docs/benchmarks.md, benchmark 2): the classification moves only narrow rows (key, time,
+source file, two hashes), never whole records: the records of new versions are picked from the batch afterwards by
+a broadcast join. The closes are a MERGE with matched rows only, so Spark broadcasts the closes and reads the table
+once without shuffling it (a MERGE that also inserts must keep every source row: an outer join that shuffles and
+sorts the whole table); the new versions are an append. Both are written to a branch of their own and published
+with one fast-forward of main, so a reader sees both or neither, and a writer that committed to main meanwhile
+makes the publish fail as a commit conflict (retried on fresh state).
 """
 
 from __future__ import annotations
@@ -26,11 +32,11 @@ from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform, spark_type
 from etr_assets.lake.scd2 import Scd2Method, Scd2Result
 from etr_assets.lake.specs import TableSpec
-from etr_assets.lake.writes import current_snapshot_id
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
-# What a classified key needs: its current version closed, a new version opened, or both.
-_CLOSE, _OPEN = "_close_at", "_open"
-BROADCAST_ROWS = 200_000  # staged closes and new versions sent whole to every task of the MERGE (tens of MB at most)
+# Keys per side sent whole to every task: narrow rows (a key, two times, a file name, two hashes), tens of MB at most.
+BROADCAST_ROWS = 2_000_000
+BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
 
 
 def apply_current(
@@ -86,7 +92,8 @@ def apply_current(
         kind.alias("_kind"),
         F.col("c._valid_from").alias("_current_from"),
         F.when(kind == "new", F.col("n._seq")).when(kind == "vanished", snapshot_at).alias(_CLOSE),
-        *[F.col(f"n.{c}").alias(c) for c in present.columns if c not in (key, "_state")],
+        *[F.col(f"n.{c}").alias(c) for c in _PICKED],
+        F.col("n._tied").alias("_tied"),
     ).where(F.col("_kind").isin("new", "vanished", "older"))
     classified = classified.cache()
     try:
@@ -97,6 +104,7 @@ def apply_current(
             F.count_if(F.col("_kind") == "older").alias("older"),
             F.min_by(F.struct(key, "_seq"), F.when(F.col("_kind") == "older", F.col("_seq"))).alias("example"),
             F.max(F.unix_micros("_seq")).alias("latest"),
+            F.count_if((F.col("_kind") == "new") & F.col("_tied")).alias("tied"),
         ).first()
         if stats["older"]:
             example = stats["example"]
@@ -116,27 +124,51 @@ def apply_current(
         closes, opens = stats["changed"] + stats["vanished"], stats["new"]
         if not (closes or opens):
             return Scd2Result(target, 0, 0, 0, None, Scd2Method.CURRENT, reason), reason, watermark_after
-        _merge(spark, spec, target, classified, closes + opens)
+        versions = _new_versions(records, spec, classified, opens, tied=stats["tied"] > 0)
+        _write(spark, spec, target, classified, closes, versions if opens else None)
         result = Scd2Result(target, opens, closes, 0, current_snapshot_id(spark, target), Scd2Method.CURRENT, reason)
         return result, reason, watermark_after
     finally:
         classified.unpersist()
 
 
+# What a classified key needs: its current version closed (at this time), a new version opened, or both.
+_CLOSE = "_close_at"
+# The order `scd2.observations` picks a key's latest record by, and what identifies the record picked (the file by a
+# hash: a path is long, and the picks may be sent to every task).
+_ORDER = ("_seq", "_source_file", "_tie")
+_PICKED = ("_seq", "_file_hash", "_tie")
+
+
 def latest_per_key(records, spec: TableSpec):
     """Each key's latest record in a one-batch `records`, picked as `scd2.observations` picks it (newest sequence,
-    then source file, then state), with `_seq` and the state's fingerprint `_state`. Partitioned by the key alone
-    (one batch), so the join with the current rows reuses this shuffle; a max_by aggregate instead of the window
-    measured twice as slow."""
+    then source file, then state): narrow rows of the key, `_PICKED`, the state's fingerprint `_state`, and `_tied`,
+    whether another record equals it in `_ORDER` (and may differ in other columns). Partitioned by the key alone
+    (one batch), so the join with the current rows reuses this shuffle."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
-    newest = Window.partitionBy(scd2.key).orderBy(
-        F.col(scd2.sequence).desc(), F.col("_source_file").desc(), F.xxhash64(*scd2.tracked).desc()
+    narrow = _with_pick(records, spec).select(
+        scd2.key, *_ORDER, "_file_hash", state_fingerprint(spec, F.col).alias("_state")
     )
-    latest = records.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank", "_snapshot_at")
-    return latest.withColumn("_seq", F.col(scd2.sequence)).withColumn("_state", state_fingerprint(spec, F.col))
+    newest = Window.partitionBy(scd2.key).orderBy(*[F.col(c).desc() for c in _ORDER])
+    order = F.struct(*_ORDER)
+    ranked = narrow.withColumn("_rank", F.row_number().over(newest)).withColumn(
+        "_tied", F.lead(order).over(newest).eqNullSafe(order)
+    )
+    return ranked.where("_rank = 1").drop("_rank", "_source_file")
+
+
+def _with_pick(records, spec: TableSpec):
+    """`records` with the columns `_ORDER` and `_PICKED` name."""
+    from pyspark.sql import functions as F
+
+    return (
+        records.withColumn("_seq", F.col(spec.scd2.sequence))
+        .withColumn("_tie", F.xxhash64(*spec.scd2.tracked))
+        .withColumn("_file_hash", F.xxhash64("_source_file"))
+    )
 
 
 def state_fingerprint(spec: TableSpec, column):
@@ -153,41 +185,76 @@ def state_fingerprint(spec: TableSpec, column):
     return F.struct(F.xxhash64(*marked).alias("h64"), F.hash(*marked).alias("h32"))
 
 
-def _merge(spark, spec: TableSpec, target: str, classified, staged_rows: int) -> None:
-    """Close and open versions in one MERGE: a close row matches its key's current version, an open row nothing."""
+def _new_versions(records, spec: TableSpec, classified, opens: int, tied: bool):
+    """The records that open new versions, as table rows: the batch joined with the picks of the keys that open
+    one (NULL-safe on every part, as the window compared them); one per key where records tied on the pick."""
     from pyspark.sql import functions as F
 
-    key = spec.scd2.key
-    now = F.current_timestamp()
-    closes = classified.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(
-        F.col(key), F.col("_current_from").alias("_valid_from"), F.col(_CLOSE), F.lit(False).alias(_OPEN)
+    scd2 = spec.scd2
+    picks = classified.where(F.col("_kind") == "new").select(
+        F.col(scd2.key).alias("_p_key"), *[F.col(c).alias(f"_p{c}") for c in _PICKED]
     )
-    versions = classified.where(F.col("_kind") == "new").select(
+    if opens <= BROADCAST_ROWS:
+        picks = F.broadcast(picks)
+    batch = _with_pick(records, spec)
+    on = F.col(scd2.key).eqNullSafe(F.col("_p_key"))
+    for column in _PICKED:
+        on = on & F.col(column).eqNullSafe(F.col(f"_p{column}"))
+    picked = batch.join(picks, on, "left_semi")
+    if tied:  # the window kept one of the tied records; keep one too (which one is arbitrary in both)
+        picked = picked.dropDuplicates([scd2.key])
+    versions = picked.select(
         "*",
         F.col("_seq").alias("_valid_from"),
         F.lit(None).cast("timestamp").alias("_valid_to"),
         F.lit(True).alias("_is_current"),
-        now.alias("_ingested_at"),
+        F.current_timestamp().alias("_ingested_at"),
     )
-    opens = conform(versions.drop(_CLOSE), spec).select(
-        "*", F.lit(None).cast("timestamp").alias(_CLOSE), F.lit(True).alias(_OPEN)
+    return conform(versions, spec)
+
+
+def _write(spark, spec: TableSpec, target: str, classified, closes: int, versions) -> None:
+    """Close versions (a MERGE of matched rows) and append new ones; both at once (a branch, one fast-forward)."""
+    if not closes:
+        versions.writeTo(target).append()  # one commit already
+        return
+    if versions is None:
+        _close(spark, spec, target, classified, closes)
+        return
+    table = iceberg_table(spark, target)
+    branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+    table.manageSnapshots().createBranch(branch, table.currentSnapshot().snapshotId()).commit()
+    try:
+        _close(spark, spec, f"{target}.branch_{branch}", classified, closes)
+        versions.writeTo(f"{target}.branch_{branch}").append()
+        # Fails if main moved since the branch was made (a commit conflict: the attempt reruns on fresh state).
+        iceberg_table(spark, target).manageSnapshots().fastForwardBranch("main", branch).removeBranch(branch).commit()
+    finally:
+        table = iceberg_table(spark, target)
+        if table.refs().get(branch) is not None:
+            table.manageSnapshots().removeBranch(branch).commit()
+
+
+def _close(spark, spec: TableSpec, target: str, classified, closes: int) -> None:
+    from pyspark.sql import functions as F
+
+    key = spec.scd2.key
+    staged = classified.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(
+        key, F.col("_current_from").alias("_valid_from"), _CLOSE
     )
-    columns = spec.column_names
-    staged = opens.unionByName(closes, allowMissingColumns=True)
-    if staged_rows <= BROADCAST_ROWS:  # the MERGE then reads the table once, with no shuffle of its rows
+    if closes <= BROADCAST_ROWS:  # the MERGE reads the table once, with no shuffle of its rows
         staged = F.broadcast(staged)
-    view = f"scd2_staged_{uuid.uuid4().hex[:12]}"
+    view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
     staged.createOrReplaceTempView(view)
     try:
+        # `_is_current` in the condition lets the scan skip files that hold closed versions only.
         spark.sql(
             f"""
             MERGE INTO {target} t
             USING {view} s
-            ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND NOT s.{_OPEN}
+            ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND t._is_current
             WHEN MATCHED THEN UPDATE SET t._valid_to = s.{_CLOSE}, t._is_current = false,
                 t._ingested_at = current_timestamp()
-            WHEN NOT MATCHED AND s.{_OPEN} THEN INSERT ({", ".join(columns)})
-                VALUES ({", ".join("s." + c for c in columns)})
             """
         )
     finally:

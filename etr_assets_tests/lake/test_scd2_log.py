@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from etr_assets.lake import scd2_current
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
@@ -161,6 +162,64 @@ def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, 
 
     forced = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL, full_refresh=True)
     assert (forced.method, forced.reason, forced.changed) == (Scd2Method.RECOMPUTE, "full refresh requested", False)
+
+
+@pytest.mark.slow
+def test_a_compaction_committed_while_the_daily_path_writes_makes_it_retry_on_the_compacted_table(
+    lake, settings, monkeypatch
+):
+    """The daily path closes and opens versions on a branch and publishes both with one fast-forward of main; a
+    commit to main meanwhile (here maintenance's compaction) makes the publish fail as a commit conflict, and the
+    rerun applies the batch onto the compacted table. No branch is left behind."""
+    catalog = settings.catalog
+    table = SPEC.qualified(catalog)
+    batches = scenario(11, FeedMode.FULL, (12, 30, 45, 59))
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    compactions = []
+    close_on_branch = scd2_current._close
+
+    def close_while_compacting(spark, spec, target, *args):
+        close_on_branch(spark, spec, target, *args)
+        if ".branch_" in target and not compactions:
+            compactions.append(
+                spark.sql(
+                    f"CALL {catalog}.system.rewrite_data_files(table => '{table.split('.', 1)[1]}', "
+                    f"options => map('rewrite-all', 'true'))"
+                ).first()
+            )
+
+    monkeypatch.setattr(scd2_current, "_close", close_while_compacting)
+    for number, batch in enumerate(batches):
+        append(lake, log, batch)
+        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        assert result.method == (Scd2Method.RECOMPUTE if number == 0 else Scd2Method.CURRENT), result.reason
+        rows, versions = table_rows(lake, catalog)
+        check_invariants(rows)
+        assert versions == model(batches[: number + 1], FeedMode.FULL)
+    assert compactions and compactions[0]["rewritten_data_files_count"] > 0  # it ran, and on main
+    operations = [r[0] for r in lake.sql(f"SELECT operation FROM {table}.snapshots ORDER BY committed_at").collect()]
+    assert "replace" in operations
+    assert [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()] == ["main"]
+
+
+@pytest.mark.slow
+def test_a_record_sent_twice_in_the_daily_batch_opens_one_version(lake, settings):
+    """The daily path picks each key's record by narrow columns, then fetches the records picked: a record sent
+    twice (same key, time, file and state) is picked twice, and must still open one version."""
+    catalog = settings.catalog
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    append(lake, log, {"rows": [(1, "x", 1, at(1), "b1", "f1", at(2))]})
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    twice = [(1, "y", 1, at(3), "b2", "f2", at(4)), (2, "z", None, at(3), "b2", "f2", at(4))]
+    append(lake, log, {"rows": twice + twice})
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    assert (result.method, result.inserted, result.updated) == (Scd2Method.CURRENT, 2, 1), result.reason
+    rows, versions = table_rows(lake, catalog)
+    check_invariants(rows)
+    assert len(rows) == 3
+    assert versions == {(1, "x", 1, at(1), at(3)), (1, "y", 1, at(3), None), (2, "z", None, at(3), None)}
 
 
 @pytest.mark.slow
