@@ -23,6 +23,7 @@ import time
 from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG, record_rows
 from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
 from etr_assets.lake.retry import run_with_retries
+from etr_assets.lake.scd2_current import BRANCH_PREFIX as SCD2_BRANCH_PREFIX
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
 from etr_assets.settings import Settings
@@ -324,20 +325,22 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "",
 
 
 # A write-audit-publish branch (`audit_<run>`) is dropped when its run publishes; one left behind is a failed audit
-# (kept for inspection) or a killed run's. Older than this, no running write can still be using it.
+# (kept for inspection) or a killed run's. So is the SCD2 daily path's branch (`scd2_apply_<id>`): one left behind is
+# a killed apply's. Older than this, no running write can still be using it.
 AUDIT_BRANCH_GRACE = dt.timedelta(days=1)
 
 
 def drop_stale_audit_branches(
     spark, qualified: str, grace: dt.timedelta | None = None, now: dt.datetime | None = None
 ) -> tuple[str, ...]:
-    """Drop `audit_*` branches whose newest snapshot was committed more than `grace` (AUDIT_BRANCH_GRACE) ago."""
+    """Drop `audit_*` and `scd2_apply_*` branches whose newest snapshot was committed more than `grace`
+    (AUDIT_BRANCH_GRACE) ago."""
     cutoff = _naive_utc((now or dt.datetime.now(dt.UTC)) - (AUDIT_BRANCH_GRACE if grace is None else grace))
     rows = spark.sql(
         f"SELECT r.name, s.committed_at FROM {qualified}.refs r JOIN {qualified}.snapshots s "
         f"ON r.snapshot_id = s.snapshot_id WHERE r.type = 'BRANCH'"
     ).collect()
-    stale = [r[0] for r in rows if r[0].startswith(AUDIT_BRANCH_PREFIX) and r[1] < cutoff]
+    stale = [r[0] for r in rows if r[0].startswith((AUDIT_BRANCH_PREFIX, SCD2_BRANCH_PREFIX)) and r[1] < cutoff]
     for name in stale:
         spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS `{name.replace('`', '``')}`")
     return tuple(sorted(stale))

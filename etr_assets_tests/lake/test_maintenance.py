@@ -164,10 +164,11 @@ def test_audit_branches_left_by_failed_or_killed_runs_are_dropped_once_stale_and
     from etr_assets.lake.maintenance import drop_stale_audit_branches
 
     lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH audit_killed_run")
+    lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH scd2_apply_killed")  # a killed SCD2 daily apply's
     lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH analysis")  # someone's own branch: never touched
     assert drop_stale_audit_branches(lake, ledger) == ()  # younger than a day: a running write may still use it
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=2)
-    assert drop_stale_audit_branches(lake, ledger, now=later) == ("audit_killed_run",)
+    assert drop_stale_audit_branches(lake, ledger, now=later) == ("audit_killed_run", "scd2_apply_killed")
     assert {r[0] for r in lake.sql(f"SELECT name FROM {ledger}.refs").collect()} == {"main", "analysis"}
 
     lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH audit_other_run")
