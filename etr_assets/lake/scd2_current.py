@@ -93,6 +93,7 @@ def apply_current(
         F.col("c._valid_from").alias("_current_from"),
         F.when(kind == "new", F.col("n._seq")).when(kind == "vanished", snapshot_at).alias(_CLOSE),
         *[F.col(f"n.{c}").alias(c) for c in _PICKED],
+        F.col("n._alone").alias("_alone"),
         F.col("n._tied").alias("_tied"),
     ).where(F.col("_kind").isin("new", "vanished", "older"))
     classified = classified.cache()
@@ -104,6 +105,7 @@ def apply_current(
             F.count_if(F.col("_kind") == "older").alias("older"),
             F.min_by(F.struct(key, "_seq"), F.when(F.col("_kind") == "older", F.col("_seq"))).alias("example"),
             F.max(F.unix_micros("_seq")).alias("latest"),
+            F.count_if((F.col("_kind") == "new") & ~F.col("_alone")).alias("shared"),
             F.count_if((F.col("_kind") == "new") & F.col("_tied")).alias("tied"),
         ).first()
         if stats["older"]:
@@ -124,7 +126,7 @@ def apply_current(
         closes, opens = stats["changed"] + stats["vanished"], stats["new"]
         if not (closes or opens):
             return Scd2Result(target, 0, 0, 0, None, Scd2Method.CURRENT, reason), reason, watermark_after
-        versions = _new_versions(records, spec, classified, opens, tied=stats["tied"] > 0)
+        versions = _new_versions(records, spec, classified, opens, stats["shared"] > 0, stats["tied"] > 0)
         _write(spark, spec, target, classified, closes, versions if opens else None)
         result = Scd2Result(target, opens, closes, 0, current_snapshot_id(spark, target), Scd2Method.CURRENT, reason)
         return result, reason, watermark_after
@@ -142,9 +144,9 @@ _PICKED = ("_seq", "_file_hash", "_tie")
 
 def latest_per_key(records, spec: TableSpec):
     """Each key's latest record in a one-batch `records`, picked as `scd2.observations` picks it (newest sequence,
-    then source file, then state): narrow rows of the key, `_PICKED`, the state's fingerprint `_state`, and `_tied`,
-    whether another record equals it in `_ORDER` (and may differ in other columns). Partitioned by the key alone
-    (one batch), so the join with the current rows reuses this shuffle."""
+    then source file, then state): narrow rows of the key, `_PICKED`, the state's fingerprint `_state`, `_alone`
+    (the key's only record) and `_tied`: whether another record equals it in `_ORDER` (and may differ in others).
+    Partitioned by the key alone (one batch), so the join with the current rows reuses this shuffle."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -157,6 +159,7 @@ def latest_per_key(records, spec: TableSpec):
     ranked = narrow.withColumn("_rank", F.row_number().over(newest)).withColumn(
         "_tied", F.lead(order).over(newest).eqNullSafe(order)
     )
+    ranked = ranked.withColumn("_alone", F.lead(order).over(newest).isNull())
     return ranked.where("_rank = 1").drop("_rank", "_source_file")
 
 
@@ -185,9 +188,10 @@ def state_fingerprint(spec: TableSpec, column):
     return F.struct(F.xxhash64(*marked).alias("h64"), F.hash(*marked).alias("h32"))
 
 
-def _new_versions(records, spec: TableSpec, classified, opens: int, tied: bool):
+def _new_versions(records, spec: TableSpec, classified, opens: int, shared: bool, tied: bool):
     """The records that open new versions, as table rows: the batch joined with the picks of the keys that open
-    one (NULL-safe on every part, as the window compared them); one per key where records tied on the pick."""
+    one (NULL-safe on every part, as the window compared them), by the key alone unless such a key had several
+    records (`shared`); one per key where records tied on the pick."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
@@ -196,16 +200,16 @@ def _new_versions(records, spec: TableSpec, classified, opens: int, tied: bool):
     )
     if opens <= BROADCAST_ROWS:
         picks = F.broadcast(picks)
-    batch = _with_pick(records, spec)
+    batch = _with_pick(records, spec) if shared else records
     on = F.col(scd2.key).eqNullSafe(F.col("_p_key"))
-    for column in _PICKED:
+    for column in _PICKED if shared else ():
         on = on & F.col(column).eqNullSafe(F.col(f"_p{column}"))
     picked = batch.join(picks, on, "left_semi")
     if tied:  # the window kept one of the tied records; keep one too (which one is arbitrary in both)
         picked = picked.dropDuplicates([scd2.key])
     versions = picked.select(
         "*",
-        F.col("_seq").alias("_valid_from"),
+        F.col(scd2.sequence).alias("_valid_from"),
         F.lit(None).cast("timestamp").alias("_valid_to"),
         F.lit(True).alias("_is_current"),
         F.current_timestamp().alias("_ingested_at"),
