@@ -21,7 +21,7 @@ import dataclasses
 import datetime as dt
 from enum import StrEnum
 
-from etr_assets.lake.writes import current_snapshot_id
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 
 class ReadMode(StrEnum):
@@ -86,13 +86,31 @@ def lineage_since(snapshots: dict[int, tuple[int | None, str]], head: int, since
     return chain if current == since else None
 
 
+def _chain_since(table, head: int, since: int) -> list[tuple[int, str]] | None:
+    """`lineage_since` walked on the table's own metadata (a few Java calls a step; the daily case is a step or
+    two), not on its snapshots metadata table (a Spark job that lists every snapshot)."""
+    chain, current = [], head
+    while current != since:
+        snapshot = table.snapshot(current)
+        if snapshot is None:
+            return None  # history expired below this point
+        chain.append((current, snapshot.operation()))
+        parent = snapshot.parentId()
+        if parent is None:
+            return None
+        current = int(parent)
+    return chain
+
+
 def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ...]) -> tuple[int | None, str | None]:
     """(current snapshot, None) if every snapshot after `since` is one of `operations` (e.g. append and replace:
     an append scan from `since` sees every change); else (current snapshot, why not)."""
-    head = current_snapshot_id(spark, qualified)
-    if head is None:
+    table = iceberg_table(spark, qualified)
+    main = table.refs().get("main")
+    if main is None:
         return None, f"{qualified} has no snapshot"
-    chain = lineage_since(_snapshots(spark, qualified), head, since)
+    head = int(main.snapshotId())
+    chain = _chain_since(table, head, since)
     if chain is None:
         return head, f"snapshot {since} of {qualified} is not an ancestor of its current one (rolled back, or expired)"
     others = [(sid, op) for sid, op in chain if op not in operations]

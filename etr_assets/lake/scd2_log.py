@@ -39,7 +39,7 @@ from etr_assets.lake.scd2 import (
 )
 from etr_assets.lake.scd2_current import apply_current
 from etr_assets.lake.specs import TableSpec
-from etr_assets.lake.writes import current_snapshot_id
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 CURSOR_PROPERTY = "etr.scd2.cursor"
 
@@ -62,8 +62,8 @@ class Scd2Cursor:
 
 
 def read_cursor(spark, qualified: str) -> Scd2Cursor | None:
-    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {qualified}").collect()}
-    return Scd2Cursor.from_json(properties.get(CURSOR_PROPERTY))
+    # From the table's metadata (no Spark command): a replay is this read and two snapshot lookups.
+    return Scd2Cursor.from_json(iceberg_table(spark, qualified).properties().get(CURSOR_PROPERTY))
 
 
 def write_cursor(spark, qualified: str, cursor: Scd2Cursor) -> None:
