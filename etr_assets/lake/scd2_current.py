@@ -19,9 +19,9 @@ Why it is shaped this way (docs/benchmarks.md, benchmark 2): the classification 
 source file, two hashes), never whole records: the records of new versions are picked from the batch afterwards by
 a broadcast join. The closes are a MERGE with matched rows only, so Spark broadcasts the closes and reads the table
 once without shuffling it (a MERGE that also inserts must keep every source row: an outer join that shuffles and
-sorts the whole table); the new versions are an append. Both are written to a branch of their own and published
-with one fast-forward of main, so a reader sees both or neither, and a writer that committed to main meanwhile
-makes the publish fail as a commit conflict (retried on fresh state).
+sorts the whole table); the new versions are an append. Both are written to a branch made at the snapshot the
+classification read and published with one fast-forward of main, so a reader sees both or neither, and a writer
+that committed to main since that snapshot makes the publish fail as a commit conflict (retried on fresh state).
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or 
 
 
 def apply_current(
-    spark, catalog: str, spec: TableSpec, records, mode: str, watermark: int, held=None
+    spark, catalog: str, spec: TableSpec, records, mode: str, watermark: int, base: int | None, held=None
 ) -> tuple[Scd2Result | None, str, int | None]:
     """(result, why this path, new watermark), or (None, why not, None) when some record is not after the watermark
-    and is not a repeat of its key's current state. `records` hold one batch (scd2.observations' input)."""
+    and is not a repeat of its key's current state. `records` hold one batch (scd2.observations' input); `base` is
+    the table's snapshot the caller checked (None: the table is still empty): the current rows are read there, and
+    the writes publish only if main is still there."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
@@ -61,11 +63,10 @@ def apply_current(
 
     present = latest_per_key(records, spec)
     # Only the key, the start and a fingerprint of the state are read and shuffled from the current rows.
-    current = (
-        spark.table(target)
-        .where("_is_current")
-        .select(key, "_valid_from", state_fingerprint(spec, F.col).alias("_state"))
+    table = (
+        spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
+    current = table.where("_is_current").select(key, "_valid_from", state_fingerprint(spec, F.col).alias("_state"))
     how = "full_outer" if mode == FeedMode.FULL else "left"
     joined = present.alias("n").join(current.alias("c"), F.col(f"n.{key}") == F.col(f"c.{key}"), how)
     seen, is_current = F.col(f"n.{key}").isNotNull(), F.col(f"c.{key}").isNotNull()
@@ -127,7 +128,7 @@ def apply_current(
         if not (closes or opens):
             return Scd2Result(target, 0, 0, 0, None, Scd2Method.CURRENT, reason), reason, watermark_after
         versions = _new_versions(records, spec, classified, opens, stats["shared"] > 0, stats["tied"] > 0)
-        _write(spark, spec, target, classified, closes, versions if opens else None)
+        _write(spark, spec, target, base, classified, closes, versions if opens else None)
         result = Scd2Result(target, opens, closes, 0, current_snapshot_id(spark, target), Scd2Method.CURRENT, reason)
         return result, reason, watermark_after
     finally:
@@ -156,10 +157,13 @@ def latest_per_key(records, spec: TableSpec):
     )
     newest = Window.partitionBy(scd2.key).orderBy(*[F.col(c).desc() for c in _ORDER])
     order = F.struct(*_ORDER)
-    ranked = narrow.withColumn("_rank", F.row_number().over(newest)).withColumn(
-        "_tied", F.lead(order).over(newest).eqNullSafe(order)
+    after = F.lead(order).over(newest)  # the key's next record in that order, if any
+    ranked = narrow.select(
+        "*",
+        F.row_number().over(newest).alias("_rank"),
+        after.eqNullSafe(order).alias("_tied"),
+        after.isNull().alias("_alone"),
     )
-    ranked = ranked.withColumn("_alone", F.lead(order).over(newest).isNull())
     return ranked.where("_rank = 1").drop("_rank", "_source_file")
 
 
@@ -217,21 +221,20 @@ def _new_versions(records, spec: TableSpec, classified, opens: int, shared: bool
     return conform(versions, spec)
 
 
-def _write(spark, spec: TableSpec, target: str, classified, closes: int, versions) -> None:
-    """Close versions (a MERGE of matched rows) and append new ones; both at once (a branch, one fast-forward)."""
-    if not closes:
-        versions.writeTo(target).append()  # one commit already
+def _write(spark, spec: TableSpec, target: str, base: int | None, classified, closes: int, versions) -> None:
+    """Close versions (a MERGE of matched rows) and append new ones on a branch made at `base`, then fast-forward
+    main to it: both at once, and only if nobody committed to main since `base`, which the classification read."""
+    if base is None:  # the table's first rows: nothing to close, and no snapshot to branch from
+        versions.writeTo(target).append()
         return
-    if versions is None:
-        _close(spark, spec, target, classified, closes)
-        return
-    table = iceberg_table(spark, target)
     branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
-    table.manageSnapshots().createBranch(branch, table.currentSnapshot().snapshotId()).commit()
+    iceberg_table(spark, target).manageSnapshots().createBranch(branch, base).commit()
     try:
-        _close(spark, spec, f"{target}.branch_{branch}", classified, closes)
-        versions.writeTo(f"{target}.branch_{branch}").append()
-        # Fails if main moved since the branch was made (a commit conflict: the attempt reruns on fresh state).
+        if closes:
+            _close(spark, spec, f"{target}.branch_{branch}", classified, closes)
+        if versions is not None:
+            versions.writeTo(f"{target}.branch_{branch}").append()
+        # Fails if main moved since `base` (a commit conflict: the attempt reruns on fresh state).
         iceberg_table(spark, target).manageSnapshots().fastForwardBranch("main", branch).removeBranch(branch).commit()
     finally:
         table = iceberg_table(spark, target)

@@ -94,7 +94,7 @@ def apply_log(
 
     def attempt() -> Scd2Result:
         cursor = read_cursor(spark, target)
-        head, why = _can_extend(spark, target, log, cursor, full_refresh)
+        head, base, why = _can_extend(spark, target, log, cursor, full_refresh)
         if why is None and head == cursor.log_snapshot_id:
             return Scd2Result(target, 0, 0, 0, None, Scd2Method.UNCHANGED, f"log {log} unchanged since snapshot {head}")
         if why is None:
@@ -106,7 +106,7 @@ def apply_log(
             )
             new_records = to_records(appended)
             result, why, watermark = apply_current(
-                spark, catalog, spec, new_records, mode, cursor.watermark_micros, held
+                spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, held
             )
             if result is None:
                 not_current = why
@@ -135,24 +135,27 @@ def apply_log(
 
 def _can_extend(
     spark, target: str, log: str, cursor: Scd2Cursor | None, full_refresh: bool
-) -> tuple[int | None, str | None]:
-    """(the log's current snapshot, None if history can be extended from the log's new rows, else why not)."""
+) -> tuple[int | None, int | None, str | None]:
+    """(the log's current snapshot, the table's snapshot this checked, None if history can be extended from the
+    log's new rows, else why not)."""
     head = current_snapshot_id(spark, log)
     if full_refresh:
-        return head, "full refresh requested"
+        return head, None, "full refresh requested"
     if cursor is None:
-        return head, f"no cursor on {target} (first build, or built before cursors)"
+        return head, None, f"no cursor on {target} (first build, or built before cursors)"
     if cursor.watermark_micros is None:
-        return head, f"the cursor on {target} has no watermark"
+        return head, None, f"the cursor on {target} has no watermark"
+    base = None
     if cursor.table_snapshot_id is not None:  # compaction since is fine; any other commit is someone else's write
-        _, written = changed_only_by(spark, target, cursor.table_snapshot_id, ("replace",))
+        base, written = changed_only_by(spark, target, cursor.table_snapshot_id, ("replace",))
         if written:
-            return head, f"{target} was written since the cursor's snapshot: {written}"
+            return head, base, f"{target} was written since the cursor's snapshot: {written}"
     elif current_snapshot_id(spark, target) is not None:
-        return head, f"{target} was written since the cursor (it was empty then)"
+        return head, None, f"{target} was written since the cursor (it was empty then)"
     if head == cursor.log_snapshot_id:
-        return head, None
-    return changed_only_by(spark, log, cursor.log_snapshot_id, ("append", "replace"))
+        return head, base, None
+    head, why = changed_only_by(spark, log, cursor.log_snapshot_id, ("append", "replace"))
+    return head, base, why
 
 
 def _advance(spark, target: str, result: Scd2Result, log_snapshot: int, watermark: int | None) -> None:
