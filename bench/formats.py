@@ -6,6 +6,9 @@ plus variants for the one-customer lookup: a Parquet bloom filter on customer_id
 table partitioned by days and bucket(16, customer_id). Then, side by side: a full scan, a one-day filter, a
 one-customer filter, two columns of thirteen, an update of 1% of rows, the seed's one-day status update, and the
 deletion of one customer (copy-on-write and merge-on-read) against rewriting the affected Parquet partitions.
+Last, the path the pipeline takes after a merge-on-read update: the silver table's health (what the `table_health`
+check and the maintenance sensor read), `maintain_table` as the `table_maintenance` job runs it, health again and a
+full scan of the maintained table.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from pathlib import Path
 from bench import data
 from bench.common import Lake, best_of, folder_bytes, measure, ratio, run_scan
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.specs import bloom_filter
+from etr_assets.lake.health import TableHealth, table_health
+from etr_assets.lake.maintenance import maintain_table
+from etr_assets.lake.specs import TableSpec, bloom_filter
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 TITLE = "Benchmark 1 — requirement R1's table: Iceberg silver against plain Parquet"
 MOR = {"write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read", "write.merge.mode": "merge-on-read"}
 COW = {key: "copy-on-write" for key in MOR}
 UPDATE_1PCT = "xxhash64(transaction_id) % 100 = 0"  # 1% of rows, spread over every day
+MAINTENANCE_RUN_ID = "bench-formats"  # the run id maintain_table logs (the job passes its Dagster run's)
 
 
 @dataclasses.dataclass
@@ -32,6 +38,7 @@ class Dataset:
     label: str
     kind: str  # "parquet" or "iceberg"
     source: str  # a path (parquet) or a qualified table name (iceberg)
+    spec: TableSpec | None = None  # the spec an Iceberg table was created from (maintenance takes it)
 
     def relation(self, spark) -> str:
         if self.kind == "iceberg":
@@ -41,12 +48,12 @@ class Dataset:
         return view
 
 
-def _iceberg_table(lake: Lake, spec, df, properties: dict | None = None) -> str:
+def _iceberg_table(lake: Lake, spec, df, properties: dict | None = None) -> TableSpec:
+    """Create the table from `spec` (plus `properties`), append `df`; the spec it was created from."""
     spec = dataclasses.replace(spec, properties={**spec.properties, **(properties or {})})
     ensure_table(lake.spark, lake.catalog, spec)
-    qualified = spec.qualified(lake.catalog)
-    df.writeTo(qualified).append()
-    return qualified
+    df.writeTo(spec.qualified(lake.catalog)).append()
+    return spec
 
 
 def _parquet(lake: Lake, df, folder: str, bloom_ndv: int = 0) -> str:
@@ -68,9 +75,12 @@ def build_datasets(lake: Lake, sizes: dict) -> tuple[dict[str, Dataset], dict]:
     sets = {}
 
     def timed(key, label, kind, make):
-        seconds, counters, source = measure(spark, make)
+        seconds, counters, made = measure(spark, make)  # a Parquet folder, or an Iceberg table's spec
         timings[key] = {"seconds": round(seconds, 2), "output_bytes": counters["output_bytes"]}
-        sets[key] = Dataset(label, kind, source)
+        if kind == "iceberg":
+            sets[key] = Dataset(label, kind, made.qualified(lake.catalog), spec=made)
+        else:
+            sets[key] = Dataset(label, kind, made)
 
     rows_per_file = sizes["rows"] // sizes["days"]
     # The silver spec carries a bloom filter on customer_id; "Iceberg silver" here is that spec without it, and
@@ -149,11 +159,14 @@ def _summary(spark, table: str) -> dict:
     return dict(spark.sql(f"SELECT summary FROM {table}.snapshots WHERE snapshot_id = {current}").first()[0])
 
 
+def _set_write_mode(spark, table: str, mode: dict) -> None:
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({', '.join(f'{k!r} = {v!r}' for k, v in mode.items())})")
+
+
 def iceberg_dml(lake: Lake, table: str, statement: str, mode: dict, repeats: int, scan_after: bool) -> dict:
     """Run a DML statement in a write mode, best of `repeats`, rolling back to the same snapshot each time."""
     spark = lake.spark
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in mode.items())
-    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({props})")
+    _set_write_mode(spark, table, mode)
     start = _current_snapshot(spark, table)
     best = None
     for _ in range(max(1, repeats)):
@@ -274,8 +287,85 @@ def updates_and_deletes(lake: Lake, sets: dict[str, Dataset], customer: int, day
                     "speedup_vs_parquet": ratio(baseline["seconds"], measured["seconds"]),
                 }
             )
-    lake.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({', '.join(f'{k!r} = {v!r}' for k, v in COW.items())})")
+    _set_write_mode(lake.spark, table, COW)
     return rows
+
+
+# --- the pipeline's path after a merge-on-read change: health check, maintenance, health again ------------------
+def _health_figures(health: TableHealth) -> dict:
+    return {
+        "health": str(health.status),
+        "needs_maintenance": "yes" if health.needs_maintenance else "no",  # what the sensor acts on
+        "reasons": "; ".join(health.reasons) or "none",
+        "rows": health.rows,
+        "data_files": health.data_files,
+        "delete_files": health.delete_files,
+        "snapshots": health.snapshots,
+        "manifests": health.manifests,
+    }
+
+
+def health_triggered_maintenance(lake: Lake, dataset: Dataset, repeats: int) -> list[dict]:
+    """A merge-on-read 1% update of the silver table, then what follows in the pipeline: the `table_health` check
+    (and the `table_health_maintenance` sensor) read `table_health`; on WARN or worse the `table_maintenance` job's
+    step calls `maintain_table` with the table's spec; then health again and a full scan, best of `repeats`.
+
+    Run once and last: maintenance rewrites the table and commits past the snapshot the DML cases roll back to.
+    Health is recorded as found; maintenance runs whatever it says (as the weekly schedule would run it).
+    """
+    spark, spec, table = lake.spark, dataset.spec, dataset.source
+    _set_write_mode(spark, table, MOR)
+    update_s, _, _ = measure(spark, lambda: spark.sql(f"UPDATE {table} SET status = 'PROCESSED' WHERE {UPDATE_1PCT}"))
+    before = table_health(lake.settings, spec)
+    # Timed only: the procedures' Spark jobs escape measure's job group (its task counters read 0); the figures
+    # kept are the counts maintain_table returns.
+    maintain_s, _, result = measure(
+        spark, lambda: maintain_table(spark, lake.settings, spec, run_id=MAINTENANCE_RUN_ID)
+    )
+    after = table_health(lake.settings, spec)
+    scan_s, scan, times = best_of(repeats, lambda: run_scan(spark, f"SELECT * FROM {table}"))
+    return [
+        {
+            "state": "after a merge-on-read 1% update",
+            "step": "UPDATE (merge-on-read, deletion vectors on v3)",
+            "seconds": round(update_s, 3),
+            **_health_figures(before),
+        },
+        {
+            "state": "after health-triggered maintenance",
+            "step": "maintain_table (compaction, manifests, snapshot expiry, orphan files)",
+            "seconds": round(maintain_s, 3),
+            **_health_figures(after),
+            "files_rewritten": result.compaction.rewritten_data_files,
+            "data_files_written": result.compaction.added_data_files,
+            "delete_files_removed": result.compaction.removed_delete_files,
+            "manifests_rewritten": result.manifests.rewritten_manifests,
+            "snapshots_expired": result.expiry.expired_snapshots,
+            "orphan_files_removed": len(result.orphans.removed),
+            "bytes_rewritten": result.compaction.rewritten_bytes,
+            "full_scan_s": round(scan_s, 3),
+            "full_scan_all_runs_s": times,
+            "full_scan_rows": scan.get("rows"),
+            "full_scan_files_read": scan.get("files_read"),
+            "full_scan_delete_files_read": scan.get("delete_files_read"),
+        },
+    ]
+
+
+def maintenance_notes(updated: dict, maintained: dict, repeats: int) -> list[str]:
+    verdict = (
+        "so the table_health_maintenance sensor would launch table_maintenance"
+        if updated["needs_maintenance"] == "yes"
+        else "so the sensor would NOT launch table_maintenance (it ran anyway, as the weekly schedule would run it)"
+    )
+    return [
+        f"Health after the merge-on-read 1% update: {updated['health']} ({updated['reasons']}), {verdict}. "
+        f"maintain_table took {maintained['seconds']:.1f} s (one run: it rewrites the table, so it is measured "
+        f"last): {maintained['files_rewritten']} data files rewritten into {maintained['data_files_written']}, "
+        f"{maintained['delete_files_removed']} delete files removed; delete files "
+        f"{updated['delete_files']} -> {maintained['delete_files']}, health after: {maintained['health']} "
+        f"({maintained['reasons']}). The full scan after it: best of {max(1, repeats)} run(s), like the others.",
+    ]
 
 
 def column_share(files: list[str], columns: tuple[str, ...]) -> float:
@@ -357,9 +447,14 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
             ratios[f"{operation}: Parquet rewrite time / {method} (seed: 10)"] = _find(
                 dml, operation=operation, method=method
             )["speedup_vs_parquet"]
+    # Last: maintenance rewrites the silver table (whose file footers the column shares above have read).
+    updated, maintained = health_triggered_maintenance(lake, sets["iceberg"], repeats)
     mor_update = _find(dml, operation="update 1% of rows (scattered)", method="Iceberg merge-on-read")
     ratios["full scan after a merge-on-read 1% update / before"] = ratio(
         mor_update["full_scan_after_s"], i_full["seconds"]
+    )
+    ratios["full scan after a merge-on-read 1% update + health-triggered maintenance / before (target: <= 1.2)"] = (
+        ratio(maintained["full_scan_s"], i_full["seconds"])
     )
 
     labels = ["full scan", "one day", "one customer", "2 of 13 columns"]
@@ -383,13 +478,17 @@ def run(lake: Lake, scale: float, repeats: int = 3) -> dict:
             "files read'/'size of files read'; Iceberg BatchScan 'resultDataFiles'/'totalFileSize', and "
             "'skippedDataFiles'); `input_bytes`/`input_records`: task input metrics, the bytes the readers took "
             "from the file system (after column pruning and row-group skipping, including read-ahead); updates: "
-            "the Iceberg snapshot summary (files removed and added, delete files, bytes added)."
+            "the Iceberg snapshot summary (files removed and added, delete files, bytes added); health-triggered "
+            "maintenance: `etr_assets.lake.health.table_health` (pyiceberg metadata, what the Dagster check reads) "
+            "and the results `etr_assets.lake.maintenance.maintain_table` returns (its procedures' own counts)."
         ),
         "tables": [
             {"title": "Reads", "rows": scans},
             {"title": "Updates and deletes", "rows": dml},
+            {"title": "Health-triggered maintenance after a merge-on-read 1% update", "rows": [updated, maintained]},
         ],
         "ratios": ratios,
+        "notes": maintenance_notes(updated, maintained, repeats),
         "charts": [
             {
                 "file": "formats.png",

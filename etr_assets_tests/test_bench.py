@@ -50,6 +50,23 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     cow = dml[("delete one customer", "Iceberg copy-on-write")]
     assert cow["delete_files_written"] == 0 and cow["files_rewritten"] >= 1
 
+    # Health, then the maintenance its sensor would launch, after a merge-on-read 1% update (at this size the few
+    # deletion vectors stay under the WARN limit: the verdict is recorded as found, maintenance runs regardless).
+    updated, maintained = result["tables"][2]["rows"]
+    assert updated["delete_files"] >= 1 and updated["needs_maintenance"] == (
+        "no" if updated["health"] == "OK" else "yes"
+    )
+    assert maintained["delete_files_removed"] >= updated["delete_files"] and maintained["files_rewritten"] >= 1
+    assert maintained["delete_files"] == 0 and "delete files" not in maintained["reasons"]
+    assert maintained["full_scan_delete_files_read"] == 0
+    assert maintained["rows"] == updated["rows"] == maintained["full_scan_rows"] == result["data"]["rows"]
+    assert "full scan after a merge-on-read 1% update / before" in result["ratios"]
+    assert (
+        "full scan after a merge-on-read 1% update + health-triggered maintenance / before (target: <= 1.2)"
+        in result["ratios"]
+    )
+    assert any(note.startswith("Health after the merge-on-read 1% update") for note in result["notes"])
+
 
 def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     from bench import scd2
