@@ -42,6 +42,9 @@ from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 CURSOR_PROPERTY = "etr.scd2.cursor"
+# The log's new rows are one day's files, small enough that Iceberg would read them all in one task; a task per file
+# (or row group) lets every core hash and sort them (the daily path reads them twice).
+NEW_ROWS_SPLIT_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +105,7 @@ def apply_log(
                 spark.read.format("iceberg")
                 .option("start-snapshot-id", cursor.log_snapshot_id)
                 .option("end-snapshot-id", head)
+                .option("split-size", str(NEW_ROWS_SPLIT_BYTES))
                 .load(log)
             )
             new_records = to_records(appended)
