@@ -80,6 +80,7 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     # The bench itself fails unless the daily path was taken and gave the recompute's versions.
     daily = [r for r in rows if r["method"] == "ours: current rows (daily path)"]
     assert len(daily) == 1 and all(r["seconds"] > 0 and r["replay_commits"] == 0 for r in daily)
+    assert daily[0]["commits"] == 2  # the closes and the new versions, published together by one fast-forward
     # A day older than the newest takes the general path (the bench fails if it took the daily one).
     late = [r for r in rows if r["method"].startswith("ours: late day")]
     assert len(late) == 1 and late[0]["commits"] == 1, late
