@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 from enum import StrEnum
 
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
@@ -74,32 +75,35 @@ def _snapshots(spark, qualified: str) -> dict[int, tuple[int | None, str]]:
     }
 
 
-def lineage_since(snapshots: dict[int, tuple[int | None, str]], head: int, since: int) -> list[tuple[int, str]] | None:
-    """The snapshots after `since` up to `head` (newest first), or None if `since` is not an ancestor of `head`."""
+def lineage_since(
+    parent_of: Callable[[int], tuple[int | None, str] | None], head: int, since: int
+) -> list[tuple[int, str]] | None:
+    """The snapshots after `since` up to `head` (newest first), or None if `since` is not an ancestor of `head`.
+    `parent_of(snapshot id)`: (parent id, operation), None for a snapshot not kept (a dict's `get`, or
+    `snapshot_in_metadata`)."""
     chain, current = [], head
     while current is not None and current != since:
-        if current not in snapshots:
+        found = parent_of(current)
+        if found is None:
             return None  # history expired below this point
-        parent, operation = snapshots[current]
+        parent, operation = found
         chain.append((current, operation))
         current = parent
     return chain if current == since else None
 
 
-def _chain_since(table, head: int, since: int) -> list[tuple[int, str]] | None:
-    """`lineage_since` walked on the table's own metadata (a few Java calls a step; the daily case is a step or
-    two), not on its snapshots metadata table (a Spark job that lists every snapshot)."""
-    chain, current = [], head
-    while current != since:
-        snapshot = table.snapshot(current)
+def snapshot_in_metadata(table) -> Callable[[int], tuple[int | None, str] | None]:
+    """`lineage_since`'s lookup on an Iceberg table's own metadata (a few Java calls a step; the daily case walks a
+    step or two), instead of a Spark job over its snapshots metadata table."""
+
+    def parent_of(snapshot_id: int) -> tuple[int | None, str] | None:
+        snapshot = table.snapshot(snapshot_id)
         if snapshot is None:
-            return None  # history expired below this point
-        chain.append((current, snapshot.operation()))
-        parent = snapshot.parentId()
-        if parent is None:
             return None
-        current = int(parent)
-    return chain
+        parent = snapshot.parentId()
+        return (None if parent is None else int(parent)), snapshot.operation()
+
+    return parent_of
 
 
 def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ...]) -> tuple[int | None, str | None]:
@@ -110,7 +114,7 @@ def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ..
     if main is None:
         return None, f"{qualified} has no snapshot"
     head = int(main.snapshotId())
-    chain = _chain_since(table, head, since)
+    chain = lineage_since(snapshot_in_metadata(table), head, since)
     if chain is None:
         return head, f"snapshot {since} of {qualified} is not an ancestor of its current one (rolled back, or expired)"
     others = [(sid, op) for sid, op in chain if op not in operations]
@@ -169,7 +173,7 @@ def plan_reads(
             return DayRead(day, ReadMode.WHOLE_DAY, "upstream table has no snapshot")
         if cursor.downstream_snapshot_id is not None and (
             downstream_head is None
-            or lineage_since(downstream_snapshots, downstream_head, cursor.downstream_snapshot_id) is None
+            or lineage_since(downstream_snapshots.get, downstream_head, cursor.downstream_snapshot_id) is None
         ):
             return DayRead(
                 day,
@@ -177,7 +181,7 @@ def plan_reads(
                 f"{downstream} no longer descends from snapshot {cursor.downstream_snapshot_id} "
                 "(rolled back, or history expired)",
             )
-        chain = lineage_since(snapshots, head, cursor.upstream_snapshot_id)
+        chain = lineage_since(snapshots.get, head, cursor.upstream_snapshot_id)
         if chain is None:
             return DayRead(
                 day,

@@ -34,7 +34,7 @@ from etr_assets.lake.scd2 import Scd2Method, Scd2Result
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
-# Keys per side sent whole to every task: narrow rows (a key, two times, a file name, two hashes), tens of MB at most.
+# Closes or picks sent whole to every task: narrow rows (a key, a time or two, at most two hashes), tens of MB at most.
 BROADCAST_ROWS = 2_000_000
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
 
