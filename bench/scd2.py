@@ -128,13 +128,14 @@ def seed_statements(spark, table: str, path: str) -> int:
     """)  # step 2
     columns = ", ".join(BUSINESS)
     spark.sql(f"""
-        INSERT INTO {table} ({columns}, _ingested_at, _source_file, _batch_id, _is_current, _valid_from, _valid_to)
+        INSERT INTO {table} ({columns}, _ingested_at, _source_file, _batch_id, _is_current, _valid_from, _valid_to,
+                             _state_hash)
         SELECT {", ".join("source." + c for c in BUSINESS)}, current_timestamp(), source.source_path, 'seed',
-               true, current_timestamp(), CAST(NULL AS timestamp)
+               true, current_timestamp(), CAST(NULL AS timestamp), CAST(NULL AS bigint)
         FROM ({numbered}) source
         LEFT JOIN {table} target ON target.customer_id = source.customer_id AND target._is_current = true
         WHERE source.rn = 1 AND (target.customer_id IS NULL OR {differs})
-    """)  # step 3
+    """)  # step 3 (the real spec's `_state_hash` stays NULL: R2's statements compute no hash)
     spark.catalog.dropTempView(view)  # step 4
     return _snapshot_count(spark, table) - before
 

@@ -7,7 +7,8 @@ What a spec change may do to a live table:
 - widen a type: int -> bigint, float -> double, decimal(p,s) -> decimal(P,s) with P > p;
 - relax NOT NULL;
 - add or drop partition fields (old files keep their layout, new writes use the new one);
-- change table properties.
+- change table properties;
+- fill an SCD2 table's `_state_hash` (added, or hashed another way) before its property says it can be trusted.
 
 Anything else (narrowing, another type change, dropping a column, making a column NOT NULL) is refused with an
 error naming the table, the column, the change and what to do instead, and nothing is altered.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from etr_assets.lake.specs import TableSpec, decimal_type
+from etr_assets.lake.specs import STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec, decimal_type
 from etr_assets.lake.writes import iceberg_table
 
 _WIDENINGS = {("int", "bigint"), ("float", "double")}
@@ -199,6 +200,8 @@ def _ensure(spark, catalog: str, spec: TableSpec, qualified: str) -> TableChange
     if spec.write_order and "sort-order" not in current:  # e.g. a crash between CREATE and its ALTER
         spark.sql(spec.write_order_ddl(catalog))
     wanted = {k: v for k, v in spec.table_properties.items() if k != "format-version" and current.get(k) != v}
+    if STATE_HASH_PROPERTY in wanted:  # the rows' hashes are missing or computed otherwise: fill them first
+        spark.sql(f"UPDATE {qualified} SET {STATE_HASH_COLUMN} = {spec.state_hash_sql}")
     if wanted:
         assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(wanted.items()))
         spark.sql(f"ALTER TABLE {qualified} SET TBLPROPERTIES ({assignments})")

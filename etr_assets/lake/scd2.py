@@ -29,7 +29,7 @@ from enum import StrEnum
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform
 from etr_assets.lake.retry import run_with_retries
-from etr_assets.lake.specs import Scd2, TableSpec
+from etr_assets.lake.specs import STATE_HASH_COLUMN, Scd2, TableSpec
 from etr_assets.lake.writes import current_snapshot_id
 
 
@@ -119,6 +119,7 @@ def history(events, spec: TableSpec):
         .withColumn("_valid_from", F.col("_seq"))
         .withColumn("_is_current", F.col("_valid_to").isNull())
         .withColumn("_ingested_at", F.current_timestamp())
+        .withColumn(STATE_HASH_COLUMN, F.expr(spec.state_hash_sql))
     )
     return conform(versions, spec)
 

@@ -16,12 +16,14 @@ Those are exactly the versions the recompute (`scd2.history`) gives for this bat
 keeps the batch that started it.
 
 Why it is shaped this way (docs/benchmarks.md, benchmark 2): the classification moves only narrow rows (key, time,
-source file, two hashes), never whole records: the records of new versions are picked from the batch afterwards by
-a broadcast join. The closes are a MERGE with matched rows only, so Spark broadcasts the closes and reads the table
-once without shuffling it (a MERGE that also inserts must keep every source row: an outer join that shuffles and
-sorts the whole table); the new versions are an append. Both are written to a branch made at the snapshot the
-classification read and published with one fast-forward of main, so a reader sees both or neither, and a writer
-that committed to main since that snapshot makes the publish fail as a commit conflict (retried on fresh state).
+source file, the state's hash), never whole records, and of the current rows it reads the key, the start and the hash
+every version stores (`_state_hash`), not the tracked columns; the records of new versions are picked from the batch
+afterwards by a broadcast join. The closes are a MERGE with matched rows only, so Spark broadcasts the closes and
+reads the table once without shuffling it (a MERGE that also inserts must keep every source row: an outer join that
+shuffles and sorts the whole table); the new versions are an append. Both are written to a branch made at the
+snapshot the classification read and published with one fast-forward of main, so a reader sees both or neither, and
+a writer that committed to main since that snapshot makes the publish fail as a commit conflict (retried on fresh
+state).
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ from __future__ import annotations
 import uuid
 
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.frames import conform, spark_type
+from etr_assets.lake.frames import conform
 from etr_assets.lake.scd2 import Scd2Method, Scd2Result
-from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.specs import STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
-# Closes or picks sent whole to every task: narrow rows (a key, a time or two, at most two hashes), tens of MB at most.
+# Closes or picks sent whole to every task: narrow rows (a key, a time or two, a hash or two), tens of MB at most.
 BROADCAST_ROWS = 2_000_000
+# Spark's estimate of the cached closes, rows of every classified column: what the threshold must admit.
+BROADCAST_BYTES = 512 * 1024 * 1024
+_BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
 
 
@@ -62,11 +67,14 @@ def apply_current(
         return None, "the new snapshot is not newer than the watermark (a day arrived late, or again)", None
 
     present = latest_per_key(records, spec)
-    # Only the key, the start and a fingerprint of the state are read and shuffled from the current rows.
+    # Only the key, the start and the state's hash are read and shuffled from the current rows: the stored one when
+    # the table says its rows carry this spec's hash (no tracked column read at all), else computed.
     table = (
         spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
-    current = table.where("_is_current").select(key, "_valid_from", state_fingerprint(spec, F.col).alias("_state"))
+    stored = iceberg_table(spark, target).properties().get(STATE_HASH_PROPERTY) == spec.state_hash_sql
+    state = F.col(STATE_HASH_COLUMN) if stored else F.expr(spec.state_hash_sql)
+    current = table.where("_is_current").select(key, "_valid_from", state.alias("_state"))
     how = "full_outer" if mode == FeedMode.FULL else "left"
     joined = present.alias("n").join(current.alias("c"), F.col(f"n.{key}") == F.col(f"c.{key}"), how)
     seen, is_current = F.col(f"n.{key}").isNotNull(), F.col(f"c.{key}").isNotNull()
@@ -81,7 +89,8 @@ def apply_current(
     else:
         vanished = ~seen & F.lit(mode == FeedMode.FULL)
     kind = (
-        F.when(seen & repeat, "repeat")
+        F.when(is_current & F.col("c._state").isNull(), "unhashed")  # written without one: cannot compare
+        .when(seen & repeat, "repeat")
         .when(seen & after, "new")
         .when(seen, "older")
         .when(vanished, "vanished")
@@ -96,7 +105,7 @@ def apply_current(
         *[F.col(f"n.{c}").alias(c) for c in _PICKED],
         F.col("n._alone").alias("_alone"),
         F.col("n._tied").alias("_tied"),
-    ).where(F.col("_kind").isin("new", "vanished", "older"))
+    ).where(F.col("_kind").isin("new", "vanished", "older", "unhashed"))
     classified = classified.cache()
     try:
         stats = classified.agg(
@@ -104,11 +113,14 @@ def apply_current(
             F.count_if((F.col("_kind") == "new") & F.col("_current_from").isNotNull()).alias("changed"),
             F.count_if(F.col("_kind") == "vanished").alias("vanished"),
             F.count_if(F.col("_kind") == "older").alias("older"),
+            F.count_if(F.col("_kind") == "unhashed").alias("unhashed"),
             F.min_by(F.struct(key, "_seq"), F.when(F.col("_kind") == "older", F.col("_seq"))).alias("example"),
             F.max(F.unix_micros("_seq")).alias("latest"),
             F.count_if((F.col("_kind") == "new") & ~F.col("_alone")).alias("shared"),
             F.count_if((F.col("_kind") == "new") & F.col("_tied")).alias("tied"),
         ).first()
+        if stats["unhashed"]:
+            return None, f"{stats['unhashed']} current row(s) without a {STATE_HASH_COLUMN}", None
         if stats["older"]:
             example = stats["example"]
             return (
@@ -153,7 +165,7 @@ def latest_per_key(records, spec: TableSpec):
 
     scd2 = spec.scd2
     narrow = _with_pick(records, spec).select(
-        scd2.key, *_ORDER, "_file_hash", state_fingerprint(spec, F.col).alias("_state")
+        scd2.key, *_ORDER, "_file_hash", F.expr(spec.state_hash_sql).alias("_state")
     )
     newest = Window.partitionBy(scd2.key).orderBy(*[F.col(c).desc() for c in _ORDER])
     order = F.struct(*_ORDER)
@@ -176,20 +188,6 @@ def _with_pick(records, spec: TableSpec):
         .withColumn("_tie", F.xxhash64(*spec.scd2.tracked))
         .withColumn("_file_hash", F.xxhash64("_source_file"))
     )
-
-
-def state_fingerprint(spec: TableSpec, column):
-    """Two independent 64- and 32-bit hashes of the tracked columns, typed as the table types them, NULL-safe: each
-    value is preceded by whether it is NULL (Spark's hashes skip NULLs, which would make (x, NULL) and (NULL, x)
-    equal). Equal states give equal fingerprints; different ones collide with a chance of about 2^-96."""
-    from pyspark.sql import functions as F
-
-    types = {c.name: spark_type(c.type) for c in spec.columns}
-    marked = []
-    for name in spec.scd2.tracked:
-        value = column(name).cast(types[name])
-        marked += [value.isNull(), value]
-    return F.struct(F.xxhash64(*marked).alias("h64"), F.hash(*marked).alias("h32"))
 
 
 def _new_versions(records, spec: TableSpec, classified, opens: int, shared: bool, tied: bool):
@@ -217,6 +215,7 @@ def _new_versions(records, spec: TableSpec, classified, opens: int, shared: bool
         F.lit(None).cast("timestamp").alias("_valid_to"),
         F.lit(True).alias("_is_current"),
         F.current_timestamp().alias("_ingested_at"),
+        F.expr(spec.state_hash_sql).alias(STATE_HASH_COLUMN),
     )
     return conform(versions, spec)
 
@@ -249,11 +248,16 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int) -> None
     staged = classified.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(
         key, F.col("_current_from").alias("_valid_from"), _CLOSE
     )
-    if closes <= BROADCAST_ROWS:  # the MERGE reads the table once, with no shuffle of its rows
-        staged = F.broadcast(staged)
     view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
+    threshold = spark.conf.get(_BROADCAST_THRESHOLD)
     staged.createOrReplaceTempView(view)
     try:
+        # Broadcast, the MERGE reads the table once and shuffles none of its rows (a sort-merge join shuffled the
+        # whole table: 5 s at 1M keys and 50% changed). MERGE ignores broadcast hints (apache/iceberg#10891), but
+        # Spark broadcasts a join side estimated under this threshold, and MERGE's target never is a candidate
+        # (its scan reports no size).
+        if closes <= BROADCAST_ROWS:
+            spark.conf.set(_BROADCAST_THRESHOLD, str(BROADCAST_BYTES))
         # `_is_current` in the condition lets the scan skip files that hold closed versions only.
         spark.sql(
             f"""
@@ -265,4 +269,5 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int) -> None
             """
         )
     finally:
+        spark.conf.set(_BROADCAST_THRESHOLD, threshold)
         spark.catalog.dropTempView(view)

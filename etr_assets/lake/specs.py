@@ -201,7 +201,17 @@ SCD2_COLUMNS = (
     Column("_is_current", "boolean", "True for the version valid now (at most one per key)", required=True),
     Column("_valid_from", "timestamp", "Source time this version became valid", required=True),
     Column("_valid_to", "timestamp", "Source time the next version (or deletion) began; NULL while current"),
+    Column(
+        "_state_hash",
+        "bigint",
+        "Fingerprint of the tracked columns (the table property etr.scd2.state-hash says how it is computed): a daily "
+        "batch is compared with it instead of every tracked column of every current version",
+    ),
 )
+STATE_HASH_COLUMN = "_state_hash"
+# The expression the table's `_state_hash` values were computed with (`TableSpec.state_hash_sql`). Set only once every
+# row carries it (evolution fills the column first): a reader may trust the stored hashes exactly when it matches.
+STATE_HASH_PROPERTY = "etr.scd2.state-hash"
 
 
 # Row rules every SCD2 table keeps (blocking checks after each MERGE).
@@ -317,8 +327,27 @@ class TableSpec:
     @property
     def table_properties(self) -> dict[str, str]:
         personal = {METRICS_COLUMN_PROPERTY.format(c): PERSONAL_DATA_METRICS for c in self.personal_data_columns}
+        state = {}
+        if self.scd2 is not None:
+            state[STATE_HASH_PROPERTY] = self.state_hash_sql
+            if self.holds_personal_data:  # a hash of personal values: no bounds of it in manifests either
+                personal[METRICS_COLUMN_PROPERTY.format(STATE_HASH_COLUMN)] = PERSONAL_DATA_METRICS
         pinned = {FORMAT_VERSION: str(self.format_version)} if self.format_version else {}
-        return {**DEFAULT_PROPERTIES, **personal, **pinned, **self.properties}
+        return {**DEFAULT_PROPERTIES, **personal, **state, **pinned, **self.properties}
+
+    @property
+    def state_hash_sql(self) -> str | None:
+        """SQL of the SCD2 state fingerprint: a 64-bit hash of the tracked columns, typed as the table types them,
+        NULL-safe (each value is preceded by whether it is NULL: Spark's hashes skip NULLs, which would make (x, NULL)
+        and (NULL, x) equal). Equal states hash equal; a changed state keeps its hash with a chance of 2^-64."""
+        if self.scd2 is None:
+            return None
+        types = {c.name: c.type for c in self.columns}
+        parts = []
+        for name in self.scd2.tracked:
+            value = f"CAST(`{name}` AS {types[name]})"
+            parts += [f"{value} IS NULL", value]
+        return f"xxhash64({', '.join(parts)})"
 
     @property
     def merge_on_read(self) -> bool:

@@ -1,18 +1,18 @@
-"""The daily SCD2 path's state fingerprint: equal exactly when the tracked values are (NULL-safe), whatever types the
-batch brings. (The path's history is checked against the in-order model and the recompute in test_scd2_log.)"""
+"""The SCD2 state hash (`TableSpec.state_hash_sql`, stored on every version and compared by the daily path): equal
+exactly when the tracked values are (NULL-safe), whatever types the batch brings. (The path's history is checked
+against the in-order model and the recompute in test_scd2_log.)"""
 
 from __future__ import annotations
 
 from pyspark.sql import functions as F
 
 from etr_assets.lake.frames import local_frame
-from etr_assets.lake.scd2_current import state_fingerprint
 from etr_assets_tests.lake.test_scd2 import SPEC
 
 
 def fingerprints(spark, rows, schema="a string, b bigint"):
     df = local_frame(spark, rows, schema)
-    return [r[0] for r in df.select(state_fingerprint(SPEC, F.col)).collect()]
+    return [r[0] for r in df.select(F.expr(SPEC.state_hash_sql)).collect()]
 
 
 def test_null_positions_and_values_are_told_apart_and_equal_states_match(spark):

@@ -21,6 +21,8 @@ from etr_assets.lake.scd2_log import (
     apply_log,
     read_cursor,
 )
+from etr_assets.lake.specs import STATE_HASH_PROPERTY
+from etr_assets.lake.writes import current_snapshot_id
 from etr_assets_tests.lake.test_scd2 import (
     RECORD_SCHEMA,
     SPEC,
@@ -50,6 +52,11 @@ def rows_without_ingest_time(spark, qualified: str) -> set[tuple]:
     return {tuple(r) for r in df.collect()}
 
 
+def wrong_state_hashes(spark, qualified: str) -> int:
+    """Versions whose stored `_state_hash` is missing or not the hash of their tracked columns."""
+    return spark.table(qualified).where(f"_state_hash IS NULL OR _state_hash <> {SPEC.state_hash_sql}").count()
+
+
 def scenario(seed: int, mode: str, snapshot_hours=(12, 24, 36, 48, 59)):
     rng = random.Random(seed)
     truth = timeline(rng, keys=7, hours=60)
@@ -73,6 +80,7 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
         rows, versions = table_rows(lake, catalog)
         check_invariants(rows)
         assert versions == model(batches[: number + 1], mode)
+        assert wrong_state_hashes(lake, SPEC.qualified(catalog)) == 0
     # Every column, lineage included, is what recomputing from every observation gives.
     apply_log(lake, catalog, REFERENCE, log, lambda rows: rows, mode, full_refresh=True)
     assert rows_without_ingest_time(lake, SPEC.qualified(catalog)) == rows_without_ingest_time(
@@ -246,3 +254,50 @@ def test_an_older_record_inside_a_new_batch_is_recomputed_not_appended(lake, set
         key=lambda version: (version[0], version[2]),
     )
     assert got == [(1, "x", at(1), at(3)), (1, None, at(3), at(5)), (1, "y", at(5), None), (2, "z", at(12), None)]
+
+
+@pytest.mark.slow
+def test_a_table_built_before_state_hashes_gets_them_filled_by_evolution_then_takes_the_daily_path(lake, settings):
+    """A table from before `_state_hash`: evolution adds the column and fills every version before it sets the
+    property that lets the daily path trust the stored hashes; the fill is a write, so the next apply recomputes."""
+    catalog, table = settings.catalog, SPEC.qualified(catalog=settings.catalog)
+    batches = scenario(11, FeedMode.FULL)
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    append(lake, log, batches[0])
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    lake.sql(f"ALTER TABLE {table} DROP COLUMN _state_hash")
+    lake.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ('{STATE_HASH_PROPERTY}')")
+
+    changes = ensure_table(lake, catalog, SPEC)
+    assert changes.added_columns == ("_state_hash",) and STATE_HASH_PROPERTY in changes.changed_properties
+    assert lake.table(table).count() > 0 and wrong_state_hashes(lake, table) == 0
+
+    append(lake, log, batches[1])
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    assert result.method == Scd2Method.RECOMPUTE and "written since" in result.reason, result.reason
+    append(lake, log, batches[2])
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    assert result.method == Scd2Method.CURRENT, result.reason
+    assert table_rows(lake, catalog)[1] == model(batches[:3], FeedMode.FULL)
+    assert wrong_state_hashes(lake, table) == 0
+
+
+@pytest.mark.slow
+def test_a_current_version_without_a_stored_state_hash_is_not_compared(lake, settings):
+    """A version some other writer left without a hash cannot be compared: the daily path declines, naming it."""
+    catalog, table = settings.catalog, SPEC.qualified(catalog=settings.catalog)
+    batches = scenario(11, FeedMode.FULL)
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    append(lake, log, batches[0])
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    unhashed = lake.table(table).where("_is_current").count()
+    lake.sql(f"UPDATE {table} SET _state_hash = NULL WHERE _is_current")
+    cursor = read_cursor(lake, table)
+    records = local_frame(lake, batches[1]["rows"], RECORD_SCHEMA)
+    base = current_snapshot_id(lake, table)
+    result, why, _ = scd2_current.apply_current(
+        lake, catalog, SPEC, records, FeedMode.FULL, cursor.watermark_micros, base
+    )
+    assert unhashed and result is None and why == f"{unhashed} current row(s) without a _state_hash", why
