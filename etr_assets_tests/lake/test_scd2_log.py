@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 import pytest
 
@@ -301,3 +302,34 @@ def test_a_current_version_without_a_stored_state_hash_is_not_compared(lake, set
         lake, catalog, SPEC, records, FeedMode.FULL, cursor.watermark_micros, base
     )
     assert unhashed and result is None and why == f"{unhashed} current row(s) without a _state_hash", why
+
+
+def merge_plans_since(spark, first_execution: int) -> list[str]:
+    """Physical plans of the row-level writes (MERGE) Spark ran since `first_execution`."""
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    plans = [str(executions.apply(i).physicalPlanDescription()) for i in range(first_execution, executions.size())]
+    return [plan for plan in plans if "WriteDelta" in plan or "ReplaceData" in plan]
+
+
+@pytest.mark.slow
+def test_the_daily_paths_merge_broadcasts_its_closes_whatever_the_sessions_join_threshold(lake, settings):
+    """MERGE ignores broadcast hints; the daily path raises the join threshold for its one statement so the table is
+    read once without a shuffle, and gives the session its own setting back."""
+    catalog = settings.catalog
+    batches = scenario(11, FeedMode.FULL)
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    append(lake, log, batches[0])
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    append(lake, log, batches[1])
+    lake.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # a session that never broadcasts by size
+    try:
+        first = lake._jsparkSession.sharedState().statusStore().executionsList().size()
+        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        assert result.method == Scd2Method.CURRENT and result.updated, result.reason
+        (plan,) = merge_plans_since(lake, first)
+        # The MERGE's own join is the plan's topmost (the classification's joins show below, in the cached input).
+        assert re.search(r"\w+Join", plan).group(0) == "BroadcastHashJoin", plan
+        assert lake.conf.get("spark.sql.autoBroadcastJoinThreshold") == "-1"
+    finally:
+        lake.conf.unset("spark.sql.autoBroadcastJoinThreshold")
