@@ -89,3 +89,20 @@ def test_malformed_specs_are_refused_with_the_table_and_field_named(kwargs, mess
 def test_unknown_table_lists_the_known_ones():
     with pytest.raises(KeyError, match="known tables: bronze.bnpl_transactions_raw"):
         spec_for("silver.nope")
+
+
+def test_scd2_tables_declare_how_their_state_hash_is_computed_and_keep_its_bounds_out_of_manifests():
+    from etr_assets.lake.specs import METRICS_COLUMN_PROPERTY, PERSONAL_DATA_METRICS, STATE_HASH_PROPERTY
+    from etr_assets.tables.entities import LANDING_CUSTOMERS
+
+    properties = LANDING_CUSTOMERS.table_properties
+    expression = LANDING_CUSTOMERS.state_hash_sql
+    assert properties[STATE_HASH_PROPERTY] == expression
+    # Every tracked column, typed as the table types it and preceded by its NULL marker, in the spec's order.
+    tracked = LANDING_CUSTOMERS.scd2.tracked
+    assert expression.startswith("xxhash64(") and expression.count(" IS NULL") == len(tracked)
+    assert expression.index("`first_name`") < expression.index("`credit_limit` AS decimal(12,2))")
+    # A hash of personal values: counts only in manifests, as for the personal columns themselves.
+    assert properties[METRICS_COLUMN_PROPERTY.format("_state_hash")] == PERSONAL_DATA_METRICS
+    assert SILVER_TRANSACTIONS.state_hash_sql is None
+    assert STATE_HASH_PROPERTY not in SILVER_TRANSACTIONS.table_properties
