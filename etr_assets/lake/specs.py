@@ -193,7 +193,12 @@ class HealthThresholds:
             raise SpecError(f"health threshold error_factor={self.error_factor} must be at least 1")
 
 
-# Columns every SCD2 table carries (requirement R2), after its business columns.
+STATE_HASH_COLUMN = "_state_hash"
+# The expression the table's `_state_hash` values were computed with (`TableSpec.state_hash_sql`). Set only once every
+# row carries it (evolution fills the column first): a reader may trust the stored hashes exactly when it matches.
+STATE_HASH_PROPERTY = "etr.scd2.state-hash"
+
+# Columns every SCD2 table carries (requirement R2, and the state hash), after its business columns.
 SCD2_COLUMNS = (
     Column("_ingested_at", "timestamp", "When this version row was last written", required=True),
     Column("_source_file", "string", "Raw-zone file of the record that started this version", required=True),
@@ -202,16 +207,12 @@ SCD2_COLUMNS = (
     Column("_valid_from", "timestamp", "Source time this version became valid", required=True),
     Column("_valid_to", "timestamp", "Source time the next version (or deletion) began; NULL while current"),
     Column(
-        "_state_hash",
+        STATE_HASH_COLUMN,
         "bigint",
         "Fingerprint of the tracked columns (the table property etr.scd2.state-hash says how it is computed): a daily "
         "batch is compared with it instead of every tracked column of every current version",
     ),
 )
-STATE_HASH_COLUMN = "_state_hash"
-# The expression the table's `_state_hash` values were computed with (`TableSpec.state_hash_sql`). Set only once every
-# row carries it (evolution fills the column first): a reader may trust the stored hashes exactly when it matches.
-STATE_HASH_PROPERTY = "etr.scd2.state-hash"
 
 
 # Row rules every SCD2 table keeps (blocking checks after each MERGE).
