@@ -257,16 +257,22 @@ def test_an_older_record_inside_a_new_batch_is_recomputed_not_appended(lake, set
     assert got == [(1, "x", at(1), at(3)), (1, None, at(3), at(5)), (1, "y", at(5), None), (2, "z", at(12), None)]
 
 
-@pytest.mark.slow
-def test_a_table_built_before_state_hashes_gets_them_filled_by_evolution_then_takes_the_daily_path(lake, settings):
-    """A table from before `_state_hash`: evolution adds the column and fills every version before it sets the
-    property that lets the daily path trust the stored hashes; the fill is a write, so the next apply recomputes."""
-    catalog, table = settings.catalog, SPEC.qualified(catalog=settings.catalog)
+def first_batch_applied(lake, catalog: str) -> tuple[list[dict], str]:
+    """Scenario 11's batches, and its log with the first batch applied to SPEC's table (a recompute)."""
     batches = scenario(11, FeedMode.FULL)
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
     append(lake, log, batches[0])
     apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    return batches, log
+
+
+@pytest.mark.slow
+def test_a_table_built_before_state_hashes_gets_them_filled_by_evolution_then_takes_the_daily_path(lake, settings):
+    """A table from before `_state_hash`: evolution adds the column and fills every version before it sets the
+    property that lets the daily path trust the stored hashes; the fill is a write, so the next apply recomputes."""
+    catalog, table = settings.catalog, SPEC.qualified(catalog=settings.catalog)
+    batches, log = first_batch_applied(lake, catalog)
     lake.sql(f"ALTER TABLE {table} DROP COLUMN _state_hash")
     lake.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ('{STATE_HASH_PROPERTY}')")
 
@@ -288,11 +294,7 @@ def test_a_table_built_before_state_hashes_gets_them_filled_by_evolution_then_ta
 def test_a_current_version_without_a_stored_state_hash_is_not_compared(lake, settings):
     """A version some other writer left without a hash cannot be compared: the daily path declines, naming it."""
     catalog, table = settings.catalog, SPEC.qualified(catalog=settings.catalog)
-    batches = scenario(11, FeedMode.FULL)
-    ensure_table(lake, catalog, SPEC)
-    log = make_log(lake, catalog)
-    append(lake, log, batches[0])
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    batches, log = first_batch_applied(lake, catalog)
     unhashed = lake.table(table).where("_is_current").count()
     lake.sql(f"UPDATE {table} SET _state_hash = NULL WHERE _is_current")
     cursor = read_cursor(lake, table)
@@ -316,11 +318,7 @@ def test_the_daily_paths_merge_broadcasts_its_closes_whatever_the_sessions_join_
     """MERGE ignores broadcast hints; the daily path raises the join threshold for its one statement so the table is
     read once without a shuffle, and gives the session its own setting back."""
     catalog = settings.catalog
-    batches = scenario(11, FeedMode.FULL)
-    ensure_table(lake, catalog, SPEC)
-    log = make_log(lake, catalog)
-    append(lake, log, batches[0])
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    batches, log = first_batch_applied(lake, catalog)
     append(lake, log, batches[1])
     lake.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # a session that never broadcasts by size
     try:
