@@ -250,14 +250,14 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int) -> None
         key, F.col("_current_from").alias("_valid_from"), _CLOSE
     )
     view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
-    threshold = spark.conf.get(_BROADCAST_THRESHOLD)
+    threshold = spark.conf.get(_BROADCAST_THRESHOLD) if closes <= BROADCAST_ROWS else None
     staged.createOrReplaceTempView(view)
     try:
         # With the closes broadcast the MERGE reads the table once and shuffles none of its rows (a sort-merge join
         # shuffled the whole table: 6.8 s instead of 3.7 s at 1M keys, 50% changed). MERGE ignores broadcast hints
         # (apache/iceberg#10891), but Spark broadcasts a join side estimated under this threshold, and MERGE's
         # target is never a candidate (its scan reports no size).
-        if closes <= BROADCAST_ROWS:
+        if threshold is not None:
             spark.conf.set(_BROADCAST_THRESHOLD, str(BROADCAST_BYTES))
         # `_is_current` in the condition lets the scan skip files that hold closed versions only.
         spark.sql(
@@ -270,5 +270,6 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int) -> None
             """
         )
     finally:
-        spark.conf.set(_BROADCAST_THRESHOLD, threshold)
+        if threshold is not None:  # the session's own value back
+            spark.conf.set(_BROADCAST_THRESHOLD, threshold)
         spark.catalog.dropTempView(view)
