@@ -232,6 +232,36 @@ def test_a_record_sent_twice_in_the_daily_batch_opens_one_version(lake, settings
 
 
 @pytest.mark.slow
+def test_records_of_one_time_in_several_files_are_picked_by_file_path_as_the_recompute_picks_them(lake, settings):
+    """The daily path orders a key's records by a number per file, not by the path itself: the numbers must keep the
+    paths' order (bytewise, non-ASCII too) so the record it keeps is the one recomputing from the log keeps."""
+    catalog = settings.catalog
+    for spec in (SPEC, REFERENCE):
+        ensure_table(lake, catalog, spec)
+    log = make_log(lake, catalog)
+    append(
+        lake, log, {"rows": [(1, "x", 1, at(1), "b1", "s3://raw/b1/0", at(2)), (2, "x", 1, at(1), "b1", "0", at(2))]}
+    )
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    same_time = [
+        (1, "p", 1, at(3), "b2", "s3://raw/b2/part-10", at(4)),
+        (1, "q", 1, at(3), "b2", "s3://raw/b2/part-9", at(4)),  # "9" > "1": this path is the greater
+        (1, "r", 1, at(3), "b2", "s3://raw/b2/part-09", at(4)),
+        (2, "p", 2, at(3), "b2", "s3://raw/b2/ü", at(4)),  # beyond ASCII: after every path above
+        (2, "q", 2, at(3), "b2", "s3://raw/b2/z", at(4)),
+    ]
+    append(lake, log, {"rows": same_time})
+    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    assert (result.method, result.inserted, result.updated) == (Scd2Method.CURRENT, 2, 2), result.reason
+    _, versions = table_rows(lake, catalog)
+    assert {v for v in versions if v[4] is None} == {(1, "q", 1, at(3), None), (2, "p", 2, at(3), None)}
+    apply_log(lake, catalog, REFERENCE, log, lambda rows: rows, FeedMode.INCREMENTAL, full_refresh=True)
+    assert rows_without_ingest_time(lake, SPEC.qualified(catalog)) == rows_without_ingest_time(
+        lake, REFERENCE.qualified(catalog)
+    )
+
+
+@pytest.mark.slow
 def test_an_older_record_inside_a_new_batch_is_recomputed_not_appended(lake, settings):
     catalog = settings.catalog
     ensure_table(lake, catalog, SPEC)
