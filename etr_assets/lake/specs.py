@@ -59,6 +59,7 @@ FORMAT_VERSIONS = (2, 3)
 # Per-column metrics mode: `counts` keeps value and null counts but no lower/upper bound, so a manifest never
 # carries a personal value (truncate(n) never shortens an integer and keeps a string's first n characters).
 METRICS_COLUMN_PROPERTY = "write.metadata.metrics.column.{}"
+METRICS_DEFAULT = "write.metadata.metrics.default"
 PERSONAL_DATA_METRICS = "counts"
 
 # Properties every table gets unless its spec overrides them (requirement R1, docs/stack.md, apache/iceberg #732).
@@ -76,7 +77,7 @@ DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
         # Keep metadata.json history bounded (mitodl/ol-data-platform #2238).
         "write.metadata.delete-after-commit.enabled": "true",
         "write.metadata.previous-versions-max": "50",
-        "write.metadata.metrics.default": "truncate(16)",
+        METRICS_DEFAULT: "truncate(16)",
         # Snapshot retention read by expire_snapshots.
         "history.expire.max-snapshot-age-ms": str(7 * 24 * 3600 * 1000),
         "history.expire.min-snapshots-to-keep": "10",
