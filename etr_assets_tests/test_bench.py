@@ -74,18 +74,20 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     # One size and one share: every method and the replay still run (the smoke test checks figures, not speed).
     monkeypatch.setattr(scd2, "KEYS_PER_SCALE", scd2.KEYS_PER_SCALE[:1])
     monkeypatch.setattr(scd2, "SHARES", (10,))
-    rows = run("scd2")["tables"][0]["rows"]
+    rows = run("scd2", repeats=2)["tables"][0]["rows"]  # the compared methods twice: each run from batch 0's state
     ours = [r for r in rows if r["method"] == "ours: one MERGE"]
     assert len(ours) == 1 and all(r["replay_commits"] == 0 and r["changed_keys"] > 0 for r in ours)
     # The bench itself fails unless the daily path was taken and gave the recompute's versions.
     daily = [r for r in rows if r["method"] == "ours: current rows (daily path)"]
     assert len(daily) == 1 and all(r["seconds"] > 0 and r["replay_commits"] == 0 for r in daily)
     assert daily[0]["commits"] == 2  # the closes and the new versions, published together by one fast-forward
+    assert len(daily[0]["all_runs_s"]) == 2  # the second run applied the batch again (the bench checks its path)
     # A day older than the newest takes the general path (the bench fails if it took the daily one).
     late = [r for r in rows if r["method"].startswith("ours: late day")]
     assert len(late) == 1 and late[0]["commits"] == 1, late
     seed = [r for r in rows if r["method"].startswith("seed")]
     assert all(r["commits"] >= 1 for r in seed)
+    assert len(seed[0]["all_runs_s"]) == 2
 
 
 def test_small_files_maintenance_leaves_fewer_manifests_and_snapshots(run):

@@ -152,7 +152,9 @@ def apply_current(
         if not (closes or opens):
             return Scd2Result(target, 0, 0, 0, None, Scd2Method.CURRENT, reason), reason, watermark_after
         versions = _new_versions(records, spec, classified, opens, stats["shared"] > 0, stats["tied"] > 0)
-        together = side_by_side(properties)
+        # Not when the picks are too many to broadcast: the append would be planned while _close has raised the
+        # session's join threshold, and could broadcast them anyway.
+        together = side_by_side(properties) and opens <= BROADCAST_ROWS
         _write(spark, spec, target, base, classified, closes, versions if opens else None, watermark, together)
         result = Scd2Result(target, opens, closes, 0, current_snapshot_id(spark, target), Scd2Method.CURRENT, reason)
         return result, reason, watermark_after
