@@ -33,6 +33,7 @@ import uuid
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform, local_frame
 from etr_assets.lake.scd2 import Scd2Method, Scd2Result
+from etr_assets.lake.side_by_side import run_side_by_side
 from etr_assets.lake.specs import (
     MERGE_MODE,
     METRICS_COLUMN_PROPERTY,
@@ -49,6 +50,8 @@ BROADCAST_ROWS = 2_000_000
 BROADCAST_BYTES = 512 * 1024 * 1024
 _BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
+_VALID_FROM_METRICS = METRICS_COLUMN_PROPERTY.format("_valid_from")
+SIDE_BY_SIDE_PROPERTIES = (MERGE_MODE, _VALID_FROM_METRICS, METRICS_DEFAULT)  # what side_by_side reads
 
 
 def apply_current(
@@ -80,7 +83,8 @@ def apply_current(
     table = (
         spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
-    properties = dict(iceberg_table(spark, target).properties())
+    table_properties = iceberg_table(spark, target).properties()  # a Java map: one round trip a key read
+    properties = {name: table_properties.get(name) for name in (STATE_HASH_PROPERTY, *SIDE_BY_SIDE_PROPERTIES)}
     stored = properties.get(STATE_HASH_PROPERTY) == spec.state_hash_sql
     state = F.col(STATE_HASH_COLUMN) if stored else F.expr(spec.state_hash_sql)
     current = table.where("_is_current").select(key, "_valid_from", state.alias("_state"))
@@ -245,7 +249,7 @@ def side_by_side(properties: dict[str, str]) -> bool:
     """Whether a table with these Iceberg properties can take the closes' MERGE and the append at once: its MERGE
     writes deletes (a copy-on-write MERGE refuses a table changed since its scan) and its manifests keep
     `_valid_from`'s bounds (what tells the MERGE's conflict check that the appended files hold none of its rows)."""
-    metrics = properties.get(METRICS_COLUMN_PROPERTY.format("_valid_from"), properties.get(METRICS_DEFAULT))
+    metrics = properties.get(_VALID_FROM_METRICS) or properties.get(METRICS_DEFAULT)
     return properties.get(MERGE_MODE) == "merge-on-read" and metrics not in ("none", "counts")
 
 
@@ -288,32 +292,6 @@ def _write(
         table = iceberg_table(spark, target)
         if table.refs().get(branch) is not None:
             table.manageSnapshots().removeBranch(branch).commit()
-
-
-def run_side_by_side(actions) -> None:
-    """Run the actions at once, the first in this thread and each other in a thread that inherits this one's Spark
-    job group and properties; wait for all, then raise the first failure."""
-    from pyspark import InheritableThread
-
-    failures = []
-
-    def guarded(action):
-        try:
-            action()
-        except BaseException as error:  # handed to the caller's thread
-            failures.append(error)
-
-    threads = [InheritableThread(target=guarded, args=(action,)) for action in actions[1:]]
-    for thread in threads:
-        thread.start()
-    try:
-        if actions:
-            guarded(actions[0])
-    finally:
-        for thread in threads:
-            thread.join()
-    if failures:
-        raise failures[0]
 
 
 def _close(spark, spec: TableSpec, target: str, classified, closes: int, watermark: int) -> None:
