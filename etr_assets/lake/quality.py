@@ -4,7 +4,7 @@ Each check gives a `CheckOutcome` with a figure per day (the asset's partitions)
 Dagster check result (with numbers the UI plots) and one metric row per day (so trends can be queried):
 
 - expectations: the spec's row rules (`Check` predicates: keys present, accepted values, amounts in range);
-- uniqueness of the spec's `unique_key`, over the whole table;
+- uniqueness of the spec's `unique_key`: the keys of the days written, against every row of the table;
 - references: every value of a column names a known row of another table (e.g. the customer of a transaction);
 - row-count anomaly: a day's rows against the median of the days before it;
 - freshness: hours since the table's newest commit (from metadata, no data read).
@@ -168,17 +168,31 @@ def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[Check
 
 
 def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
-    """Keys held by more than one row anywhere in the table; per day, the repeated rows falling on that day."""
+    """Keys of `days` held by more than one row anywhere in the table; per day, the repeated rows on that day.
+
+    A table with days checks only the keys its days hold, against the rows whose key lies between those keys'
+    least and greatest: a literal range Iceberg prunes data files by, so with keys that grow over time (provider
+    ids) a day reads its own files, not the whole history. A repeat between two other days was reported when
+    they were written."""
     from pyspark.sql import functions as F
 
-    key = spec.unique_key
-    repeated = df.groupBy(key).count().where("count > 1")
+    key, day_column = spec.unique_key, spec.day_column
+    scope = df
+    if day_column:
+        in_days = df.where(F.col(day_column).isin(sorted(days)))
+        least, greatest = in_days.agg(F.min(key), F.max(key)).first()
+        if least is None:
+            scope = in_days
+        else:
+            near = df.where(F.col(key).between(F.lit(least), F.lit(greatest)))
+            scope = near.join(in_days.select(key), key, "left_semi")
+    repeated = scope.groupBy(key).count().where("count > 1")
     count = repeated.count()
     sample = ", ".join(str(r[key]) for r in repeated.limit(5).collect()) if count else ""
     by_day = {}
-    if spec.day_column:
-        rows = df.where(F.col(spec.day_column).isin(sorted(days))).join(repeated.select(key), key, "left_semi")
-        by_day = _per_day(rows, spec.day_column, days)
+    if day_column:
+        rows = df.where(F.col(day_column).isin(sorted(days))).join(repeated.select(key), key, "left_semi")
+        by_day = _per_day(rows, day_column, days)
     return CheckOutcome(f"{key}_is_unique", f"{key} is unique", count == 0, count, sample, by_day=by_day)
 
 

@@ -44,7 +44,7 @@ def read_branch(spark, qualified: str, branch: str):
 
 
 def evaluate(spark, qualified: str, spec: TableSpec, branch: str, days: list[dt.date]) -> list[CheckOutcome]:
-    """Each expectation over the rebuilt days, and uniqueness over the whole table, as seen on the branch."""
+    """Each expectation over the rebuilt days, and their keys' uniqueness in the whole table, as seen on the branch."""
     table = read_branch(spark, qualified, branch)
     outcomes = expectation_outcomes(table, spec, days)
     if spec.unique_key:

@@ -77,6 +77,40 @@ def test_uniqueness_is_judged_over_the_whole_table(spark):
     assert outcome.by_day == {str(D1): 1.0, str(D2): 0.0}
 
 
+def test_uniqueness_of_a_day_reads_only_the_files_its_keys_can_be_in(lake, settings):
+    """The day's own files and those whose key bounds overlap its keys: an earlier day's file is never opened
+    (here it is gone from disk, so a scan of the whole table would fail)."""
+    import os
+
+    from etr_assets.lake.evolve import ensure_table
+    from etr_assets.lake.frames import conform
+
+    ensure_table(lake, settings.catalog, SILVER_TRANSACTIONS)
+    table = SILVER_TRANSACTIONS.qualified(settings.catalog)
+    early, late = dt.date(2025, 1, 1), dt.date(2025, 1, 2)
+    for day, first_id in ((early, 100), (late, 200)):
+        rows = [(first_id + i, 10, 5, 1.0, "APPROVED", day) for i in range(3)]
+        typed = frame(lake, rows).selectExpr(
+            "*",
+            "'EUR' AS currency",
+            "3 AS instalments",
+            "'CARD' AS payment_method",
+            "current_timestamp() AS created_at",
+            "current_timestamp() AS updated_at",
+            "'b' AS _batch_id",
+            "current_timestamp() AS _processed_at",
+        )
+        conform(typed, SILVER_TRANSACTIONS).writeTo(table).append()
+    files = lake.sql(f"SELECT file_path FROM {table}.files WHERE partition.transaction_date_day = DATE'{early}'")
+    (early_file,) = [r[0] for r in files.collect()]
+    os.remove(early_file.removeprefix("file:"))
+
+    outcome = uniqueness_outcome(lake.table(table), SILVER_TRANSACTIONS, [late])
+    assert outcome.passed and outcome.by_day == {str(late): 0.0}
+    with pytest.raises(Exception, match="(?i)not.*exist|FileNotFound|No such file"):
+        lake.table(table).groupBy("transaction_id").count().collect()
+
+
 def test_every_customer_of_a_transaction_must_be_known(spark):
     (reference,) = SILVER_TRANSACTIONS.quality.references
     customers = local_frame(spark, [(10,), (11,)], "customer_id bigint")
