@@ -34,11 +34,12 @@ from etr_assets.lake.writes import current_snapshot_id
 
 
 class Scd2Method(StrEnum):
-    """How an SCD2 apply was done: every observation recomputed, only new ones applied onto each key's last version
-    (scd2_log.py), one new batch compared with the current rows (scd2_current.py), or nothing to do."""
+    """How an SCD2 apply was done: every observation recomputed, only the keys new observations change rewritten
+    from their first change on (scd2_window.py), one new batch compared with the current rows (scd2_current.py), or
+    nothing to do."""
 
     RECOMPUTE = "recompute"
-    EXTEND = "extend"
+    WINDOW = "window"
     CURRENT = "current-rows"
     UNCHANGED = "unchanged"
 

@@ -5,18 +5,15 @@ arrive in, but its cost grows with the whole log: every day's full snapshot is r
 
 `apply_log` remembers, in a table property of the SCD2 table (the *cursor*), which log snapshot it applied, the
 SCD2 table's snapshot after that, and the *watermark*: the latest observation time applied (sequence values and
-snapshot times). On the next run it *extends* history from the log's new rows alone, when that gives exactly what
-the recompute would:
+snapshot times). On the next run it applies the log's new rows alone when
 
 - the SCD2 table is still at the cursor's snapshot, or only compacted since (nobody erased, rolled back or wrote);
-- the log only gained rows since the cursor's snapshot (appends; compactions are fine; a reloaded day is not);
-- every new observation is newer than the watermark, or repeats the state its key already had at that time (a
-  full snapshot re-sends every unchanged record with its old timestamp); and every new snapshot is newer than
-  the watermark.
+- the log only gained rows since the cursor's snapshot (appends; compactions are fine; a reloaded day is not).
 
-Then history up to the watermark cannot change, and each key's new versions follow from its last version and its
-new observations: the classic staged MERGE, with the same NULL-safe change test (`history`), touching only keys
-that changed or disappeared. Otherwise the run recomputes, and says why (`Scd2Result.reason`).
+One new batch after the watermark is compared with the current rows (`scd2_current`, the daily path); anything else
+the log gained (several batches, a late day, a day delivered again, an older record) rewrites only the keys it
+changes, from each one's first change on (`scd2_window`). Otherwise the run recomputes, and says why
+(`Scd2Result.reason`).
 """
 
 from __future__ import annotations
@@ -25,19 +22,10 @@ import dataclasses
 import json
 
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.frames import local_frame
 from etr_assets.lake.incremental import changed_only_by
-from etr_assets.lake.scd2 import (
-    Scd2Method,
-    Scd2Result,
-    history,
-    in_snapshot,
-    merge_scd2,
-    observations,
-    recompute,
-    with_retries,
-)
+from etr_assets.lake.scd2 import Scd2Method, Scd2Result, recompute, with_retries
 from etr_assets.lake.scd2_current import apply_current
+from etr_assets.lake.scd2_window import LogWindow, apply_window
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
@@ -83,11 +71,14 @@ def apply_log(
     mode: str,
     full_refresh: bool = False,
     held=None,
+    snapshot_day: str | None = None,
 ) -> Scd2Result:
     """Bring `spec`'s SCD2 table in line with every observation in the `log` table (qualified name).
 
     `to_records(log_rows)` turns log rows into SCD2 records (scd2.observations' input, with `_snapshot_at`).
     `held`: (key, `_batch_id`) of records snapshots sent that could not be read (not absences).
+    `snapshot_day`: the log's date column (its partition) such that no row's `_snapshot_at` is after the start of
+    the next day: a late day then reads only the days since its changes (`scd2_window`), not the whole log.
     A recompute covers every key of the log, whatever the mode.
     """
     from pyspark.sql import functions as F
@@ -113,13 +104,13 @@ def apply_log(
                 spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, held
             )
             if result is None:
-                not_current = why
-                result, why, watermark = extend(spark, catalog, spec, new_records, mode, cursor.watermark_micros, held)
-                if result is not None:
-                    result = dataclasses.replace(result, reason=f"{result.reason} (not by current rows: {not_current})")
-            if result is not None:
-                _advance(spark, target, result, head, watermark)
-                return result
+                window = LogWindow(log, head, to_records, snapshot_day)
+                result, watermark = apply_window(
+                    spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, window, held
+                )
+                result = dataclasses.replace(result, reason=f"{result.reason} (not by current rows: {why})")
+            _advance(spark, target, result, head, watermark)
+            return result
         records = to_records(
             spark.read.format("iceberg").option("snapshot-id", head).load(log) if head else spark.table(log)
         )
@@ -170,101 +161,3 @@ def _advance(spark, target: str, result: Scd2Result, log_snapshot: int, watermar
 def _max(row) -> int | None:
     values = [v for v in row if v is not None]
     return max(values) if values else None
-
-
-def extend(
-    spark, catalog: str, spec: TableSpec, records, mode: str, watermark: int, held=None
-) -> tuple[Scd2Result | None, str, int]:
-    """Apply only new observations onto each key's last version: (result, why, new watermark), or (None, why not,
-    None) when some new observation could change history before the watermark."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    scd2 = spec.scd2
-    key, target = scd2.key, spec.qualified(catalog)
-    # Each is read once and kept: the new rows' latest record per key and batch, and each key's last version.
-    present = observations(records, scd2, FeedMode.INCREMENTAL).cache()
-    newest_first = Window.partitionBy(key).orderBy(F.col("_valid_from").desc())
-    last = spark.table(target).withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
-    last = last.cache()
-    # Each new observation: a repeat of its key's last version (same state, inside its interval), newer than the
-    # watermark, or older (history before the watermark would change: recompute). A key the table has never
-    # seen counts as older too when it is not newer: a full recompute would close it at earlier snapshots.
-    seq, valid_from, valid_to = F.col("n._seq"), F.col("l._valid_from"), F.col("l._valid_to")
-    same_state = F.struct(*[F.col(f"n.{c}") for c in scd2.tracked]).eqNullSafe(
-        F.struct(*[F.col(f"l.{c}") for c in scd2.tracked])
-    )
-    known = F.col(f"l.{key}").isNotNull()
-    repeat = known & same_state & (seq >= valid_from) & (valid_to.isNull() | (seq < valid_to))
-    kind = F.when(repeat, "repeat").when(F.unix_micros(seq) > F.lit(watermark), "new").otherwise("older")
-    classified = (
-        present.alias("n")
-        .join(last.alias("l"), F.col(f"n.{key}") == F.col(f"l.{key}"), "left")
-        .select(F.col(f"n.{key}").alias(key), seq.alias("_seq"), kind.alias("_kind"), known.alias("_known"))
-        .cache()
-    )
-    affected = None
-    try:
-        stats = classified.agg(
-            F.count_if(F.col("_kind") == "new").alias("new"),
-            F.count_if(F.col("_kind") == "repeat").alias("repeats"),
-            F.count_if(F.col("_kind") == "older").alias("older"),
-            F.min_by(F.struct(key, "_seq"), F.when(F.col("_kind") == "older", F.col("_seq"))).alias("example"),
-            F.max(F.unix_micros("_seq")).alias("latest"),
-        ).first()
-        if stats["older"]:
-            example = stats["example"]
-            return (
-                None,
-                f"{stats['older']} new observation(s) older than the watermark, e.g. {key} "
-                f"{example[0]} at {example[1]}",
-                None,
-            )
-        batches = records.select("_batch_id", F.unix_micros("_snapshot_at").alias("_micros")).distinct().collect()
-        snapshot_times = [b["_micros"] for b in batches]
-        if mode == FeedMode.FULL and min(snapshot_times) <= watermark:
-            return None, "a new snapshot is not newer than the watermark (a day arrived late, or again)", None
-
-        changed = classified.where(F.col("_kind") == "new").select(key)
-        absent = None
-        if mode == FeedMode.FULL:
-            # Deleted at a new snapshot's time: a key current in the table or seen in the new rows that the snapshot
-            # lacks (a key new to the table only from its first new observation on, as `observations` does).
-            snapshots = local_frame(
-                spark, [(b["_batch_id"], b["_micros"]) for b in batches], "_batch_id string, _micros bigint"
-            )
-            snapshots = snapshots.select("_batch_id", F.timestamp_micros("_micros").alias("_seq"))
-            seen = classified.groupBy(key).agg(F.min(F.when(~F.col("_known"), F.col("_seq"))).alias("_first"))
-            current = last.where(F.col("_is_current")).select(key, F.lit(None).cast("timestamp").alias("_first"))
-            candidates = seen.unionByName(current).groupBy(key).agg(F.min("_first").alias("_first"))
-            absent = (
-                candidates.crossJoin(F.broadcast(snapshots))
-                .where(F.col("_first").isNull() | (F.col("_seq") > F.col("_first")))
-                .join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti")
-                .select(key, "_batch_id", "_seq", F.lit(True).alias("_deleted"))
-            )
-            changed = changed.unionByName(absent.select(key))
-        affected = changed.distinct().cache()
-        watermark_after = _max([watermark, stats["latest"], *(snapshot_times if mode == FeedMode.FULL else [])])
-        reason = f"{stats['new']} new observation(s) after the watermark, {stats['repeats']} repeat(s) of current state"
-        if affected.isEmpty():
-            return Scd2Result(target, 0, 0, 0, None, Scd2Method.EXTEND, reason), "", watermark_after
-
-        carried_rows = last.join(affected, key, "left_semi")
-        lineage = [c for c in present.columns if c not in ("_seq", "_deleted")]
-        events = [
-            carried_rows.select(*lineage, F.col("_valid_from").alias("_seq"), F.lit(False).alias("_deleted")),
-            carried_rows.where(F.col("_valid_to").isNotNull()).select(  # the last version ended by a deletion
-                key, "_batch_id", F.col("_valid_to").alias("_seq"), F.lit(True).alias("_deleted")
-            ),
-            present.join(affected, key, "left_semi"),
-        ] + ([absent] if absent is not None else [])
-        union = events[0]
-        for frame in events[1:]:
-            union = union.unionByName(frame, allowMissingColumns=True)
-        result = merge_scd2(spark, catalog, spec, history(union, spec), affected, existing=carried_rows)
-        return dataclasses.replace(result, method=Scd2Method.EXTEND, reason=reason), "", watermark_after
-    finally:
-        for frame in (affected, classified, last, present):
-            if frame is not None:
-                frame.unpersist()

@@ -93,11 +93,12 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
     again = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
     assert (again.method, again.changed) == (Scd2Method.UNCHANGED, False)
     # The last batch downloaded again: in a full snapshot its time is not after the watermark (a record would beat
-    # an absence at the same time), so it is recomputed; either way nothing changes and nothing is committed.
+    # an absence at the same time), so the versions it changes are looked for; either way it changes nothing and
+    # nothing is committed.
     append(lake, log, dict(batches[-1], rows=[r[:4] + ("replay",) + r[5:] for r in batches[-1]["rows"]]))
     replay = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
     assert (replay.method, replay.changed) == (
-        Scd2Method.RECOMPUTE if mode == FeedMode.FULL else Scd2Method.CURRENT,
+        Scd2Method.WINDOW if mode == FeedMode.FULL else Scd2Method.CURRENT,
         False,
     ), replay.reason
     assert lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0] == snapshots
@@ -105,8 +106,8 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
 
 @pytest.mark.slow
 def test_several_new_batches_at_once_extend_from_each_keys_last_version(lake, settings):
-    """A range run appends several days before the SCD2 step: the current-rows path takes one batch, so the
-    general extend applies them, and history is still the in-order one."""
+    """A range run appends several days before the SCD2 step: the current-rows path takes one batch, so the keys
+    they change are rewritten from the new rows alone, and history is still the in-order one."""
     catalog = settings.catalog
     batches = scenario(11, FeedMode.FULL)
     ensure_table(lake, catalog, SPEC)
@@ -116,14 +117,15 @@ def test_several_new_batches_at_once_extend_from_each_keys_last_version(lake, se
     for batch in batches[1:3]:
         append(lake, log, batch)
     result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
-    assert result.method == Scd2Method.EXTEND and "2 new batches" in result.reason, result.reason
+    assert result.method == Scd2Method.WINDOW and "2 new batches" in result.reason, result.reason
+    assert "read the new rows only" in result.reason, result.reason
     rows, versions = table_rows(lake, catalog)
     check_invariants(rows)
     assert versions == model(batches[:3], FeedMode.FULL)
 
 
 @pytest.mark.slow
-def test_a_late_batch_falls_back_to_recompute_and_still_gives_the_in_order_history(lake, settings):
+def test_a_late_batch_rewrites_the_keys_it_changes_and_gives_the_in_order_history(lake, settings):
     catalog = settings.catalog
     batches = scenario(11, FeedMode.FULL)
     ensure_table(lake, catalog, SPEC)
@@ -133,7 +135,7 @@ def test_a_late_batch_falls_back_to_recompute_and_still_gives_the_in_order_histo
         apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
     append(lake, log, batches[1])  # a backfill of a day older than the watermark
     result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
-    assert result.method == Scd2Method.RECOMPUTE and "watermark" in result.reason, result.reason
+    assert result.method == Scd2Method.WINDOW and "the log since" in result.reason, result.reason
     assert table_rows(lake, catalog)[1] == model(batches[:3], FeedMode.FULL)
 
 
@@ -263,7 +265,7 @@ def test_records_of_one_time_in_several_files_are_picked_by_file_path_as_the_rec
 
 
 @pytest.mark.slow
-def test_an_older_record_inside_a_new_batch_is_recomputed_not_appended(lake, settings):
+def test_an_older_record_inside_a_new_batch_rewrites_its_key_not_appended(lake, settings):
     catalog = settings.catalog
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
@@ -276,11 +278,8 @@ def test_an_older_record_inside_a_new_batch_is_recomputed_not_appended(lake, set
     # A change list re-sending key 1 at hour 3 with a NULL in `a`: it falls inside history, before the watermark.
     append(lake, log, {"rows": [(1, None, 1, at(3), "b3", "f", at(11)), (2, "z", 2, at(12), "b3", "f", at(11))]})
     result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
-    assert (
-        result.method == Scd2Method.RECOMPUTE
-        and "older than the watermark" in result.reason
-        and "id 1" in result.reason
-    )
+    # Key 1 from hour 3 on (its version from hour 1 is the anchor), key 2 new.
+    assert result.method == Scd2Method.WINDOW and "change 2 key(s)" in result.reason, result.reason
     got = sorted(
         ((r["id"], r["a"], r["_valid_from"], r["_valid_to"]) for r in lake.table(SPEC.qualified(catalog)).collect()),
         key=lambda version: (version[0], version[2]),

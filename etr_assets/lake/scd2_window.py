@@ -1,0 +1,273 @@
+"""SCD2 history rewritten only where new log rows change it: the keys they affect, from the time of each key's first
+change on. `scd2_log.apply_log` runs it when the daily path (`scd2_current`) declines: several batches at once, a
+late day (a backfill), a day delivered again, a record older than the watermark.
+
+History is a function of the *set* of observations (`scd2.observations`, `scd2.history`). New rows add observations,
+and most of them are already implied by the versions (a full snapshot re-sends every unchanged record):
+
+- a record is implied when the version covering its time has its state; at the version's very start only if every
+  compared column is equal too (the two records tie there, and either may start the version);
+- a snapshot's absence is implied unless a version of the key spans the snapshot's time strictly (at a version's
+  start its record beats the absence; in a gap the key is deleted already; before the first version no absence is
+  made).
+
+Any other new observation changes its key from its time on; `_lo`, a key's earliest such time, is all the
+classification keeps. Before `_lo` the key's history is unchanged. From `_lo` on it is recomputed from:
+
+- the *anchor*: the key's last version starting before `_lo` (and its deletion, when it ended before `_lo`). It stands
+  for every observation before `_lo`: they are all collapsed into it and the versions before it;
+- every raw observation at or after `_lo`: the records with a sequence at or after it, and the absences of the
+  snapshots taken at or after it. The versions alone would not do: a version [a, b) collapses every observation of
+  its state inside it, and a change at t inside it needs the first of them after t (a record re-sent with a newer
+  sequence, or an absence) to know where the old state resumes.
+
+Only the log rows that can hold those are read: rows of snapshots taken since the earliest `_lo` (with
+`snapshot_day`, only those days' partitions) and rows whose sequence is at or after it (pruned by the sequence
+column's bounds). When every change is after the watermark (the in-order case) all of them are among the new rows,
+and nothing else is read: the classic extend from each key's last version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from etr_assets.lake.feeds import FeedMode
+from etr_assets.lake.frames import local_frame
+from etr_assets.lake.scd2 import Scd2Method, Scd2Result, history, in_snapshot, merge_scd2, observations
+from etr_assets.lake.specs import SCD2_COLUMNS, STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec
+from etr_assets.lake.writes import iceberg_table
+
+# Affected keys sent whole to every task that reads the log's window (a key and a time: tens of MB at most).
+BROADCAST_KEYS = 2_000_000
+_LINEAGE = ("_batch_id", "_source_file")
+_VERSION_COLUMNS = {c.name for c in SCD2_COLUMNS}
+
+
+@dataclasses.dataclass(frozen=True)
+class LogWindow:
+    """How to read the log rows that may hold observations at or after a time: the log at `snapshot_id` through
+    `to_records`. `snapshot_day`: the log's date column whose day bounds each row's snapshot time (at most the start
+    of the next day, as `build_landing` makes it), which prunes the log to the days since that time."""
+
+    log: str
+    snapshot_id: int
+    to_records: object
+    snapshot_day: str | None = None
+
+
+def apply_window(
+    spark,
+    catalog: str,
+    spec: TableSpec,
+    new_records,
+    mode: str,
+    watermark: int,
+    base: int | None,
+    window: LogWindow,
+    held=None,
+) -> tuple[Scd2Result, int]:
+    """Apply the log's new rows (`new_records`, scd2.observations' input) to the keys they change: (result, new
+    watermark). `base`: the table's snapshot the caller checked (None: still empty), whose versions are compared and
+    rewritten; `watermark`: the latest observation time applied before, in microseconds."""
+    from pyspark.sql import functions as F
+
+    scd2 = spec.scd2
+    key, target = scd2.key, spec.qualified(catalog)
+    batches = [
+        (row["_batch_id"], row["_snapshot"], row["_latest"])
+        for row in new_records.groupBy("_batch_id", F.unix_micros("_snapshot_at").alias("_snapshot"))
+        .agg(F.max(F.unix_micros(scd2.sequence)).alias("_latest"))
+        .collect()
+    ]
+    times = [b[2] for b in batches] + ([b[1] for b in batches] if mode == FeedMode.FULL else [])
+    watermark_after = max(t for t in (watermark, *times) if t is not None)
+    table = (
+        spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
+    )
+    state = _state(spark, spec, target)
+    changes = affected_keys(spark, spec, table, state, new_records, mode, batches, held).cache()
+    try:
+        stats = changes.agg(F.count("*").alias("keys"), F.min(F.unix_micros("_lo")).alias("lo")).first()
+        if not stats["keys"]:
+            reason = f"{len(batches)} new batch(es) whose every observation the versions already imply"
+            return Scd2Result(target, 0, 0, 0, None, Scd2Method.WINDOW, reason), watermark_after
+        lo = stats["lo"]
+        affected = F.broadcast(changes) if stats["keys"] <= BROADCAST_KEYS else changes
+        if lo > watermark:  # every observation at or after `lo` arrived in the new rows
+            records, snapshots, source = new_records, batches, "the new rows only"
+        else:
+            records = _window_records(spark, spec, window, mode, lo)
+            snapshots = _snapshots_since(records, lo) if mode == FeedMode.FULL else []
+            source = f"the log since {_when(lo)}" + (f" ({len(snapshots)} snapshot(s))" if snapshots else "")
+        records = records.join(affected, key, "left_semi")
+        versions, existing = _rebuild(spark, spec, table, records, affected, mode, snapshots, held)
+        result = merge_scd2(spark, catalog, spec, versions, changes, existing=existing)
+        reason = f"{len(batches)} new batch(es) change {stats['keys']} key(s) from {_when(lo)} on; read {source}"
+        return dataclasses.replace(result, method=Scd2Method.WINDOW, reason=reason), watermark_after
+    finally:
+        changes.unpersist()
+
+
+def affected_keys(spark, spec: TableSpec, table, state, new_records, mode: str, batches: list[tuple], held=None):
+    """(key, `_lo`): each key some new observation changes, and the earliest time one does (module docstring).
+    `table`: the SCD2 table's rows to compare with, `state` their state hash; `batches`: (`_batch_id`, snapshot
+    micros, ...) of the new rows."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    scd2 = spec.scd2
+    key = scd2.key
+    versions = table.select(key, "_valid_from", "_valid_to", state.alias("_state"), _others(spec).alias("_others"))
+    # Each new batch's latest record per key, in narrow columns, picked as `scd2.observations` picks it.
+    newest = Window.partitionBy(key, "_batch_id").orderBy(
+        F.col("_seq").desc(), F.col("_source_file").desc(), F.col("_tie").desc()
+    )
+    present = (
+        new_records.select(
+            key,
+            "_batch_id",
+            "_source_file",
+            F.col(scd2.sequence).alias("_seq"),
+            F.xxhash64(*scd2.tracked).alias("_tie"),
+            F.expr(spec.state_hash_sql).alias("_state"),
+            _others(spec).alias("_others"),
+        )
+        .withColumn("_rank", F.row_number().over(newest))
+        .where("_rank = 1")
+    )
+    p, v = present.alias("p"), versions.alias("v")
+    covers = (F.col(f"p.{key}") == F.col(f"v.{key}")) & (F.col("v._valid_from") <= F.col("p._seq"))
+    covers = covers & (F.col("v._valid_to").isNull() | (F.col("p._seq") < F.col("v._valid_to")))
+    # At the version's very start the two records tie: implied only if they agree on every compared column.
+    implied = (F.col("v._state") == F.col("p._state")) & (
+        (F.col("p._seq") > F.col("v._valid_from")) | (F.col("v._others") == F.col("p._others"))
+    )
+    records = (
+        p.join(v, covers, "left")
+        .where(~F.coalesce(implied, F.lit(False)))  # no covering version, another state, or a version without hash
+        .select(F.col(f"p.{key}").alias(key), F.col("p._seq").alias("_at"))
+    )
+    if mode != FeedMode.FULL:
+        return records.groupBy(key).agg(F.min("_at").alias("_lo"))
+
+    # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
+    spanning = versions.crossJoin(F.broadcast(_snapshots(spark, batches))).where(
+        (F.col("_valid_from") < F.col("_at")) & (F.col("_valid_to").isNull() | (F.col("_at") < F.col("_valid_to")))
+    )
+    absent = spanning.join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti").select(key, "_at")
+    return records.unionByName(absent).groupBy(key).agg(F.min("_at").alias("_lo"))
+
+
+def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapshots: list[tuple], held=None):
+    """(versions, the rows they replace) of the affected keys from each one's anchor on. `records`: the affected
+    keys' log rows that may hold observations at or after their `_lo`; `snapshots`: (`_batch_id`, micros) of
+    every snapshot taken at or after the earliest `_lo`."""
+    from pyspark.sql import functions as F
+
+    scd2 = spec.scd2
+    key = scd2.key
+    carried = [c.name for c in spec.columns if c.name not in _VERSION_COLUMNS] + list(_LINEAGE)
+    rows = table.join(affected, key)
+    anchors = rows.groupBy(key).agg(
+        F.max(F.when(F.col("_valid_from") < F.col("_lo"), F.col("_valid_from"))).alias("_anchor_from"),
+        F.min("_valid_from").alias("_first"),
+    )
+    rows = rows.join(anchors, key)
+    anchor = rows.where(F.col("_valid_from") == F.col("_anchor_from"))
+    existing = rows.where(F.col("_anchor_from").isNull() | (F.col("_valid_from") >= F.col("_anchor_from")))
+    existing = existing.select(*spec.column_names)
+
+    present = observations(records, scd2, FeedMode.INCREMENTAL).join(affected, key)
+    events = [
+        anchor.select(*carried, F.col("_valid_from").alias("_seq"), F.lit(False).alias("_deleted")),
+        anchor.where(F.col("_valid_to") < F.col("_lo")).select(  # deleted before the window: still deleted at it
+            key, "_batch_id", F.col("_valid_to").alias("_seq"), F.lit(True).alias("_deleted")
+        ),
+        present.where(F.col("_seq") >= F.col("_lo")).select(*carried, "_seq", "_deleted"),
+    ]
+    if mode == FeedMode.FULL:
+        # Absent from a snapshot taken since `_lo`: deleted then, once the key had been seen (as observations does).
+        firsts = (
+            present.groupBy(key)
+            .agg(F.min("_seq").alias("_first"))
+            .unionByName(anchors.select(key, "_first"))
+            .groupBy(key)
+            .agg(F.min("_first").alias("_first"))
+        )
+        events.append(
+            affected.join(firsts, key)
+            .crossJoin(F.broadcast(_snapshots(spark, snapshots)))
+            .where((F.col("_at") >= F.col("_lo")) & (F.col("_at") > F.col("_first")))
+            .join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti")
+            .select(key, "_batch_id", F.col("_at").alias("_seq"), F.lit(True).alias("_deleted"))
+        )
+    union = events[0]
+    for frame in events[1:]:
+        union = union.unionByName(frame, allowMissingColumns=True)
+    return history(union, spec), existing
+
+
+def _window_records(spark, spec: TableSpec, window: LogWindow, mode: str, since_micros: int):
+    """The log's records that may hold an observation at or after `since_micros`: a snapshot taken since, or a
+    sequence since. Pruned before `to_records` by the snapshot's day and the sequence, when the log has them."""
+    from pyspark.sql import functions as F
+
+    sequence = spec.scd2.sequence
+    since = F.timestamp_micros(F.lit(since_micros))
+    rows = spark.read.format("iceberg").option("snapshot-id", window.snapshot_id).load(window.log)
+    # The log's own sequence column (when it has the records' type) bounds which files may hold later records.
+    later = F.col(sequence) >= since if dict(rows.dtypes).get(sequence) == "timestamp" else None
+    if mode == FeedMode.FULL:
+        # A snapshot taken since `since` describes that day or the one before (its time is at most the next day's
+        # start); without the day, every row is read.
+        taken = F.col(window.snapshot_day) >= F.date_sub(F.to_date(since), 1) if window.snapshot_day else None
+        pruned = None if taken is None or later is None else taken | later
+        exact = (F.col("_snapshot_at") >= since) | (F.col(sequence) >= since)
+    else:
+        pruned, exact = later, F.col(sequence) >= since
+    return window.to_records(rows if pruned is None else rows.where(pruned)).where(exact)
+
+
+def _snapshots_since(records, since_micros: int) -> list[tuple]:
+    """(`_batch_id`, micros) of every snapshot in `records` taken at or after `since_micros`."""
+    from pyspark.sql import functions as F
+
+    micros = F.unix_micros("_snapshot_at")
+    return [tuple(r) for r in records.where(micros >= since_micros).select("_batch_id", micros).distinct().collect()]
+
+
+def _snapshots(spark, snapshots: list[tuple]):
+    """(`_batch_id`, `_at`) of (batch id, snapshot micros, ...) tuples."""
+    from pyspark.sql import functions as F
+
+    frame = local_frame(spark, [(s[0], s[1]) for s in snapshots] or [("", 0)], "_batch_id string, _micros bigint")
+    frame = frame if snapshots else frame.limit(0)
+    return frame.select("_batch_id", F.timestamp_micros("_micros").alias("_at"))
+
+
+def _state(spark, spec: TableSpec, target: str):
+    """The versions' state hash: the stored one when the table says its rows carry this spec's, else computed."""
+    from pyspark.sql import functions as F
+
+    stored = iceberg_table(spark, target).properties().get(STATE_HASH_PROPERTY)
+    return F.col(STATE_HASH_COLUMN) if stored == spec.state_hash_sql else F.expr(spec.state_hash_sql)
+
+
+def _others(spec: TableSpec):
+    """NULL-safe hash of the columns a version compares besides its state and times (e.g. `created_at`): two
+    records at one time and of one state start the same version only if these agree."""
+    from pyspark.sql import functions as F
+
+    scd2 = spec.scd2
+    skipped = {*_VERSION_COLUMNS, scd2.key, scd2.sequence, *scd2.tracked}
+    parts = []
+    for column in spec.columns:
+        if column.name not in skipped:
+            value = f"CAST(`{column.name}` AS {column.type})"
+            parts += [f"{value} IS NULL", value]
+    return F.expr(f"xxhash64({', '.join(parts)})") if parts else F.lit(0).cast("bigint")
+
+
+def _when(micros: int) -> str:
+    return (dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)).isoformat(sep=" ")
