@@ -8,12 +8,14 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
+    AssetDep,
     AssetExecutionContext,
     AssetKey,
     AssetRecordsFilter,
     AssetSpec,
     BackfillPolicy,
     DailyPartitionsDefinition,
+    TimeWindowPartitionMapping,
     multi_asset,
 )
 from dagster._utils.warnings import BetaWarning, PreviewWarning
@@ -41,6 +43,11 @@ def daily_partitions(settings: Settings) -> DailyPartitionsDefinition:
 
 def table_key(spec: TableSpec) -> AssetKey:
     return AssetKey([spec.namespace, spec.name])
+
+
+def previous_day(key: AssetKey) -> AssetDep:
+    """A dependency on the partition of the day before: what a day that builds on yesterday's state reads."""
+    return AssetDep(key, partition_mapping=TimeWindowPartitionMapping(start_offset=-1, end_offset=-1))
 
 
 def days_of(context: AssetExecutionContext) -> list[dt.date]:
@@ -209,7 +216,7 @@ def _on_days(check: AssetCheckSpec, partitions: DailyPartitionsDefinition | None
 def table_asset(
     settings: Settings,
     spec: TableSpec,
-    deps: list[AssetKey],
+    deps: list[AssetKey | AssetDep],
     description: str,
     group: str | None = None,
     extra_checks: tuple[AssetCheckSpec, ...] = (),
@@ -217,7 +224,7 @@ def table_asset(
     """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
 
     A table with a day column has its checks partitioned by day too (a result per day's partition; a preview in
-    Dagster 1.13). A multi-asset of one asset, because only there are check outputs optional: a range run records
+    Dagster 1.13). `deps` without a partition mapping read the same day. A multi-asset of one asset, because only there are check outputs optional: a range run records
     its per-day evaluations instead (`on_partitions`)."""
     partitions = daily_partitions(settings)
     checks = [

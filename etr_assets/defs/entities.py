@@ -11,6 +11,7 @@ from dagster import (
 from pydantic import Field
 
 from etr_assets.defs.common import (
+    previous_day,
     quarantine_check,
     table_asset,
     table_key,
@@ -20,7 +21,7 @@ from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake.feeds import EntityFeed
 from etr_assets.settings import Settings
-from etr_assets.tables.entities import GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
+from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
 from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
@@ -32,16 +33,28 @@ def build_entity_assets(settings: Settings) -> list[AssetsDefinition]:
 
     @table_asset(
         settings,
+        GOLD_CUSTOMER_ACTIVITY,
+        [table_key(SILVER_TRANSACTIONS), previous_day(table_key(GOLD_CUSTOMER_ACTIVITY))],
+        "Each customer's transactions, approved amount and latest transaction up to the end of the day: the day "
+        "before's figures plus the day's silver rows (a day never reads all of silver).",
+    )
+    def gold_customer_activity(
+        context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
+    ):
+        yield from layer_runner.run(context, "gold/customer_activity", lake, raw_zone)
+
+    @table_asset(
+        settings,
         GOLD_CUSTOMER_PROFILES,
-        [table_key(LANDING_CUSTOMERS), table_key(SILVER_TRANSACTIONS)],
-        "Each customer as of the end of the day (the SCD2 version valid then) with their transactions up to it.",
+        [table_key(LANDING_CUSTOMERS), table_key(GOLD_CUSTOMER_ACTIVITY)],
+        "Each customer as of the end of the day (the SCD2 version valid then) with their activity up to it.",
     )
     def gold_customer_profiles(
         context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
     ):
         yield from layer_runner.run(context, "gold/customer_profiles", lake, raw_zone)
 
-    return assets + [gold_customer_profiles]
+    return assets + [gold_customer_activity, gold_customer_profiles]
 
 
 def _feed_assets(settings: Settings, feed: EntityFeed) -> list[AssetsDefinition]:
@@ -61,7 +74,7 @@ def _feed_assets(settings: Settings, feed: EntityFeed) -> list[AssetsDefinition]
     @table_asset(
         settings,
         landing,
-        [table_key(bronze)],
+        [table_key(bronze), previous_day(table_key(landing))],
         f"{endpoint.capitalize()} history as SCD2 ({feed.mode} snapshots): NULL-safe change detection over "
         f"{', '.join(landing.scd2.tracked)}, versions ordered by {landing.scd2.sequence}, one MERGE per run. "
         f"Extended from the bronze rows appended since the last build when they all come after it, else "

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dagster import AssetObservation, MetadataValue, TableColumn, TableColumnConstraints, TableSchema
+from dagster import AssetMaterialization, AssetObservation, MetadataValue, TableColumn, TableColumnConstraints, TableSchema
 
-from etr_assets.lake.figures import Tagged, partition_counts
+from etr_assets.lake.figures import Tagged, partition_counts, written_days
 from etr_assets.lake.specs import TableSpec
 
 
@@ -43,10 +43,30 @@ def as_metadata(figures: dict[str, object]) -> dict[str, object]:
 
 def log_partition_counts(context, figures: dict[str, object]) -> None:
     """A range run materializes every day with the same metadata; each day's own row count goes on that partition
-    as an observation (the UI lists it under the partition and plots it)."""
-    for day, rows in partition_counts(figures).items():
-        context.log_event(
-            AssetObservation(
-                asset_key=context.asset_key, partition=day, metadata={"dagster/partition_row_count": int(rows)}
+    as an observation (the UI lists it under the partition and plots it). A day the step wrote without being asked
+    (a pending batch it finished, a snapshot day a history took in) is recorded as a materialization of that
+    partition, with a warning, so the UI's partitions and staleness say what the table holds."""
+    counts = partition_counts(figures)
+    partitioned = context.has_partition_key or context.has_partition_key_range
+    requested = set(context.partition_keys) if partitioned else set()
+    unrequested = sorted(written_days(figures) - requested) if requested else []
+    for day, rows in counts.items():
+        if day not in unrequested:
+            context.log_event(
+                AssetObservation(
+                    asset_key=context.asset_key, partition=day, metadata={"dagster/partition_row_count": int(rows)}
+                )
             )
-        )
+    if not unrequested:
+        return
+    run_days = sorted(requested)
+    context.log.warning(
+        f"{context.asset_key.to_user_string()}: also wrote {', '.join(unrequested)} (not requested by this run of "
+        f"{run_days[0]}{'...' + run_days[-1] if len(run_days) > 1 else ''}); recorded as materializations of those "
+        "partitions"
+    )
+    for day in unrequested:
+        metadata = {"written_by_run_of": f"{run_days[0]}...{run_days[-1]}"}
+        if day in counts:
+            metadata["dagster/partition_row_count"] = int(counts[day])
+        context.log_event(AssetMaterialization(asset_key=context.asset_key, partition=day, metadata=metadata))

@@ -14,10 +14,10 @@ from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import EntityFeed, FeedMode
 from etr_assets.lake.frames import conform, count_by_day, local_frame, spark_type
 from etr_assets.lake.scd2 import Scd2Result
-from etr_assets.lake.scd2_log import apply_log
+from etr_assets.lake.scd2_log import apply_log, read_cursor
 from etr_assets.lake.writes import replace_days
 from etr_assets.sources.raw_zone import RawZone
-from etr_assets.tables.entities import GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
+from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
 from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS  # noqa: F401 (the feeds this module's functions take)
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
@@ -68,6 +68,25 @@ def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], fu
     )
 
 
+def days_to_apply(spark, catalog: str, feed: EntityFeed, full_refresh: bool = False) -> list[dt.date]:
+    """The snapshot days whose bronze rows the next `build_landing` will apply: every day bronze changed since the
+    log snapshot the history's last apply read (every day, when there is none or on a full refresh: a recompute)."""
+    from pyspark.sql import functions as F
+
+    bronze = feed.raw.bronze.qualified(catalog)
+    if not spark.catalog.tableExists(bronze):
+        return []
+    partitions = spark.sql(f"SELECT partition._as_of_day AS day, last_updated_at FROM {bronze}.partitions")
+    target = feed.landing.qualified(catalog)
+    cursor = read_cursor(spark, target) if not full_refresh and spark.catalog.tableExists(target) else None
+    if cursor is not None:
+        applied = spark.sql(f"SELECT committed_at FROM {bronze}.snapshots WHERE snapshot_id = {cursor.log_snapshot_id}")
+        applied_at = applied.first()
+        if applied_at is not None:  # an expired snapshot: every day counts
+            partitions = partitions.where(F.col("last_updated_at") > F.lit(applied_at[0]))
+    return sorted(r["day"] for r in partitions.collect())
+
+
 def held_keys(spark, catalog: str, feed: EntityFeed):
     """(key, `_batch_id`) of records a snapshot sent that validation refused: present, state unknown."""
     key = feed.landing.scd2.key
@@ -78,32 +97,105 @@ def held_keys(spark, catalog: str, feed: EntityFeed):
     return table.where(table[key].isNotNull()).select(key, "_batch_id") if key in table.columns else None
 
 
+def consecutive_runs(days: list[dt.date]) -> list[list[dt.date]]:
+    """`days` sorted and cut where a day is missing: each run builds on the day before its first."""
+    runs: list[list[dt.date]] = []
+    for day in sorted(set(days)):
+        if runs and day - runs[-1][-1] == dt.timedelta(days=1):
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    return runs
+
+
+def _activity_of(silver_rows, day_column):
+    """Per customer and `day_column`: transactions, approved amount and the latest transaction date."""
+    from pyspark.sql import functions as F
+
+    approved = F.col("status").isin("APPROVED", "PROCESSED")
+    return silver_rows.groupBy("customer_id", day_column).agg(
+        F.count(F.lit(1)).alias("transactions"),
+        F.coalesce(F.sum(F.when(approved, F.col("amount"))), F.lit(0)).alias("approved_amount"),
+        F.max("transaction_date").alias("last_transaction_date"),
+    )
+
+
+def customer_activity(spark, catalog: str, days: list[dt.date]):
+    """Each customer's activity up to each of `days`: the table's figures of the day before each run of consecutive
+    days, plus silver's rows of the run. Returns (the rows, the first days of runs whose day before the table does
+    not hold: their figures start from every silver day before them, as a first build's must)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog))
+    table = GOLD_CUSTOMER_ACTIVITY.qualified(catalog)
+    figures = ["transactions", "approved_amount", "last_transaction_date"]
+    frames, started_over = [], []
+    for run in consecutive_runs(days):
+        before = run[0] - dt.timedelta(days=1)
+        carried = spark.table(table).where(F.col("as_of_date") == F.lit(before)).select("customer_id", *figures)
+        if carried.isEmpty():
+            earlier = silver.where(F.col("transaction_date") <= F.lit(before)).withColumn("_all", F.lit(0))
+            carried = _activity_of(earlier, "_all").drop("_all")
+            started_over.append(run[0])
+        in_run = silver.where(F.col("transaction_date").between(F.lit(run[0]), F.lit(run[-1])))
+        by_day = _activity_of(in_run.withColumn("as_of_date", F.col("transaction_date")), "as_of_date")
+        run_days = local_frame(spark, [(d,) for d in run], "as_of_date date")
+        customers = carried.select("customer_id").unionByName(by_day.select("customer_id")).distinct()
+        up_to_day = Window.partitionBy("customer_id").orderBy("as_of_date").rowsBetween(Window.unboundedPreceding, 0)
+        running = (
+            customers.crossJoin(F.broadcast(run_days))
+            .join(by_day, ["customer_id", "as_of_date"], "left")
+            .select(
+                "customer_id",
+                "as_of_date",
+                *[F.sum(c).over(up_to_day).alias(f"_run_{c}") for c in figures[:2]],
+                F.max("last_transaction_date").over(up_to_day).alias("_run_last_transaction_date"),
+            )
+        )
+        total = running.join(carried, "customer_id", "left").select(
+            "as_of_date",
+            "customer_id",
+            *[(F.coalesce(c, F.lit(0)) + F.coalesce(f"_run_{c}", F.lit(0))).alias(c) for c in figures[:2]],
+            F.greatest("last_transaction_date", "_run_last_transaction_date").alias("last_transaction_date"),
+        )
+        frames.append(total.where(F.col("transactions") > 0))
+    rows = frames[0]
+    for frame in frames[1:]:
+        rows = rows.unionByName(frame)
+    return conform(rows.withColumn("_computed_at", F.current_timestamp()), GOLD_CUSTOMER_ACTIVITY), started_over
+
+
+def build_customer_activity(spark, catalog: str, days: list[dt.date]) -> LayerResult:
+    changes = ensure_table(spark, catalog, GOLD_CUSTOMER_ACTIVITY)
+    activity, started_over = customer_activity(spark, catalog, days)
+    activity = activity.cache()
+    counts = count_by_day(activity, days, "as_of_date")
+    commit = replace_days(spark, GOLD_CUSTOMER_ACTIVITY.qualified(catalog), activity, "as_of_date", days)
+    activity.unpersist()
+    warnings = tuple(
+        f"{GOLD_CUSTOMER_ACTIVITY.identifier} holds no figures for {day - dt.timedelta(days=1)}: {day} was summed "
+        "from every earlier silver day (a first build; otherwise build the missing day first)"
+        for day in started_over
+    )
+    extra = {"days_summed_from_all_of_silver": ", ".join(d.isoformat() for d in started_over) or "none"}
+    return LayerResult(commit, changes, counts, extra, warnings)
+
+
 def customer_profiles(spark, catalog: str, days: list[dt.date]):
-    """Each customer's version valid at the end of each day, with their transactions up to that day."""
+    """Each customer's version valid at the end of each day, with their activity up to that day."""
     from pyspark.sql import functions as F
 
     customers = spark.table(LANDING_CUSTOMERS.qualified(catalog))
-    silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog))
+    activity = spark.table(GOLD_CUSTOMER_ACTIVITY.qualified(catalog)).where(F.col("as_of_date").isin(sorted(days)))
     day_list = local_frame(spark, [(d,) for d in sorted(days)], "as_of_date date")
     end_of_day = F.to_timestamp(F.date_add("as_of_date", 1))
     # The SCD2 as-of view: the version whose interval contains the end of the day.
     as_of = day_list.crossJoin(customers).where(
         (F.col("_valid_from") < end_of_day) & (F.col("_valid_to").isNull() | (F.col("_valid_to") >= end_of_day))
     )
-    approved = F.col("status").isin("APPROVED", "PROCESSED")
-    activity = (
-        day_list.join(silver, F.col("transaction_date") <= F.col("as_of_date"))
-        .groupBy("as_of_date", "customer_id")
-        .agg(
-            F.count(F.lit(1)).alias("transactions"),
-            F.coalesce(F.sum(F.when(approved, F.col("amount"))), F.lit(0))
-            .cast("decimal(18,2)")
-            .alias("approved_amount"),
-            F.max("transaction_date").alias("last_transaction_date"),
-        )
-    )
     profiles = (
-        as_of.join(activity, ["as_of_date", "customer_id"], "left")
+        as_of.join(activity.drop("_computed_at"), ["as_of_date", "customer_id"], "left")
         .withColumn("transactions", F.coalesce("transactions", F.lit(0)).cast("bigint"))
         .withColumn("approved_amount", F.coalesce("approved_amount", F.lit(0)).cast("decimal(18,2)"))
         .withColumn(
@@ -117,6 +209,7 @@ def customer_profiles(spark, catalog: str, days: list[dt.date]):
 
 def build_customer_profiles(spark, catalog: str, days: list[dt.date]) -> LayerResult:
     changes = ensure_table(spark, catalog, GOLD_CUSTOMER_PROFILES)
+    ensure_table(spark, catalog, GOLD_CUSTOMER_ACTIVITY)  # read even before its first build
     profiles = customer_profiles(spark, catalog, days).cache()
     counts = count_by_day(profiles, days, "as_of_date")
     commit = replace_days(spark, GOLD_CUSTOMER_PROFILES.qualified(catalog), profiles, "as_of_date", days)

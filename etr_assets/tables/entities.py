@@ -130,6 +130,32 @@ LANDING_MERCHANTS = TableSpec(
     expectations=SCD2_EXPECTATIONS,
 )
 
+# The running aggregate profiles are built from: a customer's activity up to a day is the day before's plus the
+# day's transactions, so no day reads every earlier day of silver.
+GOLD_CUSTOMER_ACTIVITY = TableSpec(
+    namespace="gold",
+    name="customer_activity",
+    description="Each customer's transactions up to the end of a day: the previous day's figures plus the day's",
+    columns=(
+        Column("as_of_date", "date", "Day the figures run up to (end of day, UTC)", required=True),
+        Column("customer_id", "bigint", "Customer id", required=True, pii=True),
+        Column("transactions", "bigint", "Transactions up to and including the day", required=True),
+        Column(
+            "approved_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts up to the day", required=True
+        ),
+        Column("last_transaction_date", "date", "Most recent transaction up to the day", required=True),
+        Column("_computed_at", "timestamp", "When gold computed the row", required=True),
+    ),
+    partition_by=("days(as_of_date)",),
+    write_order=("as_of_date", "customer_id"),
+    properties=_SMALL,
+    subject_column="customer_id",
+    expectations=(
+        Check("activity figures are positive", "transactions > 0 AND approved_amount >= 0"),
+        Check("no transaction after the day", "last_transaction_date <= as_of_date"),
+    ),
+)
+
 GOLD_CUSTOMER_PROFILES = TableSpec(
     namespace="gold",
     name="customer_profiles",

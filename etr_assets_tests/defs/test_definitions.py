@@ -27,6 +27,7 @@ EXPECTED_ASSETS = {
     "landing/merchants": "landing",
     "silver/bnpl_transactions_clean": "silver",
     "gold/bnpl_daily_summary": "gold",
+    "gold/customer_activity": "gold",
     "gold/customer_profiles": "gold",
 }
 
@@ -48,8 +49,28 @@ def test_definitions_load_with_the_expected_assets_and_groups():
     }
     assert graph.get(AssetKey(["gold", "customer_profiles"])).parent_keys == {
         AssetKey(["landing", "customers"]),
-        AssetKey(["silver", "bnpl_transactions_clean"]),
+        AssetKey(["gold", "customer_activity"]),
     }
+
+
+def test_each_dependency_is_declared_with_the_partitions_its_code_reads():
+    """A day that builds on the day before's state (carried activity, a history extended by a snapshot) depends
+    on that partition of itself; everything else reads the same day."""
+    graph = defs.resolve_asset_graph()
+    day = "2025-03-10"
+
+    def parents(child: str, parent: str) -> set[str]:
+        child_key, parent_key = AssetKey(child.split("/")), AssetKey(parent.split("/"))
+        subset = graph.get_parent_partition_keys_for_child(day, parent_key, child_key).partitions_subset
+        return set(subset.get_partition_keys())
+
+    assert parents("gold/customer_activity", "gold/customer_activity") == {"2025-03-09"}
+    assert parents("gold/customer_activity", "silver/bnpl_transactions_clean") == {day}
+    assert parents("landing/customers", "landing/customers") == {"2025-03-09"}
+    assert parents("landing/customers", "bronze/bnpl_customers_raw") == {day}
+    assert parents("gold/customer_profiles", "gold/customer_activity") == {day}
+    assert parents("gold/customer_profiles", "landing/customers") == {day}
+    assert parents("gold/bnpl_daily_summary", "silver/bnpl_transactions_clean") == {day}
 
 
 def test_table_assets_carry_kinds_column_schema_and_table_name():

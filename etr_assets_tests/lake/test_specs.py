@@ -44,6 +44,7 @@ def test_erasure_list_is_derived_from_personal_data_columns():
         "landing.customers",
         "silver.bnpl_transactions_clean",
         "silver.quarantine_transactions",
+        "gold.customer_activity",
         "gold.customer_profiles",
     }
     assert "bronze.bnpl_merchants_raw" not in erasable and "gold.bnpl_daily_summary" not in erasable
