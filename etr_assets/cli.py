@@ -115,6 +115,9 @@ def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
     else:
         rows = [_table_row(s) for s in stats]
         print(render_table(["table", "rows", "snapshots", "files", "size", "last updated"], rows))
+        for s in stats:  # a count metadata cannot give is not guessed: the reason, under the table
+            if s.exists and not s.problem and s.rows is None:
+                print(f"{s.table}: rows unknown: {s.rows_unknown}")
     for s in stats:  # damaged tables are named on stderr too, so a script piping stdout still sees them
         if s.problem:
             print(f"etr tables: {s.table}: {s.problem}", file=sys.stderr)
@@ -127,7 +130,8 @@ def _table_row(s) -> list:
         return [name, "-", "-", "-", "-", s.problem[:120]]
     if not s.exists:
         return [name, "-", "-", "-", "-", "not created yet"]
-    return [name, s.rows, s.snapshots, s.data_files, _human_bytes(s.bytes), f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"]
+    rows = "unknown" if s.rows is None else s.rows
+    return [name, rows, s.snapshots, s.data_files, _human_bytes(s.bytes), f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"]
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:

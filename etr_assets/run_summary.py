@@ -1,8 +1,8 @@
 """What a run did, in three lines: at the end of every run's log, and `etr run-summary` (the end of `./dev demo`).
 
 Read from the Dagster instance's event log: the assets the run materialized (raw batches and tables), the rows it
-wrote to them (an SCD2 history: the versions it inserted), and its asset checks by outcome (passed, warned = a failed
-WARN check, failed = a failed ERROR check).
+wrote to them (an SCD2 history: the versions it inserted and those it closed), and its asset checks by outcome
+(passed, warned = a failed WARN check, failed = a failed ERROR check).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 
 from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
 
-ROW_FIGURES = ("versions_inserted", "rows_written", "dagster/partition_row_count")  # the first a materialization has
+ROW_FIGURES = ("rows_written", "dagster/partition_row_count")  # the first a materialization has
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
             materialization = event.event_specific_data.materialization
             metadata = materialization.metadata
-            # Rows the run wrote: SCD2 histories count the versions they inserted.
+            # Rows the run wrote (`lake.figures.layer_figures`: an SCD2 history's versions inserted and closed).
             written = next((metadata[k] for k in ROW_FIGURES if k in metadata), None)
             # A range run materializes each day with the same figures (the whole run's): count them once.
             rows.setdefault(

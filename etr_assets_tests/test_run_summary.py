@@ -35,7 +35,8 @@ def things():
     ],
 )
 def summary():
-    yield MaterializeResult(metadata={"versions_inserted": 3, "rows_written": 0})  # as an SCD2 history reports
+    # As an SCD2 history reports: what it wrote is the versions it inserted and those it closed.
+    yield MaterializeResult(metadata={"versions_inserted": 3, "versions_updated": 2, "rows_written": 5})
     yield AssetCheckResult(check_name="row_count_anomaly", passed=False, severity=AssetCheckSeverity.WARN)
     yield AssetCheckResult(check_name="amounts_positive", passed=True)
 
@@ -47,10 +48,10 @@ def test_the_summary_counts_tables_rows_and_checks_of_the_run():
         by_id = summarize_run(instance, result.run_id)
 
     assert newest == by_id and newest.run_id == result.run_id and newest.status == "SUCCESS"
-    assert newest.rows_by_table == {"silver/things": 40, "gold/summary": 3}
+    assert newest.rows_by_table == {"silver/things": 40, "gold/summary": 5}
     assert (newest.passed, newest.warned, newest.failed) == (2, 1, 0)
     lines = newest.lines()
-    assert lines[1] == "  2 asset(s) materialized, 43 row(s) written"
+    assert lines[1] == "  2 asset(s) materialized, 45 row(s) written"
     assert lines[2] == "  checks: 2 passed, 1 warned, 0 failed (gold/summary:row_count_anomaly)"
 
 

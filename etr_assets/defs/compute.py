@@ -109,7 +109,8 @@ class LayerRunner(ConfigurableResource):
             ) from None
         figures = finished.figures
         context.log.info(
-            f"{spec.identifier}: {figures['rows_written']} rows written, {figures['dagster/row_count']} in the table; "
+            f"{spec.identifier}: {figures['rows_written']} rows written, "
+            f"{figures.get('dagster/row_count', 'an unknown number of rows')} in the table; "
             + (
                 f"{figures['operation']} snapshot {figures['snapshot_id']} "
                 f"(+{figures['files_added']}/-{figures['files_removed']} files)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from etr_assets.lake.bronze import LayerResult
+from etr_assets.lake.metadata import RowCount
 from etr_assets.lake.quality import CheckOutcome
 
 
@@ -19,14 +20,21 @@ class Tagged:
     value: object
 
 
-def layer_figures(result: LayerResult, location: str, table_rows: int | None = None) -> dict[str, object]:
-    """Figures of one write: numbers plot over time in the UI; ids are strings (they exceed 32 bits). `table_rows`:
-    the table's rows when the write committed nothing (its commit then has no figures)."""
+def layer_figures(result: LayerResult, location: str, unchanged_rows: RowCount | None = None) -> dict[str, object]:
+    """Figures of one write: numbers plot over time in the UI; ids are strings (they exceed 32 bits).
+    `unchanged_rows`: the table's rows when the write committed nothing (its commit then has no figures).
+
+    The table's rows are `metadata.row_count`'s (what `SELECT count(*)` returns); when metadata cannot tell,
+    `dagster/row_count` and `table_rows` are left out and `table_rows_unknown` says why (never a wrong number).
+    `rows_written` is what the write added: a layer that is not written by day (an SCD2 history) says it in
+    `result.extra`, which overrides."""
     commit = result.commit
+    rows = commit.table_rows if commit.snapshot_id is not None else (unchanged_rows or RowCount(0))
+    # Dagster's meanings: rows in the table, and rows of the partition materialized (one day only; a range run
+    # reports each day's own count as an observation of that partition, `partition_counts`).
+    table_rows = {"dagster/row_count": rows.rows, "table_rows": rows.rows} if rows.rows is not None else {}
     figures: dict[str, object] = {
-        # Dagster's meanings: rows in the table, and rows of the partition materialized (one day only; a range run
-        # reports each day's own count as an observation of that partition, `partition_counts`).
-        "dagster/row_count": commit.total_records if commit.snapshot_id is not None else (table_rows or 0),
+        **table_rows,
         "rows_written": result.rows,
         "table": commit.table,
         "table_uri": Tagged("path", location),
@@ -36,11 +44,12 @@ def layer_figures(result: LayerResult, location: str, table_rows: int | None = N
         "files_removed": commit.removed_files,
         "records_added": commit.added_records,
         "records_removed": commit.removed_records,
-        "table_rows": commit.total_records,
         "table_files": commit.total_files,
         "table_bytes": commit.total_bytes,
         "rows_by_day": Tagged("json", result.rows_by_day),
     }
+    if rows.rows is None:
+        figures["table_rows_unknown"] = rows.unknown
     if len(result.rows_by_day) == 1:
         figures["dagster/partition_row_count"] = result.rows
     if result.changes.any:
@@ -57,6 +66,16 @@ def partition_counts(figures: dict[str, object]) -> dict[str, int]:
     by_day = figures.get("rows_by_day")
     counts = getattr(by_day, "value", by_day) or {}  # Tagged here, Dagster's JSON value after Pipes
     return dict(counts) if isinstance(counts, dict) and len(counts) > 1 else {}
+
+
+def written_days(figures: dict[str, object]) -> set[str]:
+    """Every day a write touched: the days it counted rows for, and those a history applied (`days_applied`)."""
+    days = set()
+    for key in ("rows_by_day", "days_applied"):
+        value = figures.get(key)
+        value = getattr(value, "value", value) or ()  # Tagged here, Dagster's JSON value after Pipes
+        days |= {str(day) for day in value}
+    return days
 
 
 def check_figures(outcome: CheckOutcome) -> dict[str, object]:

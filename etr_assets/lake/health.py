@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from etr_assets.lake.metadata import load_table
+from etr_assets.lake.metadata import load_table, snapshot_row_count
 from etr_assets.lake.quality import Severity
 from etr_assets.lake.specs import MIB, TableSpec
 from etr_assets.settings import Settings
@@ -34,7 +34,8 @@ class TableHealth:
     exists: bool
     status: Severity = Severity.OK
     reasons: tuple[str, ...] = ()  # one per threshold passed, naming the figure and the limit
-    rows: int = 0
+    rows: int | None = 0  # metadata.row_count's; None when metadata cannot tell (`rows_unknown` says why)
+    rows_unknown: str = ""
     data_files: int = 0
     data_bytes: int = 0
     average_file_bytes: int = 0
@@ -58,7 +59,7 @@ class TableHealth:
         return self.exists and self.status != Severity.OK
 
     def figures(self) -> dict[str, float]:
-        """The numeric figures, by name (what a check plots and the maintenance log keeps)."""
+        """The numeric figures, by name (what a check plots and the maintenance log keeps); rows only when known."""
         names = (
             "rows",
             "data_files",
@@ -75,7 +76,7 @@ class TableHealth:
             "manifests",
             "metadata_file_bytes",
         )
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
     def describe(self) -> str:
         if not self.exists:
@@ -129,12 +130,12 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
     small = sum(small_by_partition.values())
     mergeable = sum(count - 1 for count in small_by_partition.values())
     oldest_ms = min((s.timestamp_ms for s in metadata.snapshots), default=None)
-    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    rows = snapshot_row_count(table, snapshot)
     return TableHealth(
         table=spec.identifier,
         exists=True,
-        # Spark writes position deletes only: each removes one record of a data file.
-        rows=int(summary.get("total-records", 0) or 0) - int(summary.get("total-position-deletes", 0) or 0),
+        rows=rows.rows,
+        rows_unknown=rows.unknown,
         data_files=data_files,
         data_bytes=data_bytes,
         average_file_bytes=data_bytes // data_files if data_files else 0,

@@ -1,6 +1,7 @@
 """Light reads of table metadata through pyiceberg: no JVM, milliseconds, same catalog as Spark.
 
-Used where nothing needs computing: `etr tables`, run summaries, and (later) health checks and sensors.
+Used where nothing needs computing: `etr tables`, run summaries, health checks and sensors. `row_count` is the
+one answer to "how many rows does the table hold" that every figure reports (`SELECT count(*)`, from metadata).
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 from urllib.parse import urlparse
 
 from etr_assets.lake.specs import TableSpec
@@ -17,10 +19,121 @@ from etr_assets.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True)
+class RowCount:
+    """The rows `SELECT count(*)` returns, read from metadata; `rows` is None when metadata cannot tell, and
+    `unknown` says why (never a guess)."""
+
+    rows: int | None
+    unknown: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.rows:,}" if self.rows is not None else f"unknown ({self.unknown})"
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionDeleteFile:
+    """A live position-delete file of a snapshot, as the row count needs it."""
+
+    records: int  # the positions it deletes
+    deletion_vector: bool  # a format v3 deletion vector (a Puffin blob), rather than a Parquet/Avro/ORC file
+    data_file: str | None  # the one data file its positions are in; None for a partition-scoped file
+
+
+class SnapshotFiles(Protocol):
+    """A snapshot's live files from its manifests: pyiceberg's here, the Java API's in `lake.writes`."""
+
+    def position_delete_files(self) -> Iterable[PositionDeleteFile]: ...
+
+    def data_file_paths(self) -> Iterable[str]: ...
+
+
+EQUALITY_DELETES_UNKNOWN = "equality deletes: which rows they match only reading the table tells"
+PARTITION_SCOPED_UNKNOWN = (
+    "partition-scoped position deletes: whether their data files were all since rewritten only reading them tells"
+)
+
+
+def row_count(summary: Mapping[str, str], files: SnapshotFiles) -> RowCount:
+    """The rows a `SELECT count(*)` of the snapshot returns, from its summary, and its manifests when it has
+    position deletes: the one place the project derives a table's rows from metadata.
+
+    `total-records` counts the rows of the live data files, `total-position-deletes` the positions of the live delete
+    files, a deletion vector's distinct positions included. Spark deletes only rows it reads with the deletes applied,
+    and Iceberg 1.10 folds a data file's earlier deletes into its new deletion vector (or file-scoped delete file) and
+    drops a deletion vector with its data file, so no position is counted twice and the difference is exact, except:
+    - equality deletes (`total-equality-deletes`): what they delete depends on the rows;
+    - a v2 position-delete file of a data file since rewritten (rewrite_data_files leaves it until
+      rewrite_position_delete_files drops it): its positions delete nothing, so they are not subtracted;
+    - a partition-scoped position-delete file: which of its data files are gone metadata does not say.
+    """
+
+    def num(key: str) -> int:
+        return int(summary.get(key, 0) or 0)
+
+    if num("total-equality-deletes"):
+        return RowCount(None, EQUALITY_DELETES_UNKNOWN)
+    deleted = num("total-position-deletes")
+    if deleted:
+        delete_files = [f for f in files.position_delete_files() if not f.deletion_vector]
+        if any(f.data_file is None for f in delete_files):
+            return RowCount(None, PARTITION_SCOPED_UNKNOWN)
+        if delete_files:
+            live = set(files.data_file_paths())
+            deleted -= sum(f.records for f in delete_files if f.data_file not in live)
+    return RowCount(num("total-records") - deleted)
+
+
+# Iceberg's reserved field id of a position-delete file's `file_path` column (its bounds name the data files).
+DELETE_FILE_PATH_FIELD_ID = 2147483546
+
+
+class PyIcebergSnapshotFiles:
+    """`SnapshotFiles` of a pyiceberg table's snapshot (manifests read on demand, once)."""
+
+    def __init__(self, table, snapshot) -> None:
+        self._table, self._snapshot = table, snapshot
+
+    def _live_files(self, content):
+        for manifest in self._snapshot.manifests(self._table.io) if self._snapshot else ():
+            if manifest.content == content:
+                for entry in manifest.fetch_manifest_entry(self._table.io, discard_deleted=True):
+                    yield entry.data_file
+
+    def position_delete_files(self) -> Iterable[PositionDeleteFile]:
+        from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent
+
+        for file in self._live_files(ManifestContent.DELETES):
+            if file.content == DataFileContent.POSITION_DELETES:
+                deletion_vector = file.file_format == FileFormat.PUFFIN
+                yield PositionDeleteFile(file.record_count, deletion_vector, _referenced_data_file(file))
+
+    def data_file_paths(self) -> Iterable[str]:
+        from pyiceberg.manifest import ManifestContent
+
+        return (file.file_path for file in self._live_files(ManifestContent.DATA))
+
+
+def _referenced_data_file(delete_file) -> str | None:
+    """The data file a position-delete file is scoped to: its `file_path` bounds are equal (Iceberg's own test,
+    `ContentFileUtil.referencedDataFile`; pyiceberg does not read the v3 `referenced_data_file` field)."""
+    lower = (delete_file.lower_bounds or {}).get(DELETE_FILE_PATH_FIELD_ID)
+    upper = (delete_file.upper_bounds or {}).get(DELETE_FILE_PATH_FIELD_ID)
+    return lower.decode() if lower is not None and lower == upper else None
+
+
+def snapshot_row_count(table, snapshot=None) -> RowCount:
+    """`row_count` of a pyiceberg table's snapshot (default: the current one; a table never written has 0 rows)."""
+    snapshot = snapshot or table.current_snapshot()
+    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    return row_count(summary, PyIcebergSnapshotFiles(table, snapshot))
+
+
+@dataclasses.dataclass(frozen=True)
 class TableStats:
     table: str
     exists: bool
-    rows: int = 0
+    rows: int | None = 0  # None: metadata cannot tell (`rows_unknown` says why)
+    rows_unknown: str = ""
     snapshots: int = 0
     data_files: int = 0
     delete_files: int = 0
@@ -172,10 +285,12 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
     def num(key: str) -> int:
         return int(summary.get(key, 0) or 0)
 
+    rows = snapshot_row_count(table, snapshot)
     return TableStats(
         table=spec.identifier,
         exists=True,
-        rows=num("total-records"),
+        rows=rows.rows,
+        rows_unknown=rows.unknown,
         snapshots=len(metadata.snapshots),
         data_files=num("total-data-files"),
         delete_files=num("total-delete-files"),

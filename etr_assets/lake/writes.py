@@ -6,7 +6,9 @@ import dataclasses
 import datetime as dt
 import json
 import uuid
+from collections.abc import Iterable
 
+from etr_assets.lake.metadata import PositionDeleteFile, RowCount, SnapshotFiles, row_count
 from etr_assets.lake.session import java_class
 
 WRITE_ID_PROPERTY = "etr.write-id"
@@ -14,7 +16,7 @@ WRITE_ID_PROPERTY = "etr.write-id"
 
 @dataclasses.dataclass(frozen=True)
 class CommitInfo:
-    """One Iceberg snapshot's figures, as its summary records them."""
+    """One Iceberg snapshot's figures, as its summary records them; `table_rows` is `metadata.row_count`'s."""
 
     table: str
     snapshot_id: int | None
@@ -23,12 +25,14 @@ class CommitInfo:
     removed_files: int = 0
     added_records: int = 0
     removed_records: int = 0
-    total_records: int = 0
+    table_rows: RowCount = RowCount(0)
     total_files: int = 0
     total_bytes: int = 0
 
     @classmethod
-    def from_summary(cls, table: str, snapshot_id: int, operation: str, summary: dict[str, str]) -> CommitInfo:
+    def from_summary(
+        cls, table: str, snapshot_id: int, operation: str, summary: dict[str, str], files: SnapshotFiles
+    ) -> CommitInfo:
         def num(key: str) -> int:
             return int(summary.get(key, 0) or 0)
 
@@ -40,7 +44,7 @@ class CommitInfo:
             removed_files=num("deleted-data-files"),
             added_records=num("added-records"),
             removed_records=num("deleted-records"),
-            total_records=num("total-records"),
+            table_rows=row_count(summary, files),
             total_files=num("total-data-files"),
             total_bytes=num("total-files-size"),
         )
@@ -61,19 +65,60 @@ def current_snapshot_id(spark, qualified: str) -> int | None:
     return None if main is None else int(main.snapshotId())
 
 
-def _commit_info(spark, qualified: str, snapshot) -> CommitInfo:
+class JavaSnapshotFiles:
+    """`metadata.SnapshotFiles` of a snapshot through the Iceberg Java API of the session's JVM: the manifests a
+    commit just wrote, without another catalog client. Read only when the snapshot holds position deletes."""
+
+    def __init__(self, spark, table, snapshot) -> None:
+        self._spark, self._table, self._snapshot = spark, table, snapshot
+
+    def position_delete_files(self) -> Iterable[PositionDeleteFile]:
+        manifests = java_class(self._spark, "org.apache.iceberg.ManifestFiles")
+        content_files = java_class(self._spark, "org.apache.iceberg.util.ContentFileUtil")
+        io, specs = self._table.io(), self._table.specs()
+        for manifest in self._snapshot.deleteManifests(io):
+            reader = manifests.readDeleteManifest(manifest, io, specs)
+            try:
+                for file in reader.iterator():  # live entries only
+                    if file.content().name() != "POSITION_DELETES":
+                        continue
+                    if content_files.isDV(file):  # what the row count needs of a deletion vector: nothing
+                        yield PositionDeleteFile(int(file.recordCount()), True, None)
+                        continue
+                    referenced = content_files.referencedDataFileLocation(file)
+                    yield PositionDeleteFile(
+                        int(file.recordCount()), False, None if referenced is None else str(referenced)
+                    )
+            finally:
+                reader.close()
+
+    def data_file_paths(self) -> Iterable[str]:
+        manifests = java_class(self._spark, "org.apache.iceberg.ManifestFiles")
+        io, specs = self._table.io(), self._table.specs()
+        for manifest in self._snapshot.dataManifests(io):
+            reader = manifests.read(manifest, io, specs)
+            try:
+                for file in reader.iterator():  # live entries only
+                    yield str(file.location())
+            finally:
+                reader.close()
+
+
+def _commit_info(spark, table, qualified: str, snapshot) -> CommitInfo:
     # The snapshot as one JSON text: reading its summary map entry by entry is two py4j round trips an entry.
     fields = json.loads(java_class(spark, "org.apache.iceberg.SnapshotParser").toJson(snapshot))
     summary = fields.get("summary", {})
-    return CommitInfo.from_summary(qualified, int(fields["snapshot-id"]), summary.get("operation"), summary)
+    files = JavaSnapshotFiles(spark, table, snapshot)
+    return CommitInfo.from_summary(qualified, int(fields["snapshot-id"]), summary.get("operation"), summary, files)
 
 
 def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
     """The figures of one snapshot of `qualified`, by id."""
-    snapshot = iceberg_table(spark, qualified).snapshot(int(snapshot_id))
+    table = iceberg_table(spark, qualified)
+    snapshot = table.snapshot(int(snapshot_id))
     if snapshot is None:
         return CommitInfo(table=qualified, snapshot_id=None, operation=None)
-    return _commit_info(spark, qualified, snapshot)
+    return _commit_info(spark, table, qualified, snapshot)
 
 
 def new_write_id() -> str:
@@ -90,7 +135,7 @@ def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
         while snapshot is not None and snapshot.snapshotId() not in seen:
             seen.add(snapshot.snapshotId())
             if snapshot.summary().get(WRITE_ID_PROPERTY) == write_id:
-                return _commit_info(spark, qualified, snapshot)
+                return _commit_info(spark, table, qualified, snapshot)
             parent = snapshot.parentId()
             snapshot = None if parent is None else table.snapshot(parent)
     return CommitInfo(table=qualified, snapshot_id=None, operation=None)

@@ -84,7 +84,7 @@ def run_pipeline(args: dict) -> dict:
             "rows_by_day": layer.rows_by_day,
             "snapshot_id": str(layer.commit.snapshot_id),
             "operation": layer.commit.operation,
-            "total_records": layer.commit.total_records,
+            "total_records": layer.commit.table_rows.rows,
             "extra": layer.extra,
         }
 
