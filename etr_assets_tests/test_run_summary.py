@@ -96,6 +96,6 @@ def test_every_run_of_the_code_locations_executor_ends_with_its_summary_in_the_l
     (last,) = [m for m in messages if m.startswith(f"run {result.run_id[:8]} of things_job")]
     assert last.splitlines() == [
         f"run {result.run_id[:8]} of things_job: every step succeeded",
-        "  2 asset(s) materialized, 43 row(s) written",
+        "  2 asset(s) materialized, 45 row(s) written",
         "  checks: 2 passed, 1 warned, 0 failed (gold/summary:row_count_anomaly)",
     ]
