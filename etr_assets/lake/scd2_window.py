@@ -219,9 +219,10 @@ def _window_records(spark, spec: TableSpec, window: LogWindow, mode: str, since_
     # The log's own sequence column (when it has the records' type) bounds which files may hold later records.
     later = F.col(sequence) >= since if dict(rows.dtypes).get(sequence) == "timestamp" else None
     if mode == FeedMode.FULL:
-        # A snapshot taken since `since` describes that day or the one before (its time is at most the next day's
-        # start); without the day, every row is read.
-        taken = F.col(window.snapshot_day) >= F.date_sub(F.to_date(since), 1) if window.snapshot_day else None
+        # A snapshot's time is at most the start of the day after its day, so one taken since `since` has a day
+        # from the one holding the microsecond before `since` on; without the day, every row is read.
+        first_day = F.to_date(F.timestamp_micros(F.lit(since_micros - 1)))
+        taken = F.col(window.snapshot_day) >= first_day if window.snapshot_day else None
         pruned = None if taken is None or later is None else taken | later
         exact = (F.col("_snapshot_at") >= since) | (F.col(sequence) >= since)
     else:

@@ -8,6 +8,7 @@ and the in-order model are test_scd2's.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import random
 import re
 import time
@@ -28,6 +29,7 @@ from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 from etr_assets_tests.lake.test_scd2 import (
     RECORD_SCHEMA,
     SPEC,
+    T0,
     at,
     check_invariants,
     make_batches,
@@ -430,3 +432,127 @@ def test_on_a_merge_on_read_table_the_closes_and_the_new_versions_are_written_at
     apply_log(lake, catalog, reference, log, lambda rows: rows, FeedMode.FULL, full_refresh=True)
     assert rows_without_ingest_time(lake, table) == rows_without_ingest_time(lake, reference.qualified(catalog))
     assert [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()] == ["main"]
+
+
+def versions_of(spark, qualified: str) -> set[tuple]:
+    """Every column a recompute decides (lineage, and when a row was written, aside)."""
+    lineage = ("_ingested_at", "_batch_id", "_source_file")
+    return {tuple(r) for r in spark.table(qualified).drop(*lineage).collect()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "seed"), [(FeedMode.FULL, 11), (FeedMode.FULL, 23), (FeedMode.INCREMENTAL, 23)])
+def test_late_and_redelivered_batches_rewrite_what_they_change_and_equal_the_model_and_the_recompute(
+    lake, settings, mode, seed
+):
+    """The order model with the log: batches arrive shuffled, and some are delivered again under a new batch id.
+    After the first build, nothing is recomputed: a batch after everything applied takes the daily path or the
+    window, a late or repeated one the window; after every step the versions are the in-order model's, and at the
+    end every column the recompute decides is the recompute's."""
+    rng = random.Random(seed)
+    batches = make_batches(rng, timeline(rng, keys=7, hours=60), [12, 24, 36, 48, 59], mode)
+    order = batches[:]
+    rng.shuffle(order)
+    if order == batches:
+        order.reverse()
+    for again in rng.sample(range(1, len(order)), 2):  # a day delivered again, later on, under a new batch id
+        batch = order[again - 1]
+        copy_id = f"{batch['id']}-again"
+        order.insert(again + 1, dict(batch, id=copy_id, rows=[r[:4] + (copy_id,) + r[5:] for r in batch["rows"]]))
+    for spec in (SPEC, REFERENCE):
+        ensure_table(lake, settings.catalog, spec)
+    log = make_log(lake, settings.catalog)
+    applied, late = [], 0
+    for number, batch in enumerate(order):
+        append(lake, log, batch)
+        result = apply_log(lake, settings.catalog, SPEC, log, lambda rows: rows, mode)
+        is_late = bool(applied) and batch["t"] <= max(b["t"] for b in applied)
+        applied.append(batch)
+        if number == 0:
+            assert result.method == Scd2Method.RECOMPUTE, result.reason
+        elif is_late:
+            late += 1
+            # An incremental change list's records may all come after the watermark even when it arrives late.
+            assert result.method == Scd2Method.WINDOW or mode == FeedMode.INCREMENTAL, result.reason
+            assert result.method != Scd2Method.RECOMPUTE, result.reason
+        else:
+            assert result.method in (Scd2Method.CURRENT, Scd2Method.WINDOW), result.reason
+        rows, versions = table_rows(lake, settings.catalog)
+        check_invariants(rows)
+        assert versions == model(applied, mode), f"after {batch['id']} ({result.method}: {result.reason})"
+        assert wrong_state_hashes(lake, SPEC.qualified(settings.catalog)) == 0
+    assert late >= 3
+    apply_log(lake, settings.catalog, REFERENCE, log, lambda rows: rows, mode, full_refresh=True)
+    assert versions_of(lake, SPEC.qualified(settings.catalog)) == versions_of(
+        lake, REFERENCE.qualified(settings.catalog)
+    )
+
+
+DAY_LOG_SCHEMA = f"{RECORD_SCHEMA}, _as_of date"
+
+
+def snapshot_of_day(day: int, records: list[tuple], batch_id: str | None = None) -> list[tuple]:
+    """Day `day`'s full snapshot (taken at the end of the day) of (id, a, updated_at hour) records, b always 1."""
+    batch_id = batch_id or f"d{day}"
+    as_of = (T0 + dt.timedelta(days=day - 1)).date()
+    taken = at(24 * day)
+    return [(key, a, 1, at(hour), batch_id, f"{batch_id}/part-1", taken, as_of) for key, a, hour in records]
+
+
+@pytest.mark.slow
+def test_a_late_day_splits_versions_resumes_re_sent_records_closes_absent_keys_and_keeps_held_ones(lake, settings):
+    """Days 1, 3 and 4 are applied, then day 2 arrives late. Key 1's record of day 2 splits its long version; key 2
+    changed on day 2 and its old state was re-sent with a newer time on day 3 (a record only the log holds: its
+    versions had collapsed it); key 3 is missing from day 2 only (a snapshot's absence: deleted from then on, since
+    later days re-send its older record); key 4 is missing from day 2 too, but day 2 held it (quarantined). Only the
+    log's days since the change are read, the versions are the recompute's, and day 2 delivered again commits
+    nothing."""
+    catalog, table = settings.catalog, SPEC.qualified(settings.catalog)
+    for spec in (SPEC, REFERENCE):
+        ensure_table(lake, catalog, spec)
+    log = f"{catalog}.bronze.things_by_day"
+    lake.sql(f"CREATE TABLE {log} ({DAY_LOG_SCHEMA}) USING iceberg PARTITIONED BY (days(_as_of))")
+    without_day = lambda rows: rows.drop("_as_of")  # noqa: E731
+    held = local_frame(lake, [(4, "d2"), (4, "d2-again")], "id bigint, _batch_id string")
+    steady = [(3, "x", 1), (4, "x", 1), (5, "x", 1)]
+    days = {
+        1: [(1, "x", 1), (2, "x", 1), *steady],
+        2: [(1, "y", 27), (2, "y", 28), (5, "x", 1)],
+        3: [(1, "x", 1), (2, "x", 60), *steady],
+        4: [(1, "z", 80), (2, "x", 60), *steady],
+    }
+
+    def deliver(day: int, batch_id: str | None = None):
+        local_frame(lake, snapshot_of_day(day, days[day], batch_id), DAY_LOG_SCHEMA).writeTo(log).append()
+        return apply_log(lake, catalog, SPEC, log, without_day, FeedMode.FULL, held=held, snapshot_day="_as_of")
+
+    for day in (1, 3, 4):
+        deliver(day)
+    before = {r for r in table_rows(lake, catalog)[1] if r[0] in (1, 2)}
+    assert before == {(1, "x", 1, at(1), at(80)), (1, "z", 1, at(80), None), (2, "x", 1, at(1), None)}
+    late = deliver(2)
+    assert late.method == Scd2Method.WINDOW, late.reason
+    # Keys 1 and 2 from hour 27/28, key 3 from the end of day 2; read: days 2 to 4 (their 3 snapshots), not day 1.
+    assert "change 3 key(s) from 2025-01-02 03:00:00" in late.reason and "(3 snapshot(s))" in late.reason, late.reason
+    rows, versions = table_rows(lake, catalog)
+    check_invariants(rows)
+    assert versions == {
+        (1, "x", 1, at(1), at(27)),
+        (1, "y", 1, at(27), at(80)),
+        (1, "z", 1, at(80), None),
+        (2, "x", 1, at(1), at(28)),
+        (2, "y", 1, at(28), at(60)),
+        (2, "x", 1, at(60), None),  # the state re-sent on day 3, from its own time
+        (3, "x", 1, at(1), at(48)),  # deleted at the end of day 2
+        (4, "x", 1, at(1), None),
+        (5, "x", 1, at(1), None),
+    }
+    resumed = next(r for r in rows if r["id"] == 2 and r["_valid_from"] == at(60))
+    assert (resumed["updated_at"], resumed["_batch_id"]) == (at(60), "d3")
+    apply_log(lake, catalog, REFERENCE, log, without_day, FeedMode.FULL, full_refresh=True, held=held)
+    assert rows_without_ingest_time(lake, table) == rows_without_ingest_time(lake, REFERENCE.qualified(catalog))
+
+    snapshots = lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
+    again = deliver(2, "d2-again")
+    assert (again.method, again.changed, again.snapshot_id) == (Scd2Method.WINDOW, False, None), again.reason
+    assert lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots
