@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from dagster import DagsterInstance, materialize
+from dagster import AssetKey, DagsterInstance, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from etr_assets.definitions import build_definitions
@@ -81,6 +81,54 @@ def test_daily_partitions_fill_every_layer_and_describe_their_commits(pipeline_d
     assert all(m[5] for m in metrics)
     # Rerunning a day (the README's "run one day" again) is test_cli_subprocess's: it replaces the day, commits no
     # history, and reports both.
+
+    # A corrected early silver day: Dagster's stale status names exactly the partitions that read it, and its
+    # downstream (what a backfill "with downstream" selects) follows the day-before dependencies to the last day.
+    assert stale_partitions(pipeline_defs, instance) == set()
+    silver_key = AssetKey(["silver", "bnpl_transactions_clean"])
+    resources = pipeline_defs.get_repository_def().get_top_level_resources()
+    assert materialize(
+        list(pipeline_defs.assets), selection=[silver_key], resources=resources, partition_key=DAYS[0], instance=instance
+    ).success
+    assert stale_partitions(pipeline_defs, instance) == {
+        ("gold/bnpl_daily_summary", DAYS[0]),
+        ("gold/customer_activity", DAYS[0]),
+    }
+    assert downstream_partitions(pipeline_defs, silver_key, DAYS[0]) == {
+        ("gold/bnpl_daily_summary", DAYS[0]),
+        *(("gold/customer_activity", day) for day in DAYS),
+        *(("gold/customer_profiles", day) for day in DAYS),
+    }
+
+
+def stale_partitions(defs, instance) -> set[tuple[str, str]]:
+    """(asset, day) of every materialized partition Dagster reports as stale (what the UI marks "stale")."""
+    from dagster._utils.test.data_versions import get_stale_status_resolver
+    from dagster._core.definitions.data_version import StaleStatus
+
+    graph = defs.get_repository_def().asset_graph
+    resolver = get_stale_status_resolver(instance, list(defs.assets))
+    return {
+        (key.to_user_string(), day)
+        for key in graph.materializable_asset_keys
+        for day in DAYS
+        if resolver.get_status(key, day) == StaleStatus.STALE
+    }
+
+
+def downstream_partitions(defs, key, day: str) -> set[tuple[str, str]]:
+    """Every materialized partition that reads (key, day), directly or through others, by the graph's partition
+    mappings (a day-before dependency goes on to every later day; the test's lake holds DAYS)."""
+    graph = defs.get_repository_def().asset_graph
+    found, frontier = set(), [(key, day)]
+    while frontier:
+        parent, partition = frontier.pop()
+        for child in graph.get(parent).child_keys:
+            for child_day in graph.get_child_partition_keys_of_parent(partition, parent, child):
+                if child_day in DAYS and (child.to_user_string(), child_day) not in found:
+                    found.add((child.to_user_string(), child_day))
+                    frontier.append((child, child_day))
+    return found
 
 
 def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lake):
