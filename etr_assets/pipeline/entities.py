@@ -56,15 +56,18 @@ def scd2_records(bronze_df, feed: EntityFeed):
 def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], full_refresh: bool = False) -> Scd2Result:
     """Bring the SCD2 table in line with every observation in bronze, in one MERGE.
 
-    History is extended from the bronze rows appended since the last build when they all come after it (the
-    daily, in-order case), else recomputed from every observation (`scd2_log.apply_log`). `days` are the
-    partitions being built; the rows read are whatever bronze gained, so days loaded by other runs count too.
+    History is applied from the bronze rows appended since the last build (`scd2_log.apply_log`): a day after it
+    against the current rows, a late or repeated day to the keys it changes, reading bronze's days since the change
+    (a snapshot's time is the end of its `_as_of` day); a reloaded day, an erasure or a rollback recompute from every
+    observation. `days` are the partitions being built; the rows read are whatever bronze gained, so days loaded by
+    other runs count too.
     """
     ensure_table(spark, catalog, feed.landing)
     bronze = feed.raw.bronze.qualified(catalog)
     to_records = lambda rows: scd2_records(rows, feed)  # noqa: E731
+    held = held_keys(spark, catalog, feed)
     return apply_log(
-        spark, catalog, feed.landing, bronze, to_records, feed.mode, full_refresh, held_keys(spark, catalog, feed)
+        spark, catalog, feed.landing, bronze, to_records, feed.mode, full_refresh, held, feed.raw.day_column
     )
 
 
