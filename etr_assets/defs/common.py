@@ -224,8 +224,8 @@ def table_asset(
     """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
 
     A table with a day column has its checks partitioned by day too (a result per day's partition; a preview in
-    Dagster 1.13). `deps` without a partition mapping read the same day. A multi-asset of one asset, because only there are check outputs optional: a range run records
-    its per-day evaluations instead (`on_partitions`)."""
+    Dagster 1.13). `deps` without a partition mapping read the same day. A multi-asset of one asset, because only
+    there are check outputs optional: a range run records its per-day evaluations instead (`on_partitions`)."""
     partitions = daily_partitions(settings)
     checks = [
         _on_days(c, partitions if spec.day_column else None) for c in table_check_specs(spec) + list(extra_checks)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from dagster import AssetMaterialization, AssetObservation, MetadataValue, TableColumn, TableColumnConstraints, TableSchema
+from dagster import (
+    AssetMaterialization,
+    AssetObservation,
+    MetadataValue,
+    TableColumn,
+    TableColumnConstraints,
+    TableSchema,
+)
 
 from etr_assets.lake.figures import Tagged, partition_counts, written_days
 from etr_assets.lake.specs import TableSpec

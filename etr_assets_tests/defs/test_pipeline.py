@@ -88,7 +88,11 @@ def test_daily_partitions_fill_every_layer_and_describe_their_commits(pipeline_d
     silver_key = AssetKey(["silver", "bnpl_transactions_clean"])
     resources = pipeline_defs.get_repository_def().get_top_level_resources()
     assert materialize(
-        list(pipeline_defs.assets), selection=[silver_key], resources=resources, partition_key=DAYS[0], instance=instance
+        list(pipeline_defs.assets),
+        selection=[silver_key],
+        resources=resources,
+        partition_key=DAYS[0],
+        instance=instance,
     ).success
     assert stale_partitions(pipeline_defs, instance) == {
         ("gold/bnpl_daily_summary", DAYS[0]),
@@ -103,8 +107,8 @@ def test_daily_partitions_fill_every_layer_and_describe_their_commits(pipeline_d
 
 def stale_partitions(defs, instance) -> set[tuple[str, str]]:
     """(asset, day) of every materialized partition Dagster reports as stale (what the UI marks "stale")."""
-    from dagster._utils.test.data_versions import get_stale_status_resolver
     from dagster._core.definitions.data_version import StaleStatus
+    from dagster._utils.test.data_versions import get_stale_status_resolver
 
     graph = defs.get_repository_def().asset_graph
     resolver = get_stale_status_resolver(instance, list(defs.assets))

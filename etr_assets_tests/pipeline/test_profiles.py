@@ -35,7 +35,9 @@ def write_silver(spark, catalog: str, rows, days) -> None:
         "'b' AS _batch_id",
         "current_timestamp() AS _processed_at",
     )
-    replace_days(spark, SILVER_TRANSACTIONS.qualified(catalog), conform(typed, SILVER_TRANSACTIONS), "transaction_date", days)
+    replace_days(
+        spark, SILVER_TRANSACTIONS.qualified(catalog), conform(typed, SILVER_TRANSACTIONS), "transaction_date", days
+    )
 
 
 def write_history(spark, catalog: str) -> None:
