@@ -125,8 +125,8 @@ def _activity_of(silver_rows, day_column):
 
 def customer_activity(spark, catalog: str, days: list[dt.date]):
     """Each customer's activity up to each of `days`: the table's figures of the day before each run of consecutive
-    days, plus silver's rows of the run. Returns (the rows, the first days of runs whose day before the table does
-    not hold: their figures start from every silver day before them, as a first build's must)."""
+    days, plus silver's rows of the run. Returns (the rows, the first days of runs whose day before the table lacks
+    while silver holds earlier days: their figures start from every silver day before them)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -137,9 +137,9 @@ def customer_activity(spark, catalog: str, days: list[dt.date]):
     for run in consecutive_runs(days):
         before = run[0] - dt.timedelta(days=1)
         carried = spark.table(table).where(F.col("as_of_date") == F.lit(before)).select("customer_id", *figures)
-        if carried.isEmpty():
-            earlier = silver.where(F.col("transaction_date") <= F.lit(before)).withColumn("_all", F.lit(0))
-            carried = _activity_of(earlier, "_all").drop("_all")
+        earlier = silver.where(F.col("transaction_date") <= F.lit(before))
+        if carried.isEmpty() and not earlier.isEmpty():  # silver has days the table never summed
+            carried = _activity_of(earlier.withColumn("_all", F.lit(0)), "_all").drop("_all")
             started_over.append(run[0])
         in_run = silver.where(F.col("transaction_date").between(F.lit(run[0]), F.lit(run[-1])))
         by_day = _activity_of(in_run.withColumn("as_of_date", F.col("transaction_date")), "as_of_date")
@@ -178,7 +178,7 @@ def build_customer_activity(spark, catalog: str, days: list[dt.date]) -> LayerRe
     activity.unpersist()
     warnings = tuple(
         f"{GOLD_CUSTOMER_ACTIVITY.identifier} holds no figures for {day - dt.timedelta(days=1)}: {day} was summed "
-        "from every earlier silver day (a first build; otherwise build the missing day first)"
+        "from every earlier silver day (build the days before it first to keep a day's cost to its own rows)"
         for day in started_over
     )
     extra = {"days_summed_from_all_of_silver": ", ".join(d.isoformat() for d in started_over) or "none"}

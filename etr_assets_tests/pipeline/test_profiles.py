@@ -109,7 +109,7 @@ def test_profiles_built_day_by_day_from_carried_activity_equal_the_full_computat
     write_history(lake, catalog)
 
     first = entities.build_customer_activity(lake, catalog, [D[0]])
-    assert first.extra["days_summed_from_all_of_silver"] == D[0].isoformat()  # nothing carried before the first day
+    assert first.extra["days_summed_from_all_of_silver"] == "none" and not first.warnings  # nothing came before
     for day in D[1:3]:  # the daily case: one day on the day before's figures
         assert entities.build_customer_activity(lake, catalog, [day]).extra["days_summed_from_all_of_silver"] == "none"
     ranged = entities.build_customer_activity(lake, catalog, D[3:])  # a range run: one job for both days
@@ -125,6 +125,13 @@ def test_profiles_built_day_by_day_from_carried_activity_equal_the_full_computat
     entities.build_customer_profiles(lake, catalog, D[1:])
     for day in D:
         assert built_profiles(lake, catalog, day) == full_profiles(lake, catalog, day), day
+
+    # A day whose day before was never built starts from every earlier silver day, and says so.
+    lake.sql(f"DELETE FROM {GOLD_CUSTOMER_ACTIVITY.qualified(catalog)} WHERE as_of_date = DATE'{D[3]}'")
+    gap = entities.build_customer_activity(lake, catalog, [D[4]])
+    assert gap.extra["days_summed_from_all_of_silver"] == D[4].isoformat() and str(D[3]) in gap.warnings[0]
+    entities.build_customer_profiles(lake, catalog, [D[4]])
+    assert built_profiles(lake, catalog, D[4]) == full_profiles(lake, catalog, D[4])
     activity = GOLD_CUSTOMER_ACTIVITY.qualified(catalog)
     orphan = lake.sql(f"SELECT transactions FROM {activity} WHERE customer_id = 4 AND as_of_date = DATE'{D[4]}'")
     assert orphan.first() is None  # customer 4's only transaction was corrected away
