@@ -88,7 +88,7 @@ DELETE_FILE_PATH_FIELD_ID = 2147483546
 
 
 class PyIcebergSnapshotFiles:
-    """`SnapshotFiles` of a pyiceberg table's snapshot (manifests read on demand, once)."""
+    """`SnapshotFiles` of a pyiceberg table's snapshot (its manifests are read only when asked)."""
 
     def __init__(self, table, snapshot) -> None:
         self._table, self._snapshot = table, snapshot
