@@ -23,7 +23,7 @@ def test_the_freshness_job_warns_for_tables_never_written_and_passes_fresh_ones(
 
     assert result.success  # a warning is not a failed run
     verdicts = {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()}
-    assert len(verdicts) == 8 and {e.check_name for e in verdicts.values()} == {"freshness"}
+    assert len(verdicts) == 9 and {e.check_name for e in verdicts.values()} == {"freshness"}
     assert verdicts["bronze/bnpl_transactions_raw"].passed
     assert 0 <= verdicts["bronze/bnpl_transactions_raw"].metadata["hours_since_last_commit"].value < 1
     assert not verdicts["silver/bnpl_transactions_clean"].passed
@@ -36,4 +36,4 @@ def test_the_freshness_job_warns_for_tables_never_written_and_passes_fresh_ones(
         ).collect()
     }
     assert recorded["bronze.bnpl_transactions_raw"] is True and recorded["silver.bnpl_transactions_clean"] is False
-    assert len(recorded) == 8
+    assert len(recorded) == 9
