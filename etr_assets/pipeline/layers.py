@@ -16,7 +16,7 @@ from collections.abc import Callable
 from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult
 from etr_assets.lake.evolve import TableChanges
 from etr_assets.lake.feeds import EntityFeed
-from etr_assets.lake.figures import layer_figures
+from etr_assets.lake.figures import Tagged, layer_figures
 from etr_assets.lake.incremental import Cursor
 from etr_assets.lake.quality import CheckOutcome, metrics_of, post_write_outcomes, record_metrics
 from etr_assets.lake.specs import TableSpec
@@ -26,6 +26,7 @@ from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.entities import (
     BRONZE_CUSTOMERS,
     BRONZE_MERCHANTS,
+    GOLD_CUSTOMER_ACTIVITY,
     GOLD_CUSTOMER_PROFILES,
     LANDING_CUSTOMERS,
     LANDING_MERCHANTS,
@@ -134,6 +135,7 @@ def _entity_bronze(feed: EntityFeed) -> Build:
 def _entity_history(feed: EntityFeed) -> Build:
     def build(spark, catalog, raw, request) -> LayerResult:
         full_refresh = bool(request.option("full_refresh"))
+        applied = entities.days_to_apply(spark, catalog, feed, full_refresh)
         result = entities.build_landing(spark, catalog, feed, request.dates, full_refresh)
         table = feed.landing.qualified(catalog)
         current_rows = spark.sql(f"SELECT count_if(_is_current) FROM {table}").first()[0]
@@ -147,10 +149,17 @@ def _entity_history(feed: EntityFeed) -> Build:
             "versions_removed": result.deleted,
             "history_method": str(result.method),
             "history_reason": result.reason,
+            # The snapshot days this apply took in; those not requested are recorded as materialized too
+            # (`defs.metadata.log_partition_counts`).
+            "days_applied": Tagged("json", [d.isoformat() for d in applied]),
         }
         return LayerResult(commit, TableChanges(table), {}, extra)
 
     return build
+
+
+def _activity(spark, catalog, raw, request) -> LayerResult:
+    return entities.build_customer_activity(spark, catalog, request.dates)
 
 
 def _profiles(spark, catalog, raw, request) -> LayerResult:
@@ -165,6 +174,7 @@ LAYERS: dict[str, Layer] = {
     "bronze/bnpl_merchants_raw": Layer(BRONZE_MERCHANTS, _entity_bronze(MERCHANTS)),
     "landing/customers": Layer(LANDING_CUSTOMERS, _entity_history(CUSTOMERS)),
     "landing/merchants": Layer(LANDING_MERCHANTS, _entity_history(MERCHANTS)),
+    "gold/customer_activity": Layer(GOLD_CUSTOMER_ACTIVITY, _activity),
     "gold/customer_profiles": Layer(GOLD_CUSTOMER_PROFILES, _profiles),
 }
 
