@@ -11,6 +11,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime
+import functools
+import itertools
 import math
 import random
 import threading
@@ -108,8 +110,24 @@ _BRAND = ("Batik", "Lumen", "Harbour", "Kopi", "Orchid", "Nova", "Merdeka", "Jad
 def _ts(ordinal: int, seconds: int) -> str:
     """ISO-8601 UTC text for a second offset (may exceed one day) from the start of a day ordinal."""
     days, secs = divmod(seconds, 86400)  # formatted by hand: strftime dominated customers_as_of's cost
-    day = datetime.date.fromordinal(ordinal + days).isoformat()
-    return f"{day}T{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}Z"
+    return f"{_day_text(ordinal + days)}T{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_text(ordinal: int) -> str:
+    return datetime.date.fromordinal(ordinal).isoformat()
+
+
+class _Weighted:
+    """``rng.choices(values, weights)[0]`` with the cumulative weights summed once: the same draw from the same
+    ``rng.random()`` call (choices sums them on every call, a third of a million-transaction day's cost)."""
+
+    def __init__(self, values: tuple, weights: tuple) -> None:
+        self.values, self.cumulative = values, list(itertools.accumulate(weights))
+        self.total, self.last = self.cumulative[-1] + 0.0, len(values) - 1
+
+    def pick(self, rng: random.Random):
+        return self.values[bisect.bisect_right(self.cumulative, rng.random() * self.total, 0, self.last)]
 
 
 def _money(cents: int) -> str:
@@ -265,28 +283,34 @@ def merchants_as_of(config: ApiConfig, day: datetime.date) -> list[dict]:
     return _as_of(config, "merchant", config.merchants, day)
 
 
+_STATUS = _Weighted(_STATUSES, _STATUS_WEIGHTS)
+_CURRENCY = _Weighted(("MYR", "SGD", "USD"), (80, 12, 8))
+_INSTALMENTS = _Weighted((3, 4, 6, 12), (50, 25, 15, 10))
+_PAYMENT_METHOD = _Weighted(("CARD", "FPX", "EWALLET", "DIRECT_DEBIT"), (45, 20, 25, 10))
+
+
 def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
     """The day's feed in served order: one final record per transaction, plus ~3% stale PENDING copies."""
     _check_day(day)
     rng = random.Random(f"etr:{config.seed}:transactions:{day.isoformat()}")
-    n, ordinal, prefix = config.transactions_per_day, day.toordinal(), day.strftime("%Y%m%d")
-    customers = _customer_count(config, day)
+    n, ordinal, first_id = config.transactions_per_day, day.toordinal(), int(day.strftime("%Y%m%d")) * 1_000_000
+    customers, day_text = _customer_count(config, day), day.isoformat()
     finals = []
     for seq, created in enumerate(sorted(rng.randrange(86400) for _ in range(n)), 1):
-        status = rng.choices(_STATUSES, _STATUS_WEIGHTS)[0]
+        status = _STATUS.pick(rng)
         lag = 0 if status == "PENDING" else min(60 + int(rng.expovariate(1 / 7200)), 2 * 86400)
         cents = round(math.exp(rng.gauss(4.4, 1.0)) * 100)  # log-normal: many small baskets, a long tail
         finals.append(
             {
-                "transaction_id": int(f"{prefix}{seq:06d}"),
+                "transaction_id": first_id + seq,
                 "customer_id": 100001 + int(customers * rng.random() ** 1.3),  # some customers buy more often
                 "merchant_id": 500001 + rng.randrange(config.merchants),
                 "amount": _money(min(max(cents, 500), 250000)),
-                "currency": rng.choices(("MYR", "SGD", "USD"), (80, 12, 8))[0],
-                "instalments": rng.choices((3, 4, 6, 12), (50, 25, 15, 10))[0],
-                "payment_method": rng.choices(("CARD", "FPX", "EWALLET", "DIRECT_DEBIT"), (45, 20, 25, 10))[0],
+                "currency": _CURRENCY.pick(rng),
+                "instalments": _INSTALMENTS.pick(rng),
+                "payment_method": _PAYMENT_METHOD.pick(rng),
                 "status": status,
-                "transaction_date": day.isoformat(),
+                "transaction_date": day_text,
                 "created_at": _ts(ordinal, created),
                 "updated_at": _ts(ordinal, created + lag),
             }
