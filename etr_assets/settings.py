@@ -64,7 +64,7 @@ class Settings:
     api_token_env: str = "ETR_API_TOKEN"
     api_seed: int = 7
     api_transactions_per_day: int = 200
-    api_page_size: int = 100
+    api_page_size: int = 1000  # the synthetic API's largest: a day of a million transactions is 1,030 pages and files
     start_date: dt.date = dt.date(2025, 1, 1)
     # Ingestion policy
     max_reject_rate: float = 0.05  # a batch refusing more than this share of its records fails and stays pending
