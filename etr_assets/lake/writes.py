@@ -147,8 +147,9 @@ def replace_days(
     """Atomically replace every row of `days` with `df` (one snapshot; empty `df` empties those days).
 
     An explicit overwrite filter rather than dynamic partition overwrite: a day that now has no rows is
-    emptied too, and Iceberg refuses (before committing) any row of `df` outside those days. With `branch`,
-    the write goes to that branch (Iceberg's `<table>.branch_<name>` identifier; no session-wide setting).
+    emptied too. Iceberg does not check the rows against the filter (a row of another day is appended beside
+    that day's rows), so `df` must hold rows of `days` only. With `branch`, the write goes to that branch
+    (Iceberg's `<table>.branch_<name>` identifier; no session-wide setting).
     """
     from pyspark.sql import functions as F
 
