@@ -44,7 +44,7 @@ class Settings:
     catalog: str = "etr"
     # Spark
     spark_master: str = "local[2]"
-    driver_memory: str = "1g"
+    driver_memory: str = ""  # empty: sized from this machine (driver_memory_for)
     shuffle_partitions: int = 4
     spark_jars: tuple[str, ...] = ()  # explicit jar paths instead of the wheel's Iceberg runtime
     spark_packages: tuple[str, ...] = ()  # Maven coordinates, for machines that reach Maven
@@ -122,6 +122,11 @@ class Settings:
         return f"s3://{self.bucket}/raw"
 
     @property
+    def spark_driver_memory(self) -> str:
+        """The driver's heap: ETR_SPARK_DRIVER_MEMORY, or when it is unset a share of this machine's memory."""
+        return self.driver_memory or driver_memory_for(machine_memory_bytes())
+
+    @property
     def scratch_dir(self) -> Path:
         return self.home / "spark"
 
@@ -156,6 +161,41 @@ class Settings:
             except ValueError:
                 raise SettingsError(f"{names[0]}={raw!r} is not {_KINDS.get(parse, 'valid')}") from None
         return cls(**{**defaults, **values})
+
+
+# The driver heap when ETR_SPARK_DRIVER_MEMORY is unset: a quarter of the machine, so that the two runs the instance
+# allows at once, each a JVM with its heap and about 1 GB beside it, leave the rest to Dagster, Python and the page
+# cache; never below Spark's own default, and no more than a day of a million transactions can use (docs/production.md).
+DRIVER_MEMORY_SHARE = 0.25
+DRIVER_MEMORY_FLOOR_MB = 1024
+DRIVER_MEMORY_CAP_MB = 8192
+
+
+def driver_memory_for(total_bytes: int | None) -> str:
+    """The driver heap for a machine (or container) of `total_bytes`, in Spark's notation: a quarter of it, at
+    least 1g and at most 8g, in whole 256 MB; 1g when the size is unknown."""
+    share = int((total_bytes or 0) * DRIVER_MEMORY_SHARE) // 2**20 // 256 * 256
+    megabytes = min(max(share, DRIVER_MEMORY_FLOOR_MB), DRIVER_MEMORY_CAP_MB)
+    return f"{megabytes // 1024}g" if megabytes % 1024 == 0 else f"{megabytes}m"
+
+
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # cgroup v2, v1
+
+
+def machine_memory_bytes() -> int | None:
+    """This machine's physical memory, or its container's limit when that is lower; None if neither can be read."""
+    try:
+        sizes = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    except (ValueError, OSError, AttributeError):
+        sizes = []
+    for path in CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # "max" (v2) means no limit; v1 writes a huge number instead
+            sizes.append(int(text))
+    return min(sizes) if sizes else None
 
 
 def _csv(raw: str) -> tuple[str, ...]:

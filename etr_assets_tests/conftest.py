@@ -11,6 +11,8 @@ import pytest
 from etr_assets.settings import Settings
 
 TRANSACTIONS_PER_DAY = 40
+# Every JVM of the suite gets this heap: its tables hold hundreds of rows, and several suites share a machine.
+SUITE_DRIVER_MEMORY = "1g"
 
 
 def pytest_configure(config):
@@ -26,8 +28,10 @@ def pytest_configure(config):
         options = suite_options(Path(scratch))
     os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()
     # The runs the suite starts as subprocesses (Dagster CLI runs, the Glue stand-in, `etr sql`) read their settings
-    # from the environment: one shuffle partition, as the shared session has (tables of a few hundred rows).
+    # from the environment: one shuffle partition, as the shared session has (tables of a few hundred rows), and a
+    # 1 GB heap each instead of a share of the machine (SUITE_DRIVER_MEMORY).
     os.environ.setdefault("ETR_SPARK_SHUFFLE_PARTITIONS", "1")
+    os.environ.setdefault("ETR_SPARK_DRIVER_MEMORY", SUITE_DRIVER_MEMORY)
 
 
 # The longest files (a minute or more each on two cores), longest first, as measured: xdist hands out files in
@@ -74,7 +78,9 @@ def spark(tmp_path_factory):
     # one partition, adaptive execution has nothing to adapt and only re-plans after each shuffle
     # (pipeline/test_transactions.py alone: 79 s -> 74 s without it, load 1).
     session = get_spark(
-        Settings(home=tmp_path_factory.mktemp("spark-session"), shuffle_partitions=1),
+        Settings(
+            home=tmp_path_factory.mktemp("spark-session"), shuffle_partitions=1, driver_memory=SUITE_DRIVER_MEMORY
+        ),
         extra={"spark.sql.adaptive.enabled": "false"},
     )
     yield session

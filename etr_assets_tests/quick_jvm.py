@@ -44,7 +44,7 @@ import sys
 from etr_assets.lake.session import get_spark
 from etr_assets.settings import Settings
 
-spark = get_spark(Settings(home=sys.argv[1], catalog="warm", shuffle_partitions=1))
+spark = get_spark(Settings(home=sys.argv[1], catalog="warm", shuffle_partitions=1, driver_memory="1g"))
 spark.sql("CREATE TABLE warm.db.t (id BIGINT, v STRING, d DATE) USING iceberg PARTITIONED BY (d)")
 spark.sql("INSERT INTO warm.db.t VALUES (1, 'a', DATE'2025-01-01'), (2, 'b', DATE'2025-01-02')")
 spark.sql("MERGE INTO warm.db.t t USING (SELECT 1 AS id, 'c' AS v, DATE'2025-01-01' AS d) s ON t.id = s.id "

@@ -145,7 +145,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": settings.driver_memory,
+        "spark.driver.memory": settings.spark_driver_memory,
         "spark.driver.extraJavaOptions": java_opts,
         # Executors get no path of this machine (on a cluster it may not exist there); in local mode the
         # executor is the driver's JVM anyway. Their logs go to the worker's per-application stderr.

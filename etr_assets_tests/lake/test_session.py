@@ -1,11 +1,13 @@
 """Spark configuration per profile (the aws profile cannot run here, so its configuration is what we test)."""
 
+import os
 from pathlib import Path
 
 import pytest
 
+from etr_assets import settings as settings_module
 from etr_assets.lake.session import ICEBERG_EXTENSIONS, JarNotFound, iceberg_runtime_jar, spark_conf
-from etr_assets.settings import Settings, SettingsError
+from etr_assets.settings import Settings, SettingsError, driver_memory_for
 
 
 def test_iceberg_runtime_comes_from_the_wheel():
@@ -96,3 +98,28 @@ def test_a_cluster_master_gets_no_driver_only_paths():
     assert on_loopback["spark.executor.extraJavaOptions"] == "-Duser.timezone=UTC"
     remote = spark_conf(Settings(spark_master="spark://spark-master.internal:7077"))
     assert "spark.driver.bindAddress" not in remote and "spark.executor.memory" not in remote
+
+
+@pytest.mark.parametrize(
+    ("machine_gib", "heap"),
+    [(None, "1g"), (2, "1g"), (4, "1g"), (8, "2g"), (16, "4g"), (23.54, "5888m"), (24, "6g"), (32, "8g"), (256, "8g")],
+)
+def test_the_driver_heap_is_a_quarter_of_the_machine_between_1g_and_8g(machine_gib, heap):
+    assert driver_memory_for(None if machine_gib is None else int(machine_gib * 2**30)) == heap
+
+
+def test_an_unset_driver_memory_is_sized_from_the_machine_and_a_set_one_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(settings_module, "machine_memory_bytes", lambda: 16 * 2**30)
+    assert spark_conf(Settings.from_env({"ETR_HOME": str(tmp_path)}))["spark.driver.memory"] == "4g"
+    given = Settings.from_env({"ETR_HOME": str(tmp_path), "ETR_SPARK_DRIVER_MEMORY": "1536m"})
+    assert spark_conf(given)["spark.driver.memory"] == "1536m"
+
+
+def test_a_container_limit_below_the_machine_bounds_the_heap(tmp_path, monkeypatch):
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    v2.write_text("max\n")  # cgroup v2 without a limit
+    v1.write_text(f"{3 * 2**30}\n")
+    monkeypatch.setattr(settings_module, "CGROUP_LIMITS", (str(v2), str(v1)))
+    assert settings_module.machine_memory_bytes() == 3 * 2**30
+    v1.write_text(f"{2**62}\n")  # cgroup v1 without a limit: a huge number
+    assert settings_module.machine_memory_bytes() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
