@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from etr_assets_tests.conftest import SUITE_DRIVER_MEMORY
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DAYS = ("2025-01-01", "2025-01-02")  # a range of two days is a backfill as much as three
@@ -58,7 +60,11 @@ def isolated_env(root: Path, **extra: str) -> dict[str, str]:
         shutil.copy(REPO / "etr_assets" / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
     # No PYTHONWARNINGS either: `etr` must be quiet on its own (only dagster's own commands get "ignore").
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_")) and k != "PYTHONWARNINGS"}
-    env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home)}
+    env |= {
+        "ETR_HOME": str(etr_home),
+        "DAGSTER_HOME": str(dagster_home),
+        "ETR_SPARK_DRIVER_MEMORY": SUITE_DRIVER_MEMORY,
+    }
     return env | extra
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from etr_assets_tests.conftest import SUITE_DRIVER_MEMORY
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 READY_TIMEOUT_S = 90
@@ -66,6 +68,7 @@ def isolated_env(root: Path) -> dict[str, str]:
     shutil.copy(REPO / "etr_assets" / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_"))}
     env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home), "PYTHONWARNINGS": "ignore"}
+    env["ETR_SPARK_DRIVER_MEMORY"] = SUITE_DRIVER_MEMORY  # the suite's heap, not a share of the machine
     return env
 
 
