@@ -21,14 +21,26 @@ BENCHMARKS = {
     "small_files": ("bench.small_files", "hundreds of tiny appends: scans and planning before/after maintenance"),
     "health": ("bench.health", "metadata-only health check against Spark metadata tables as tables grow"),
     "orchestration": ("bench.orchestration", "one partition through Dagster against calling the library"),
+    "history": (
+        "bench.history",
+        "the pipeline over time (day N+1 against day 1 after 30 and 365 days) and at volume (999,999 transactions)",
+    ),
 }
+HISTORY_OPTIONS = ("days", "per_day", "volume")  # the history benchmark's own options, refused elsewhere
 
 
 def run_benchmark(
-    name: str, scale: float, repeats: int, out_dir: Path, command: str, keys: list[int] | None = None
+    name: str,
+    scale: float,
+    repeats: int,
+    out_dir: Path,
+    command: str,
+    keys: list[int] | None = None,
+    history: dict | None = None,
 ) -> dict:
     """Run one benchmark in this process's Spark session (created if absent) and write its results. `keys`: the
-    scd2 benchmark's table sizes instead of its defaults (e.g. one run at 3,000,000 keys)."""
+    scd2 benchmark's table sizes instead of its defaults (e.g. one run at 3,000,000 keys). `history`: the history
+    benchmark's days, per_day and volume instead of its defaults."""
     from bench import report
 
     if name not in BENCHMARKS:
@@ -37,10 +49,19 @@ def run_benchmark(
         raise SystemExit(f"bench: --scale must be positive, got {scale}")
     if keys is not None and (name != "scd2" or not keys or min(keys) < 100):
         raise SystemExit(f"bench: --keys sets the scd2 benchmark's table sizes (each >= 100), got {keys} for {name}")
+    if history and name != "history":
+        raise SystemExit(f"bench: --days, --per-day and --volume set the history benchmark, not {name}")
+    if history and (min(history.get("days") or [0]) < 0 or history.get("per_day", 1) < 1):
+        raise SystemExit(f"bench: --days must be >= 0 and --per-day >= 1, got {history}")
+    if history and not 0 <= history.get("volume", 0) <= 999_999:
+        raise SystemExit(f"bench: --volume is 0..999999 (the synthetic API's most a day), got {history['volume']}")
     module = importlib.import_module(BENCHMARKS[name][0])
     start_machine, started = machine(), time.perf_counter()
     with open_lake(name) as lake:
-        result = module.run(lake, scale, repeats, sizes=keys) if keys else module.run(lake, scale, repeats)
+        if keys:
+            result = module.run(lake, scale, repeats, sizes=keys)
+        else:
+            result = module.run(lake, scale, repeats, **(history or {}))
     end_machine = machine()
     result = {
         "benchmark": name,
@@ -73,12 +94,25 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [int(k) for k in text.split(",")],
         help="scd2 only: comma-separated table sizes in keys, instead of 100000,1000000 (e.g. --keys 3000000)",
     )
+    parser.add_argument(
+        "--days",
+        type=lambda text: [int(d) for d in text.split(",") if d.strip()],
+        help="history only: comma-separated history lengths in days, instead of 30,365 (0 skips the history part)",
+    )
+    parser.add_argument(
+        "--per-day", type=int, help="history only: transactions a day, seeded and timed (default 10000, times --scale)"
+    )
+    parser.add_argument(
+        "--volume", type=int, help="history only: transactions in the big day (default 999999, times --scale; 0 skips)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder for <name>.json, .md and charts")
     args = parser.parse_args(argv)
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
+    history = {k: getattr(args, k) for k in HISTORY_OPTIONS if getattr(args, k) is not None}
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
     for name in names:
-        run_benchmark(name, args.scale, args.repeats, args.out, command.replace(" all", f" {name}"), args.keys)
+        options = history if name == "history" or args.name != "all" else None  # `all`: history's options to it
+        run_benchmark(name, args.scale, args.repeats, args.out, command.replace(" all", f" {name}"), args.keys, options)
     return 0
 
 

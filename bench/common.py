@@ -19,6 +19,7 @@ import dataclasses
 import os
 import platform
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -41,6 +42,25 @@ def machine() -> dict:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "platform": platform.platform(),
         "python": platform.python_version(),
+    }
+
+
+def revision() -> dict:
+    """When and on what code a benchmark ran: the UTC date, the commit, and whether the code it measures (the
+    package and the benchmarks) had uncommitted changes."""
+    import datetime as dt
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git("rev-parse", "--short=12", "HEAD") or "unknown",
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "etr_assets", "bench")),
     }
 
 

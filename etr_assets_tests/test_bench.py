@@ -27,7 +27,7 @@ def run(spark, tmp_path):
 
 
 def test_every_benchmark_is_listed():
-    assert set(BENCHMARKS) == {"formats", "scd2", "small_files", "health", "orchestration"}
+    assert set(BENCHMARKS) == {"formats", "scd2", "small_files", "health", "orchestration", "history"}
 
 
 def test_formats_reads_scan_counters_and_compares_updates(run):
@@ -125,3 +125,50 @@ def test_keys_sets_the_scd2_sizes_and_is_refused_elsewhere(tmp_path, monkeypatch
         bench_main.main(["formats", "--keys", "3000000"])
     with pytest.raises(SystemExit, match="each >= 100"):
         bench_main.main(["scd2", "--keys", "50"])
+
+
+def test_history_times_every_layer_over_time_and_at_volume(spark, tmp_path, monkeypatch):
+    from bench import history
+
+    monkeypatch.setattr(history, "WARM_UP", False)  # the test session is warm: figures, not speed
+    per_day, volume = 30, 300
+    options = {"days": [3], "per_day": per_day, "volume": volume}
+    run_benchmark("history", 1.0, 1, tmp_path, "python -m bench history --days 3", history=options)
+    result = json.loads((tmp_path / "history.json").read_text())
+    assert (tmp_path / "history.md").read_text().startswith(f"# {result['title']}")
+    assert result["data"]["commit"] and result["data"]["date"] and len(result["machine"]["load_average_end"]) == 3
+    assert result["ratios"] and all(v is not None for v in result["ratios"].values()), result["ratios"]
+    by_title = {table["title"].split(",")[0].split(" (")[0]: table["rows"] for table in result["tables"]}
+
+    # Day 4 after 3 days against day 1, every layer timed in both, with a verdict.
+    compared = by_title["Day N+1 against day 1"]
+    assert [r["layer"] for r in compared] == list(history.LAYERS)
+    assert all(r["day 1 (s)"] > 0 and r["day 4 (s)"] > 0 and r["x after 3"] is not None for r in compared)
+    assert {r["verdict (<= 1.2x after 3)"] for r in compared} <= {"met", "MISSED"}
+    timed = by_title["Every timed day"]
+    assert [(r["stage"], r["layer"]) for r in timed] == [
+        (stage, layer) for stage in ("day 1", "after 3 days") for layer in history.LAYERS
+    ]
+    assert all(r["peak_rss_mib"] > 0 for r in timed)
+    silver = [r for r in timed if r["layer"] == "silver/bnpl_transactions_clean"]
+    assert [r["rows_written"] for r in silver] == [per_day, per_day]
+    assert silver[-1]["table_rows"] == 4 * per_day  # days 2 and 3 were seeded in between
+    seeded = [r for r in by_title["The warm-up and the seeded history"] if r["stage"] == "seed to 3 days"]
+    assert [r["layer"] for r in seeded] == list(history.LAYERS) and seeded[0]["days"].endswith("(2)")
+
+    # The big day: every layer against a floor measured in the same run, then the whole day.
+    big = by_title[f"One day of {volume} transactions"]
+    assert [r["layer"] for r in big[:-1]] == list(history.LAYERS) and big[-1]["layer"].startswith("whole day")
+    assert all(r["seconds"] > 0 and r["x floor"] is not None for r in big)
+    assert big[-1]["seconds"] == pytest.approx(sum(r["seconds"] for r in big[:-1]), abs=0.01)
+    (floor,) = by_title["The floor: the day's raw JSON read with bronze's types"]
+    assert floor["seconds"] > 0 and floor["files"] >= 1
+
+
+def test_history_options_are_refused_elsewhere(tmp_path):
+    from bench import __main__ as bench_main
+
+    with pytest.raises(SystemExit, match="set the history benchmark, not formats"):
+        bench_main.main(["formats", "--volume", "1000", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--volume is 0..999999"):
+        bench_main.main(["history", "--volume", "1000000", "--out", str(tmp_path)])
