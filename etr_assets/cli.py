@@ -81,7 +81,8 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
             hint = f"; did you mean {' or '.join(near)}?" if near else "; `etr tables` lists the tables"
             print(f"etr sql: table {name} does not exist in catalog {settings.catalog}{hint}", file=sys.stderr)
         return 1
-    from etr_assets.lake.session import get_spark
+    from etr_assets.lake.exhaustion import exhaustion
+    from etr_assets.lake.session import get_spark, spark_conf
 
     if sys.stderr.isatty():  # a person waits: say why (scripts read an empty stderr on success)
         print("etr sql: starting Spark (a few seconds)...", file=sys.stderr, flush=True)
@@ -90,7 +91,8 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
         df = spark.sql(query)
         rows = df.limit(args.limit + 1).collect() if args.limit else df.collect()
     except Exception as exc:  # AnalysisException, ParseException, Py4JJavaError...
-        print(f"etr sql: {_error_line(exc)}", file=sys.stderr)
+        exhausted = exhaustion(exc, "running the query", spark_conf(settings))  # names the setting to raise
+        print(f"etr sql: {exhausted or _error_line(exc)}", file=sys.stderr)
         return 1
     truncated = bool(args.limit) and len(rows) > args.limit
     rows = rows[: args.limit] if args.limit else rows

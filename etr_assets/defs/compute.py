@@ -22,6 +22,7 @@ from pydantic import Field
 from etr_assets.defs.common import check_results, days_of, on_partitions
 from etr_assets.defs.metadata import as_metadata, log_partition_counts
 from etr_assets.defs.resources import LakeResource, RawZoneResource
+from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.quality import metrics_of, record_metrics
 from etr_assets.lake.wap import AuditFailed, branch_name
 from etr_assets.pipeline.layers import LAYERS, LayerRequest, run_layer
@@ -107,6 +108,14 @@ class LayerRunner(ConfigurableResource):
                 description=str(failed),
                 metadata={"audit_branch": failed.branch, "inspect": MetadataValue.md(inspect)},
             ) from None
+        except Exception as failed:  # out of memory or disk: one line naming the setting, not Java's stack
+            doing = f"building {spec.identifier} for {request.days[0]}" + (
+                f"..{request.days[-1]}" if len(request.days) > 1 else ""
+            )
+            exhausted = exhaustion(failed, doing, lake.spark.spark_config or {})
+            if exhausted is None:
+                raise
+            raise Failure(description=str(exhausted)) from None
         figures = finished.figures
         context.log.info(
             f"{spec.identifier}: {figures['rows_written']} rows written, "
