@@ -101,8 +101,12 @@ def apply_window(
             snapshots = _snapshots_since(records, lo) if mode == FeedMode.FULL else []
             source = f"the log since {_when(lo)}" + (f" ({len(snapshots)} snapshot(s))" if snapshots else "")
         records = records.join(affected, key, "left_semi")
-        versions, existing = _rebuild(spark, spec, table, records, affected, mode, snapshots, held)
-        result = merge_scd2(spark, catalog, spec, versions, changes, existing=existing)
+        versions, existing, cached = _rebuild(spark, spec, table, records, affected, mode, snapshots, held)
+        try:
+            result = merge_scd2(spark, catalog, spec, versions, changes, existing=existing)
+        finally:
+            for frame in cached:
+                frame.unpersist()
         reason = f"{len(batches)} new batch(es) change {stats['keys']} key(s) from {_when(lo)} on; read {source}"
         return dataclasses.replace(result, method=Scd2Method.WINDOW, reason=reason), watermark_after
     finally:
@@ -160,25 +164,26 @@ def affected_keys(spark, spec: TableSpec, table, state, new_records, mode: str, 
 
 
 def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapshots: list[tuple], held=None):
-    """(versions, the rows they replace) of the affected keys from each one's anchor on. `records`: the affected
-    keys' log rows that may hold observations at or after their `_lo`; `snapshots`: (`_batch_id`, micros) of
-    every snapshot taken at or after the earliest `_lo`."""
+    """(versions, the rows they replace, frames cached for them) of the affected keys from each one's anchor on.
+    `records`: the affected keys' log rows that may hold observations at or after their `_lo`; `snapshots`:
+    (`_batch_id`, micros) of every snapshot taken at or after the earliest `_lo`."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
     key = scd2.key
     carried = [c.name for c in spec.columns if c.name not in _VERSION_COLUMNS] + list(_LINEAGE)
-    rows = table.join(affected, key)
-    anchors = rows.groupBy(key).agg(
+    # Both are read several times below and hold the affected keys only: kept, not read again from the tables.
+    kept = table.join(affected, key).cache()
+    anchors = kept.groupBy(key).agg(
         F.max(F.when(F.col("_valid_from") < F.col("_lo"), F.col("_valid_from"))).alias("_anchor_from"),
         F.min("_valid_from").alias("_first"),
     )
-    rows = rows.join(anchors, key)
+    rows = kept.join(anchors, key)
     anchor = rows.where(F.col("_valid_from") == F.col("_anchor_from"))
     existing = rows.where(F.col("_anchor_from").isNull() | (F.col("_valid_from") >= F.col("_anchor_from")))
     existing = existing.select(*spec.column_names)
 
-    present = observations(records, scd2, FeedMode.INCREMENTAL).join(affected, key)
+    present = observations(records, scd2, FeedMode.INCREMENTAL).join(affected, key).cache()
     events = [
         anchor.select(*carried, F.col("_valid_from").alias("_seq"), F.lit(False).alias("_deleted")),
         anchor.where(F.col("_valid_to") < F.col("_lo")).select(  # deleted before the window: still deleted at it
@@ -205,7 +210,7 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     union = events[0]
     for frame in events[1:]:
         union = union.unionByName(frame, allowMissingColumns=True)
-    return history(union, spec), existing
+    return history(union, spec), existing, (kept, present)
 
 
 def _window_records(spark, spec: TableSpec, window: LogWindow, mode: str, since_micros: int):
