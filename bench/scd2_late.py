@@ -188,3 +188,27 @@ def _set_current(lake: Lake, table: str, snapshot: int) -> None:
     if _current(lake.spark, table) != snapshot:
         name = table.split(".", 1)[1]
         lake.spark.sql(f"CALL {lake.catalog}.system.set_current_snapshot('{name}', {snapshot})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m bench.scd2_late [KEYS] [REPEATS]`: this comparison alone (the whole benchmark runs it too, after
+    every other method), its rows and ratios as JSON on stdout with the machine's load at start and end."""
+    import json
+    import sys
+    import time
+
+    from bench import scd2
+    from bench.common import machine, open_lake
+
+    args = sys.argv[1:] if argv is None else argv
+    keys, repeats = (int(args[0]) if args else 1_000_000), (int(args[1]) if len(args) > 1 else 3)
+    start, started = machine(), time.perf_counter()
+    with open_lake("scd2_late") as lake:
+        rows, ratios = late_against_daily(lake, keys, scd2.batch, scd2.BUSINESS, repeats)
+    found = {"keys": keys, "repeats": repeats, "seconds": round(time.perf_counter() - started, 1)}
+    found |= {"machine_start": start, "load_average_end": machine()["load_average"], "rows": rows, "ratios": ratios}
+    print(json.dumps(found, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
