@@ -1,0 +1,71 @@
+"""Raw lines read, numbered and checked (etr_assets.lake.validate), as Spark's line reader would number them."""
+
+from etr_assets.lake.specs import Column
+from etr_assets.lake.validate import PARALLEL_LISTING_THRESHOLD, read_validated
+
+COLUMNS = (Column("id", "bigint", required=True), Column("name", "string"))
+
+
+def test_every_line_keeps_its_file_and_number_whatever_ends_it(lake, tmp_path):
+    # Lines end at \n, \r\n or a lone \r; blank lines count but are no records; the last line needs no line break.
+    first = tmp_path / "part-00001.jsonl"
+    first.write_bytes(b'{"id": 1}\n\n{"id": "x"}\r\n{"id": 3, "name": "c"}\r{"name": "no id"}')
+    second = tmp_path / "part-00002.jsonl"
+    second.write_bytes(b'{"id": 5, "extra": true}\n   \nnot json\n')
+    files = [str(first), str(second)]
+
+    result = read_validated(lake, files, COLUMNS)
+    try:
+        accepted = {(r["_source_file"].rsplit("/", 1)[-1], r["id"]) for r in result.accepted.collect()}
+        refused = {
+            (r["source_file"].rsplit("/", 1)[-1], r["line_number"]): r["reason"] for r in result.quarantined.collect()
+        }
+    finally:
+        result.release()
+
+    assert accepted == {("part-00001.jsonl", 1), ("part-00001.jsonl", 3), ("part-00002.jsonl", 5)}
+    assert refused == {
+        ("part-00001.jsonl", 3): "a value of the wrong type: id expects bigint, got x",
+        ("part-00001.jsonl", 5): "missing required field id",
+        ("part-00002.jsonl", 3): "not a JSON object",
+    }
+    assert (result.received, result.accepted_count, result.quarantined_count) == (6, 3, 3)
+    assert result.unknown_fields == {"extra": 1}
+    # The numbers are those of Spark's own line reader, file by file.
+    read_line_by_line = lake.read.text(files).collect()
+    assert [r["value"] for r in read_line_by_line][:5] == [
+        '{"id": 1}',
+        "",
+        '{"id": "x"}',
+        '{"id": 3, "name": "c"}',
+        '{"name": "no id"}',
+    ]
+
+
+def _jobs_run(spark, action) -> int:
+    """How many Spark jobs `action` ran (job ids are consecutive; retention keeps the newest)."""
+    tracker = spark.sparkContext.statusTracker()
+    before = max(tracker.getJobIdsForGroup(None), default=-1)
+    action()
+    return max(tracker.getJobIdsForGroup(None), default=-1) - before
+
+
+def test_many_local_files_are_listed_by_the_driver_and_the_session_keeps_its_threshold(lake, tmp_path):
+    files = []
+    for number in range(40):  # more than Spark's 32, past which it lists paths with a job of a task per path
+        path = tmp_path / f"part-{number:05d}.jsonl"
+        path.write_text(f'{{"id": {number}}}\n')
+        files.append(str(path))
+    before = lake.conf.get(PARALLEL_LISTING_THRESHOLD)
+    counts = {}
+
+    def validate(some_files):
+        result = read_validated(lake, some_files, COLUMNS)
+        counts[len(some_files)] = result.accepted_count
+        result.release()
+
+    one_file, forty_files = _jobs_run(lake, lambda: validate(files[:1])), _jobs_run(lake, lambda: validate(files))
+
+    assert counts == {1: 1, 40: 40}
+    assert forty_files == one_file  # the tally's jobs alone: no listing job
+    assert lake.conf.get(PARALLEL_LISTING_THRESHOLD) == before
