@@ -77,8 +77,9 @@ def _feed_assets(settings: Settings, feed: EntityFeed) -> list[AssetsDefinition]
         [table_key(bronze), previous_day(table_key(landing))],
         f"{endpoint.capitalize()} history as SCD2 ({feed.mode} snapshots): NULL-safe change detection over "
         f"{', '.join(landing.scd2.tracked)}, versions ordered by {landing.scd2.sequence}, one MERGE per run. "
-        f"Extended from the bronze rows appended since the last build when they all come after it, else "
-        f"recomputed from every observation (metadata `history_method` and `history_reason` say which and why).",
+        f"A day in order is compared with the current versions; a late or re-sent day rewrites only the keys it "
+        f"changes, from the days since its change; a full refresh recomputes from every observation (metadata "
+        f"`history_method` and `history_reason` say which and why).",
     )
     def history(
         context: AssetExecutionContext,
