@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.raw_zone import Batch, BatchManifest, RawZone
 
 SOURCE = "bnpl"
+WRITERS = 2  # pages stored at once, while the next page downloads
+PAGES_IN_FLIGHT = 8  # pages held in memory waiting to be stored, at most
 # endpoint name -> (path, name of the day parameter)
 ENDPOINTS = {
     "transactions": ("/v1/transactions", "date"),
@@ -20,7 +24,9 @@ def fetch_day(client: ApiClient, raw: RawZone, endpoint: str, day: dt.date) -> t
     """Fetch every page of `endpoint` for `day` into a new pending batch, then seal it.
 
     If this dies midway the batch stays pending without a manifest and is never loaded; the next run
-    fetches the day again into a new batch, so nothing half-downloaded reaches Iceberg.
+    fetches the day again into a new batch, so nothing half-downloaded reaches Iceberg. Pages are written while the
+    next ones download (a local write waits for its fsync, an S3 one for its PUT); the manifest is written only
+    once every page is stored.
     """
     if endpoint not in ENDPOINTS:
         raise ValueError(f"unknown endpoint {endpoint!r}; known: {', '.join(ENDPOINTS)}")
@@ -28,9 +34,14 @@ def fetch_day(client: ApiClient, raw: RawZone, endpoint: str, day: dt.date) -> t
     batch = raw.start_batch(SOURCE, endpoint, day)
     files: list[str] = []
     records = 0
-    # Each record's text as the API sent it: the raw zone is the evidence of what arrived.
-    for number, page in enumerate(client.iter_record_texts(path, {day_param: day.isoformat()}), start=1):
-        if page:
-            files.append(raw.write_lines(batch, number, page))
-            records += len(page)
+    with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix=f"raw-{endpoint}") as writers:
+        writing: collections.deque[Future] = collections.deque()
+        # Each record's text as the API sent it: the raw zone is the evidence of what arrived.
+        for number, page in enumerate(client.iter_record_texts(path, {day_param: day.isoformat()}), start=1):
+            if page:
+                writing.append(writers.submit(raw.write_lines, batch, number, page))
+                records += len(page)
+            while len(writing) > PAGES_IN_FLIGHT or (writing and writing[0].done()):
+                files.append(writing.popleft().result())  # in page order; a failed write stops the fetch here
+        files += [write.result() for write in writing]
     return batch, raw.seal(batch, files, records)
