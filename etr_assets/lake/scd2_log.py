@@ -8,12 +8,13 @@ SCD2 table's snapshot after that, and the *watermark*: the latest observation ti
 snapshot times). On the next run it applies the log's new rows alone when
 
 - the SCD2 table is still at the cursor's snapshot, or only compacted since (nobody erased, rolled back or wrote);
-- the log only gained rows since the cursor's snapshot (appends; compactions are fine; a reloaded day is not).
+- the log only gained rows since the cursor's snapshot (appends; compactions are fine), or also replaced whole
+  days of its `snapshot_day` partitions (overwrites: a day bronze loads again).
 
 One new batch after the watermark is compared with the current rows (`scd2_current`, the daily path); anything else
-the log gained (several batches, a late day, a day delivered again, an older record) rewrites only the keys it
-changes, from each one's first change on (`scd2_window`). Otherwise the run recomputes, and says why
-(`Scd2Result.reason`).
+the log gained or replaced (several batches, a late day, a day delivered again or reloaded, an older record) rewrites
+only the keys it changes, from each one's first change on (`scd2_window`). Otherwise (an erasure, a rollback, an
+expired cursor snapshot) the run recomputes, and says why (`Scd2Result.reason`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import dataclasses
 import json
 
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.incremental import changed_only_by
+from etr_assets.lake.incremental import changed_only_by, days_changed_by, lineage_since, snapshot_in_metadata
 from etr_assets.lake.scd2 import Scd2Method, Scd2Result, recompute, with_retries
 from etr_assets.lake.scd2_current import apply_current
 from etr_assets.lake.scd2_window import LogWindow, apply_window
@@ -79,16 +80,16 @@ def apply_log(
     `held`: (key, `_batch_id`) of records snapshots sent that could not be read (not absences).
     `snapshot_day`: the log's date column (its partition) such that no row's `_snapshot_at` is after the start of
     the next day: a late day then reads only the days since its changes (`scd2_window`), not the whole log.
-    A recompute covers every key of the log, whatever the mode.
+    A recompute covers every key of the log and of the table, whatever the mode.
     """
     from pyspark.sql import functions as F
 
     target = spec.qualified(catalog)
-    sequence = spec.scd2.sequence
+    sequence, key = spec.scd2.sequence, spec.scd2.key
 
     def attempt() -> Scd2Result:
         cursor = read_cursor(spark, target)
-        head, base, why = _can_extend(spark, target, log, cursor, full_refresh)
+        head, base, reloaded, why = _can_extend(spark, target, log, cursor, full_refresh, snapshot_day)
         if why is None and head == cursor.log_snapshot_id:
             return Scd2Result(target, 0, 0, 0, None, Scd2Method.UNCHANGED, f"log {log} unchanged since snapshot {head}")
         if why is None:
@@ -99,12 +100,28 @@ def apply_log(
                 .option("split-size", str(NEW_ROWS_SPLIT_BYTES))
                 .load(log)
             )
+            window = LogWindow(log, head, to_records, snapshot_day)
+            if reloaded:
+                # Rows of the replaced days: removed ones from the cursor's snapshot, added ones from the head.
+                # Appends to other days are still read by the append scan (the overwrites deleted none of theirs).
+                in_days = F.col(snapshot_day).isin(sorted(reloaded))
+                now = spark.read.format("iceberg").option("snapshot-id", head).load(log).where(in_days)
+                new_records = to_records(appended.where(~in_days).unionByName(now))
+                removed = to_records(
+                    spark.read.format("iceberg").option("snapshot-id", cursor.log_snapshot_id).load(log).where(in_days)
+                )
+                result, watermark = apply_window(
+                    spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, window, held, removed
+                )
+                days = ", ".join(str(day) for day in sorted(reloaded))
+                result = dataclasses.replace(result, reason=f"{result.reason} (reloaded day(s): {days})")
+                _advance(spark, target, result, head, watermark)
+                return result
             new_records = to_records(appended)
             result, why, watermark = apply_current(
                 spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, held
             )
             if result is None:
-                window = LogWindow(log, head, to_records, snapshot_day)
                 result, watermark = apply_window(
                     spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, window, held
                 )
@@ -118,8 +135,10 @@ def apply_log(
             [F.max(F.unix_micros("_snapshot_at"))] if mode == FeedMode.FULL else []
         )
         watermark = _max(records.agg(*times).first())
+        # The table's keys too: a key whose every observation the log lost (a reloaded day, an erasure) has none.
+        keys = records.select(key).unionByName(spark.table(target).select(key)).distinct()
         result = dataclasses.replace(
-            recompute(spark, catalog, spec, records, mode, held=held), method=Scd2Method.RECOMPUTE, reason=why
+            recompute(spark, catalog, spec, records, mode, keys, held), method=Scd2Method.RECOMPUTE, reason=why
         )
         if head is not None:
             _advance(spark, target, result, head, watermark)
@@ -129,28 +148,59 @@ def apply_log(
 
 
 def _can_extend(
-    spark, target: str, log: str, cursor: Scd2Cursor | None, full_refresh: bool
-) -> tuple[int | None, int | None, str | None]:
-    """(the log's current snapshot, the table's snapshot this checked, None if history can be extended from the
-    log's new rows, else why not)."""
+    spark, target: str, log: str, cursor: Scd2Cursor | None, full_refresh: bool, snapshot_day: str | None = None
+) -> tuple[int | None, int | None, frozenset, str | None]:
+    """(the log's current snapshot, the table's snapshot this checked, the `snapshot_day` days the log replaced since
+    the cursor, None if history can be extended from the log's new and replaced rows, else why not)."""
     head = current_snapshot_id(spark, log)
+    none = frozenset()
     if full_refresh:
-        return head, None, "full refresh requested"
+        return head, None, none, "full refresh requested"
     if cursor is None:
-        return head, None, f"no cursor on {target} (first build, or built before cursors)"
+        return head, None, none, f"no cursor on {target} (first build, or built before cursors)"
     if cursor.watermark_micros is None:
-        return head, None, f"the cursor on {target} has no watermark"
+        return head, None, none, f"the cursor on {target} has no watermark"
     base = None
     if cursor.table_snapshot_id is not None:  # compaction since is fine; any other commit is someone else's write
         base, written = changed_only_by(spark, target, cursor.table_snapshot_id, ("replace",))
         if written:
-            return head, base, f"{target} was written since the cursor's snapshot: {written}"
+            return head, base, none, f"{target} was written since the cursor's snapshot: {written}"
     elif current_snapshot_id(spark, target) is not None:
-        return head, None, f"{target} was written since the cursor (it was empty then)"
+        return head, None, none, f"{target} was written since the cursor (it was empty then)"
     if head == cursor.log_snapshot_id:
-        return head, base, None
-    head, why = changed_only_by(spark, log, cursor.log_snapshot_id, ("append", "replace"))
-    return head, base, why
+        return head, base, none, None
+    reloaded, why = _replaced_days(spark, log, head, cursor.log_snapshot_id, snapshot_day)
+    return head, base, reloaded, why
+
+
+def _replaced_days(spark, log: str, head: int, since: int, snapshot_day: str | None) -> tuple[frozenset, str | None]:
+    """(the days whose rows overwrites since `since` replaced, None) when every snapshot since is an append, a
+    compaction or an overwrite of whole known days that `since` can still be read at; else (empty, why not)."""
+    table = iceberg_table(spark, log)
+    chain = lineage_since(snapshot_in_metadata(table), head, since)
+    if chain is None:
+        return frozenset(), f"snapshot {since} of {log} is not an ancestor of its current one (rolled back, or expired)"
+    others = [(sid, op) for sid, op in chain if op not in ("append", "replace", "overwrite")]
+    if others:  # a delete snapshot is an erasure: it must reach every version, which only the recompute rewrites
+        sid, op = others[-1]
+        return frozenset(), f"snapshot {sid} ({op}) of {log} changed rows in place (an erasure, or a rewrite)"
+    overwrites = [sid for sid, op in chain if op == "overwrite"]
+    if not overwrites:
+        return frozenset(), None
+    if table.snapshot(since) is None:  # expired: the replaced rows can no longer be read by time travel
+        return frozenset(), f"snapshot {since} of {log} expired, so the rows its overwrites replaced are gone"
+    if snapshot_day is None:
+        return frozenset(), (
+            f"snapshot {overwrites[-1]} (overwrite) of {log} changed rows in place, and the log has no day column "
+            "to read the replaced rows by"
+        )
+    days = set().union(*days_changed_by(spark, log, overwrites, snapshot_day).values())
+    if None in days or not days:
+        return frozenset(), (
+            f"snapshot {overwrites[-1]} (overwrite) of {log} changed rows in place outside known "
+            f"{snapshot_day} partitions"
+        )
+    return frozenset(days), None
 
 
 def _advance(spark, target: str, result: Scd2Result, log_snapshot: int, watermark: int | None) -> None:

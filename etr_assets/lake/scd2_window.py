@@ -66,10 +66,12 @@ def apply_window(
     base: int | None,
     window: LogWindow,
     held=None,
+    removed_records=None,
 ) -> tuple[Scd2Result, int]:
     """Apply the log's new rows (`new_records`, scd2.observations' input) to the keys they change: (result, new
     watermark). `base`: the table's snapshot the caller checked (None: still empty), whose versions are compared and
-    rewritten; `watermark`: the latest observation time applied before, in microseconds."""
+    rewritten; `watermark`: the latest observation time applied before, in microseconds. `removed_records`: the
+    rows the log no longer holds (days it replaced), as records; `new_records` then holds every row of those days."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
@@ -86,11 +88,15 @@ def apply_window(
         spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
     state = _state(spark, spec, target)
-    changes = affected_keys(spark, spec, table, state, new_records, mode, batches, held).cache()
+    changes = affected_keys(spark, spec, table, state, new_records, mode, batches, held, removed_records).cache()
+    gained = f"{len(batches)} new batch(es)"
+    if removed_records is not None:
+        gone = removed_records.select("_batch_id").distinct().count()
+        gained = f"{gained} replacing {gone} removed one(s)"
     try:
         stats = changes.agg(F.count("*").alias("keys"), F.min(F.unix_micros("_lo")).alias("lo")).first()
         if not stats["keys"]:
-            reason = f"{len(batches)} new batch(es) whose every observation the versions already imply"
+            reason = f"{gained} whose every observation the versions already imply"
             return Scd2Result(target, 0, 0, 0, None, Scd2Method.WINDOW, reason), watermark_after
         lo = stats["lo"]
         affected = F.broadcast(changes) if stats["keys"] <= BROADCAST_KEYS else changes
@@ -107,39 +113,24 @@ def apply_window(
         finally:
             for frame in cached:
                 frame.unpersist()
-        reason = f"{len(batches)} new batch(es) change {stats['keys']} key(s) from {_when(lo)} on; read {source}"
+        reason = f"{gained} change {stats['keys']} key(s) from {_when(lo)} on; read {source}"
         return dataclasses.replace(result, method=Scd2Method.WINDOW, reason=reason), watermark_after
     finally:
         changes.unpersist()
 
 
-def affected_keys(spark, spec: TableSpec, table, state, new_records, mode: str, batches: list[tuple], held=None):
-    """(key, `_lo`): each key some new observation changes, and the earliest time one does (module docstring).
-    `table`: the SCD2 table's rows to compare with, `state` their state hash; `batches`: (`_batch_id`, snapshot
-    micros, ...) of the new rows."""
-    from pyspark.sql import Window
+def affected_keys(
+    spark, spec: TableSpec, table, state, new_records, mode: str, batches: list[tuple], held=None, removed_records=None
+):
+    """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does (module
+    docstring). `table`: the SCD2 table's rows to compare with, `state` their state hash; `batches`: (`_batch_id`,
+    snapshot micros, ...) of the new rows; `removed_records`: rows the log no longer holds (None: it only gained)."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
     key = scd2.key
     versions = table.select(key, "_valid_from", "_valid_to", state.alias("_state"), _others(spec).alias("_others"))
-    # Each new batch's latest record per key, in narrow columns, picked as `scd2.observations` picks it.
-    newest = Window.partitionBy(key, "_batch_id").orderBy(
-        F.col("_seq").desc(), F.col("_source_file").desc(), F.col("_tie").desc()
-    )
-    present = (
-        new_records.select(
-            key,
-            "_batch_id",
-            "_source_file",
-            F.col(scd2.sequence).alias("_seq"),
-            F.xxhash64(*scd2.tracked).alias("_tie"),
-            F.expr(spec.state_hash_sql).alias("_state"),
-            _others(spec).alias("_others"),
-        )
-        .withColumn("_rank", F.row_number().over(newest))
-        .where("_rank = 1")
-    )
+    present = _latest_records(spec, new_records)
     p, v = present.alias("p"), versions.alias("v")
     covers = (F.col(f"p.{key}") == F.col(f"v.{key}")) & (F.col("v._valid_from") <= F.col("p._seq"))
     covers = covers & (F.col("v._valid_to").isNull() | (F.col("p._seq") < F.col("v._valid_to")))
@@ -152,15 +143,73 @@ def affected_keys(spark, spec: TableSpec, table, state, new_records, mode: str, 
         .where(~F.coalesce(implied, F.lit(False)))  # no covering version, another state, or a version without hash
         .select(F.col(f"p.{key}").alias(key), F.col("p._seq").alias("_at"))
     )
-    if mode != FeedMode.FULL:
-        return records.groupBy(key).agg(F.min("_at").alias("_lo"))
+    changed = [records]
+    if removed_records is not None:
+        # A removed record changes nothing only while the same record (time, state, other columns) is still sent:
+        # the reloaded day's. (A record of another content at that very time in another batch would win the tie
+        # by batch id; sources send one record per key and time.)
+        same = [key, "_seq", "_state", "_others"]
+        removed = _latest_records(spec, removed_records).join(present.select(*same), same, "left_anti")
+        changed.append(removed.select(key, F.col("_seq").alias("_at")))
+    if mode == FeedMode.FULL:
+        # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
+        spanning = versions.crossJoin(F.broadcast(_snapshots(spark, batches))).where(
+            (F.col("_valid_from") < F.col("_at")) & (F.col("_valid_to").isNull() | (F.col("_at") < F.col("_valid_to")))
+        )
+        changed.append(
+            spanning.join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti").select(key, "_at")
+        )
+    if mode == FeedMode.FULL and removed_records is not None:
+        changed.append(_removed_absences(spark, spec, versions, present, removed_records, batches, held))
+    union = changed[0]
+    for frame in changed[1:]:
+        union = union.unionByName(frame)
+    return union.groupBy(key).agg(F.min("_at").alias("_lo"))
 
-    # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
-    spanning = versions.crossJoin(F.broadcast(_snapshots(spark, batches))).where(
-        (F.col("_valid_from") < F.col("_at")) & (F.col("_valid_to").isNull() | (F.col("_at") < F.col("_valid_to")))
+
+def _latest_records(spec: TableSpec, records):
+    """Each batch's latest record per key, in narrow columns, picked as `scd2.observations` picks it."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    scd2 = spec.scd2
+    newest = Window.partitionBy(scd2.key, "_batch_id").orderBy(
+        F.col("_seq").desc(), F.col("_source_file").desc(), F.col("_tie").desc()
     )
-    absent = spanning.join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti").select(key, "_at")
-    return records.unionByName(absent).groupBy(key).agg(F.min("_at").alias("_lo"))
+    return (
+        records.select(
+            scd2.key,
+            "_batch_id",
+            "_source_file",
+            F.col(scd2.sequence).alias("_seq"),
+            F.xxhash64(*scd2.tracked).alias("_tie"),
+            F.expr(spec.state_hash_sql).alias("_state"),
+            _others(spec).alias("_others"),
+        )
+        .withColumn("_rank", F.row_number().over(newest))
+        .where("_rank = 1")
+    )
+
+
+def _removed_absences(spark, spec: TableSpec, versions, present, removed_records, batches: list[tuple], held=None):
+    """(key, `_at`) of each deletion that starts at a removed snapshot's time (a version ends there and none starts:
+    its absence made it) unless a new snapshot taken then still neither contains nor holds the key."""
+    from pyspark.sql import functions as F
+
+    key = spec.scd2.key
+    times = removed_records.select(F.col("_snapshot_at").alias("_at")).distinct()
+    starts = versions.select(key, F.col("_valid_from").alias("_at"))
+    deletions = (
+        versions.select(key, F.col("_valid_to").alias("_at"))
+        .join(F.broadcast(times), "_at")
+        .join(starts, [key, "_at"], "left_anti")
+    )
+    still_absent = (
+        deletions.join(F.broadcast(_snapshots(spark, batches)), "_at")
+        .join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti")
+        .select(key, "_at")
+    )
+    return deletions.join(still_absent, [key, "_at"], "left_anti")
 
 
 def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapshots: list[tuple], held=None):

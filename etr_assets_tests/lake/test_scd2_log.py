@@ -25,7 +25,7 @@ from etr_assets.lake.scd2_log import (
     read_cursor,
 )
 from etr_assets.lake.specs import MERGE_ON_READ, STATE_HASH_PROPERTY
-from etr_assets.lake.writes import current_snapshot_id, iceberg_table
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table, replace_days
 from etr_assets_tests.lake.test_scd2 import (
     RECORD_SCHEMA,
     SPEC,
@@ -556,3 +556,85 @@ def test_a_late_day_splits_versions_resumes_re_sent_records_closes_absent_keys_a
     again = deliver(2, "d2-again")
     assert (again.method, again.changed, again.snapshot_id) == (Scd2Method.WINDOW, False, None), again.reason
     assert lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots
+
+
+def as_of_day(batch: dict) -> dt.date:
+    """The day whose end a batch's snapshot was taken at (the bronze partition it is loaded into)."""
+    return (batch["t"] - dt.timedelta(microseconds=1)).date()
+
+
+def delivered(batch: dict, batch_id: str, rows: list[tuple] | None = None) -> dict:
+    """`batch` (or `rows` in its place) delivered under `batch_id`, each row with its `_as_of` day."""
+    rows = batch["rows"] if rows is None else rows
+    day = as_of_day(batch)
+    return dict(batch, id=batch_id, rows=[(*r[:4], batch_id, f"{batch_id}/part-1", r[6], day) for r in rows])
+
+
+def garbled(rng: random.Random, batch: dict) -> list[tuple]:
+    """Another content for a batch's day: some keys left out, some with another state sent minutes before the
+    snapshot (a time no other record of the key has), and key 99, which no other day sends."""
+    taken, rows = batch["t"], []
+    for row in batch["rows"]:
+        roll = rng.random()
+        if roll < 0.3:
+            continue
+        if roll < 0.6:
+            row = (row[0], "w", row[2], taken - dt.timedelta(minutes=row[0]), *row[4:])
+        rows.append(row)
+    return [*rows, (99, "w", 1, taken - dt.timedelta(minutes=30), *batch["rows"][0][4:])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "seed"), [(FeedMode.FULL, 11), (FeedMode.FULL, 23), (FeedMode.INCREMENTAL, 23)])
+def test_reloaded_days_rewrite_what_they_change_and_equal_the_model_and_the_recompute(lake, settings, mode, seed):
+    """Bronze replaces a day it loads again (an overwrite of its partition). After the first build every reload
+    takes the window, never the recompute: a day reloaded with other content (keys left out, other states, a key
+    no other day has), then with its true content again, each under a new batch id; the versions are the
+    recompute's after every step and the in-order model's once the days are true again. A reload with the same
+    content changes nothing and commits nothing. A delete snapshot of the log (an erasure) recomputes."""
+    catalog, table = settings.catalog, SPEC.qualified(settings.catalog)
+    rng = random.Random(seed)
+    batches = make_batches(rng, timeline(rng, keys=7, hours=120), [24, 48, 72, 96, 120], mode)
+    for spec in (SPEC, REFERENCE):
+        ensure_table(lake, catalog, spec)
+    log = f"{catalog}.bronze.things_by_day"
+    lake.sql(f"CREATE TABLE {log} ({DAY_LOG_SCHEMA}) USING iceberg PARTITIONED BY (days(_as_of))")
+    without_day = lambda rows: rows.drop("_as_of")  # noqa: E731
+
+    def build(spec=SPEC, full_refresh=False):
+        return apply_log(lake, catalog, spec, log, without_day, mode, full_refresh, snapshot_day="_as_of")
+
+    def reload(batch: dict):
+        frame = local_frame(lake, batch["rows"], DAY_LOG_SCHEMA)
+        replace_days(lake, log, frame, "_as_of", [as_of_day(batch)])
+        return build()
+
+    def assert_recomputed(step: str, result):
+        rows, _ = table_rows(lake, catalog)
+        check_invariants(rows)
+        build(REFERENCE, full_refresh=True)
+        assert versions_of(lake, table) == versions_of(lake, REFERENCE.qualified(catalog)), (
+            f"after {step} ({result.method}: {result.reason})"
+        )
+        assert wrong_state_hashes(lake, table) == 0
+
+    local_frame(lake, [r for b in batches for r in delivered(b, b["id"])["rows"]], DAY_LOG_SCHEMA).writeTo(log).append()
+    assert build().method == Scd2Method.RECOMPUTE
+    for day in rng.sample(range(len(batches)), 2):
+        batch = batches[day]
+        for step, content in (("other content", garbled(rng, batch)), ("true content", None)):
+            result = reload(delivered(batch, f"{batch['id']}-{step[:5]}", content))
+            assert result.method == Scd2Method.WINDOW and "reloaded day(s)" in result.reason, result.reason
+            assert_recomputed(f"{batch['id']} reloaded with {step}", result)
+        assert table_rows(lake, catalog)[1] == model(batches, mode)
+
+        snapshots = lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
+        for batch_id in (f"{batch['id']}-again", f"{batch['id']}-again"):  # a new batch id, then the same rows
+            same = reload(delivered(batch, batch_id))
+            assert (same.method, same.changed) == (Scd2Method.WINDOW, False), same.reason
+        assert lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots
+
+    lake.sql(f"DELETE FROM {log} WHERE _as_of = DATE'{as_of_day(batches[0])}'")  # whole files: a delete snapshot
+    erased = build()
+    assert erased.method == Scd2Method.RECOMPUTE and "(delete)" in erased.reason, erased.reason
+    assert table_rows(lake, catalog)[1] == model(batches[1:], mode)
