@@ -50,8 +50,8 @@ def exhaustion(
         scratch = spark_conf.get("spark.local.dir", "Spark's scratch folder")
         return ResourceExhausted(
             f"a disk ran out of space ({disk}) while {doing}: free space on the disk of {scratch} "
-            "(spark.local.dir; the local warehouse and raw zone are beside it, under ETR_HOME), or point ETR_HOME at a "
-            "larger disk"
+            "(spark.local.dir, under ETR_HOME, as are the local profile's warehouse and raw zone), or point ETR_HOME "
+            "at a larger disk"
         )
     return None
 
