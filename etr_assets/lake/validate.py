@@ -44,11 +44,15 @@ class Validated:
 
 
 # A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or one of those not preceded by the first: JSON
-# allows it, but the text it stands for cannot be encoded (UTF-8, Parquet), so the record is refused alone.
+# allows it, but the text it stands for cannot be encoded (UTF-8, Parquet), so the record is refused alone. Matched on
+# the text with each escaped backslash (ESCAPED_BACKSLASH) made a plain character, so every backslash left starts an
+# escape, as a JSON parser reads it: `\\\uD800` is a backslash and a lone surrogate, `\\uD800` six plain characters,
+# and `\uD800\\\uDC00` no pair.
 LONE_SURROGATE = (
-    r"(?<!\\)\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
 )
+ESCAPED_BACKSLASH = r"\\\\"
 
 
 def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column: str | None, day: dt.date | None):
@@ -58,7 +62,8 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
         F.when(F.col("_keys").isNull(), F.lit("not a JSON object")),
         F.when(
             # The regex only where an escape is: run on every line it took most of the validation's time.
-            F.col("raw_text").contains("\\u") & F.col("raw_text").rlike(LONE_SURROGATE),
+            F.col("raw_text").contains("\\u")
+            & F.regexp_replace("raw_text", ESCAPED_BACKSLASH, "_").rlike(LONE_SURROGATE),
             F.lit("text that cannot be encoded: a lone UTF-16 surrogate (\\uD800-\\uDFFF)"),
         ),
     ]

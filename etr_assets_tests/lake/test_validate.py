@@ -69,3 +69,59 @@ def test_many_local_files_are_listed_by_the_driver_and_the_session_keeps_its_thr
     assert counts == {1: 1, 40: 40}
     assert forty_files == one_file  # the tally's jobs alone: no listing job
     assert lake.conf.get(PARALLEL_LISTING_THRESHOLD) == before
+
+
+# Pieces of generated text: escaped backslashes before escapes, surrogate pairs and lone surrogates, NUL, combining
+# marks, right-to-left text, quotes, and a text that merely looks like an escape.
+TEXT_PIECES = ("a", "\\", "\\\\", '"', "\ud800", "\udc00", "\U0001f600", "\x00", "e\u0301", "שלום", "\\u", "ud800")
+
+
+def generated_names(count: int, seed: int) -> list[str]:
+    import random
+
+    pick = random.Random(seed)
+    names = ["x" * 5000, "\\" + "\ud800", "\\\\" + "\ud800", "\ud800" + "\\", "\udc00\ud800"]
+    while len(names) < count:
+        names.append("".join(pick.choice(TEXT_PIECES) for _ in range(pick.randint(1, 8))))
+    return names
+
+
+def has_lone_surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def test_text_is_stored_exactly_or_refused_as_a_json_parser_reads_it(lake, tmp_path):
+    import json
+
+    names = generated_names(400, seed=30)
+    lines = []
+    for number, name in enumerate(names):
+        # Surrogates only escaped (raw, they are not UTF-8); other text escaped or raw, alternately.
+        ascii_only = not encodable(name) or number % 2 == 0
+        lines.append(json.dumps({"id": number, "name": name}, ensure_ascii=ascii_only))
+    path = tmp_path / "part-00001.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+    result = read_validated(lake, [str(path)], COLUMNS)
+    try:
+        accepted = {r["id"]: r["name"] for r in result.accepted.collect()}
+        refused = {r["line_number"] - 1: r["reason"] for r in result.quarantined.collect()}
+    finally:
+        result.release()
+
+    assert result.received == len(names) == result.accepted_count + result.quarantined_count
+    for number, line in enumerate(lines):
+        text = json.loads(line)["name"]  # what a JSON parser reads: an escaped pair joins into one character
+        if has_lone_surrogate(text):
+            assert "lone UTF-16 surrogate" in refused.get(number, ""), (number, line)
+        else:
+            assert accepted.get(number) == text, (number, line)
+    assert 0 < len(refused) < len(names)
