@@ -20,6 +20,7 @@ expired cursor snapshot) the run recomputes, and says why (`Scd2Result.reason`).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 
 from etr_assets.lake.feeds import FeedMode
@@ -34,6 +35,7 @@ CURSOR_PROPERTY = "etr.scd2.cursor"
 # The log's new rows are one day's files, small enough that Iceberg would read them all in one task; a task per file
 # (or row group) lets every core hash and sort them (the daily path reads them twice).
 NEW_ROWS_SPLIT_BYTES = 1 << 20
+ONE_DAY = dt.timedelta(days=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,13 +107,27 @@ def apply_log(
                 # Rows of the replaced days: removed ones from the cursor's snapshot, added ones from the head.
                 # Appends to other days are still read by the append scan (the overwrites deleted none of theirs).
                 in_days = F.col(snapshot_day).isin(sorted(reloaded))
-                now = spark.read.format("iceberg").option("snapshot-id", head).load(log).where(in_days)
-                new_records = to_records(appended.where(~in_days).unionByName(now))
+                at_head = spark.read.format("iceberg").option("snapshot-id", head).load(log)
+                new_records = to_records(appended.where(~in_days).unionByName(at_head.where(in_days)))
                 removed = to_records(
                     spark.read.format("iceberg").option("snapshot-id", cursor.log_snapshot_id).load(log).where(in_days)
                 )
+                # The days beside a reloaded one re-send most of its records (a full snapshot's unchanged keys):
+                # a removed record they still send changes nothing.
+                beside = sorted({d + offset for d in reloaded for offset in (-ONE_DAY, ONE_DAY)} - reloaded)
+                still_sent = to_records(at_head.where(F.col(snapshot_day).isin(beside)))
                 result, watermark = apply_window(
-                    spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, window, held, removed
+                    spark,
+                    catalog,
+                    spec,
+                    new_records,
+                    mode,
+                    cursor.watermark_micros,
+                    base,
+                    window,
+                    held,
+                    removed,
+                    still_sent,
                 )
                 days = ", ".join(str(day) for day in sorted(reloaded))
                 result = dataclasses.replace(result, reason=f"{result.reason} (reloaded day(s): {days})")

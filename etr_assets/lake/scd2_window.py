@@ -67,11 +67,13 @@ def apply_window(
     window: LogWindow,
     held=None,
     removed_records=None,
+    still_sent=None,
 ) -> tuple[Scd2Result, int]:
     """Apply the log's new rows (`new_records`, scd2.observations' input) to the keys they change: (result, new
     watermark). `base`: the table's snapshot the caller checked (None: still empty), whose versions are compared and
     rewritten; `watermark`: the latest observation time applied before, in microseconds. `removed_records`: the
-    rows the log no longer holds (days it replaced), as records; `new_records` then holds every row of those days."""
+    rows the log no longer holds (days it replaced), as records; `new_records` then holds every row of those days;
+    `still_sent`: other rows the log holds that may send the removed records again (the days beside)."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
@@ -88,7 +90,9 @@ def apply_window(
         spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
     state = _state(spark, spec, target)
-    changes = affected_keys(spark, spec, table, state, new_records, mode, batches, held, removed_records).cache()
+    changes = affected_keys(
+        spark, spec, table, state, new_records, mode, batches, held, removed_records, still_sent
+    ).cache()
     gained = f"{len(batches)} new batch(es)"
     if removed_records is not None:
         gone = removed_records.select("_batch_id").distinct().count()
@@ -120,11 +124,21 @@ def apply_window(
 
 
 def affected_keys(
-    spark, spec: TableSpec, table, state, new_records, mode: str, batches: list[tuple], held=None, removed_records=None
+    spark,
+    spec: TableSpec,
+    table,
+    state,
+    new_records,
+    mode: str,
+    batches: list[tuple],
+    held=None,
+    removed_records=None,
+    still_sent=None,
 ):
     """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does (module
     docstring). `table`: the SCD2 table's rows to compare with, `state` their state hash; `batches`: (`_batch_id`,
-    snapshot micros, ...) of the new rows; `removed_records`: rows the log no longer holds (None: it only gained)."""
+    snapshot micros, ...) of the new rows; `removed_records`: rows the log no longer holds (None: it only gained);
+    `still_sent`: other rows it still holds, which may send removed records again."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
@@ -145,11 +159,14 @@ def affected_keys(
     )
     changed = [records]
     if removed_records is not None:
-        # A removed record changes nothing only while the same record (time, state, other columns) is still sent:
-        # the reloaded day's. (A record of another content at that very time in another batch would win the tie
-        # by batch id; sources send one record per key and time.)
+        # A removed record changes nothing while the same record (time, state, other columns) is still some batch's
+        # latest: the reloaded day's or one beside it. (A record of another content at that very time in another
+        # batch would win the tie by batch id; sources send one record per key and time.)
         same = [key, "_seq", "_state", "_others"]
-        removed = _latest_records(spec, removed_records).join(present.select(*same), same, "left_anti")
+        sent = present.select(*same)
+        if still_sent is not None:
+            sent = sent.unionByName(_latest_records(spec, still_sent).select(*same))
+        removed = _latest_records(spec, removed_records).join(sent, same, "left_anti")
         changed.append(removed.select(key, F.col("_seq").alias("_at")))
     if mode == FeedMode.FULL:
         # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.

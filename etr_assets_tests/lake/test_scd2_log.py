@@ -638,3 +638,54 @@ def test_reloaded_days_rewrite_what_they_change_and_equal_the_model_and_the_reco
     erased = build()
     assert erased.method == Scd2Method.RECOMPUTE and "(delete)" in erased.reason, erased.reason
     assert table_rows(lake, catalog)[1] == model(batches[1:], mode)
+
+
+@pytest.mark.slow
+def test_a_reloaded_day_keeps_held_keys_closes_left_out_ones_and_an_expired_cursor_snapshot_recomputes(lake, settings):
+    """Day 2 reloaded without key 4 (held: quarantined in the reload) and without key 5: key 5 is deleted at the end
+    of day 2 (day 3 re-sends its older record), key 4 keeps its version. Reloaded again with key 5, the removed
+    absence takes its deletion back. Both take the window and equal the recompute. Once the log's snapshot the
+    cursor names has expired, the replaced rows cannot be read: the next reload recomputes, saying why."""
+    catalog, table = settings.catalog, SPEC.qualified(settings.catalog)
+    for spec in (SPEC, REFERENCE):
+        ensure_table(lake, catalog, spec)
+    log = f"{catalog}.bronze.things_by_day"
+    lake.sql(f"CREATE TABLE {log} ({DAY_LOG_SCHEMA}) USING iceberg PARTITIONED BY (days(_as_of))")
+    without_day = lambda rows: rows.drop("_as_of")  # noqa: E731
+    held = local_frame(lake, [(4, "d2-r1")], "id bigint, _batch_id string")
+    steady = [(3, "x", 1), (4, "x", 1), (5, "x", 1)]
+    days = {1: [(1, "x", 1), *steady], 2: [(1, "y", 27), *steady], 3: [(1, "y", 27), *steady]}
+
+    def build(spec=SPEC, full_refresh=False):
+        return apply_log(lake, catalog, spec, log, without_day, FeedMode.FULL, full_refresh, held, "_as_of")
+
+    def reload(day: int, records: list[tuple], batch_id: str):
+        frame = local_frame(lake, snapshot_of_day(day, records, batch_id), DAY_LOG_SCHEMA)
+        replace_days(lake, log, frame, "_as_of", [(T0 + dt.timedelta(days=day - 1)).date()])
+        return build()
+
+    for day in (1, 2, 3):
+        local_frame(lake, snapshot_of_day(day, days[day]), DAY_LOG_SCHEMA).writeTo(log).append()
+        build()
+    left_out = reload(2, [(1, "y", 27), (3, "x", 1)], "d2-r1")
+    assert left_out.method == Scd2Method.WINDOW and "change 1 key(s) from 2025-01-03" in left_out.reason, (
+        left_out.reason
+    )
+    assert {v for v in table_rows(lake, catalog)[1] if v[0] in (4, 5)} == {
+        (4, "x", 1, at(1), None),
+        (5, "x", 1, at(1), at(48)),
+    }
+    back = reload(2, days[2], "d2-r2")
+    assert back.method == Scd2Method.WINDOW and "change 1 key(s) from 2025-01-03" in back.reason, back.reason
+    assert (5, "x", 1, at(1), None) in table_rows(lake, catalog)[1]
+    build(REFERENCE, full_refresh=True)
+    assert versions_of(lake, table) == versions_of(lake, REFERENCE.qualified(catalog))
+
+    frame = local_frame(lake, snapshot_of_day(3, days[3], "d3-r"), DAY_LOG_SCHEMA)
+    replace_days(lake, log, frame, "_as_of", [(T0 + dt.timedelta(days=2)).date()])
+    lake.sql(
+        f"CALL {catalog}.system.expire_snapshots(table => 'bronze.things_by_day', "
+        "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)"
+    )
+    expired = build()
+    assert expired.method == Scd2Method.RECOMPUTE and "expired" in expired.reason, expired.reason
