@@ -1,6 +1,6 @@
 """SCD2 history rewritten only where new log rows change it: the keys they affect, from the time of each key's first
 change on. `scd2_log.apply_log` runs it when the daily path (`scd2_current`) declines: several batches at once, a
-late day (a backfill), a day delivered again, a record older than the watermark.
+late day (a backfill), a day delivered again or reloaded, a record older than the watermark.
 
 History is a function of the *set* of observations (`scd2.observations`, `scd2.history`). New rows add observations,
 and most of them are already implied by the versions (a full snapshot re-sends every unchanged record):
@@ -25,6 +25,11 @@ Only the log rows that can hold those are read: rows of snapshots taken since th
 `snapshot_day`, only those days' partitions) and rows whose sequence is at or after it (pruned by the sequence
 column's bounds). When every change is after the watermark (the in-order case) all of them are among the new rows,
 and nothing else is read: the classic extend from each key's last version.
+
+A reloaded day also *removes* observations (`removed_records`: the day's rows the log held before). A removed record
+is implied while some batch still sends the same record as its latest (the reload, or the days beside it); a removed
+absence only matters where a deletion starts at its snapshot's time and no new snapshot of that time leaves the key
+out. Any other removal changes its key from its time on, like an added observation.
 """
 
 from __future__ import annotations
