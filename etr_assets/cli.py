@@ -4,6 +4,7 @@
     etr tables [--json]                          every table of the catalog: rows, snapshots, files, size
     etr api [--port 8765] ...                    the synthetic BNPL API on its own
     etr run-summary [RUN_ID]                     what a Dagster run wrote and how its checks came out
+    etr erase --reference REF ID... | -          record a GDPR erasure request for the gdpr_erasure job
 
 Errors are one line on stderr and a non-zero exit, never a Java stack trace.
 """
@@ -172,6 +173,31 @@ def cmd_run_summary(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if summary.failed == 0 and summary.status == "SUCCESS" else 1
 
 
+def read_ids(values: list[str]) -> list[str]:
+    """The ids as given, or `-`: read from standard input (separated by spaces, commas or lines)."""
+    if values == ["-"]:
+        return sys.stdin.read().replace(",", " ").split()
+    return values
+
+
+def cmd_erase(settings: Settings, args: argparse.Namespace) -> int:
+    """Record the request where only the erasure reads it; the job is then launched with the reference only."""
+    from etr_assets.lake.erasure import ErasureError, audit_key
+    from etr_assets.lake.erasure.store import launch_hint, open_request_store
+
+    try:
+        audit_key(settings.profile)  # a missing key fails now, not in the job
+        store = open_request_store(settings.raw_root, s3_endpoint=settings.s3_endpoint, region=settings.region)
+        recorded = store.record(args.reference, read_ids(args.ids))
+    except ErasureError as exc:
+        print(f"etr erase: {exc}", file=sys.stderr)
+        return 1
+    print(f"recorded erasure request {recorded.reference}: {recorded.customers} customer(s), in {recorded.uri}")
+    print(f"{launch_hint(recorded.reference)[0].upper()}{launch_hint(recorded.reference)[1:]}")
+    print("The ids stay in that file only until the erasure is proven; they never go into Dagster's storage.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="etr", description="Work with the eTR+ lakehouse (profile from ETR_PROFILE).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -209,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     summary.add_argument("run_id", nargs="?", help="the run (default: the newest run of $DAGSTER_HOME's instance)")
     summary.set_defaults(run=cmd_run_summary)
+    erase = sub.add_parser(
+        "erase",
+        help="record a GDPR erasure request (reference and customer ids) for the gdpr_erasure job, "
+        "which is then launched with the reference only",
+    )
+    erase.add_argument("--reference", required=True, help="the request's reference, e.g. GDPR-2025-0042")
+    erase.add_argument("ids", nargs="+", metavar="ID", help="customer ids to erase; `-`: read them from standard input")
+    erase.set_defaults(run=cmd_erase)
     return parser
 
 

@@ -1,9 +1,11 @@
 """The `gdpr_erasure` job: erase customers everywhere, expire history, prove nothing is left (lake/erasure.py).
 
-Launched from the Launchpad with the customer ids and the request's reference. Steps, in order:
-`gdpr_request` (validate) -> `erase_raw_zone` -> one `erase_<table>` per personal-data table, upstream layers
-first -> `prove_erasure`. Each table step holds the pool of that table's writer, so it never races a
-materialization of the table; each records what it did in audit.gdpr_actions as it goes.
+Launched with the request's reference only: `etr erase --reference REF IDS...` records the ids in the request
+store (lake/erasure/store.py, in the raw zone's storage), so they never reach the run's config, tags, logs or
+metadata (counts and keyed hashes only). Steps, in order: `gdpr_request` (read and validate the request) ->
+`erase_raw_zone` -> one `erase_<table>` per personal-data table, upstream layers first -> `prove_erasure` (which,
+once proven, rewrites the request with the keyed hashes only). Each table step holds the pool of that table's
+writer, so it never races a materialization of the table; each records what it did in audit.gdpr_actions as it goes.
 """
 
 from dagster import (
@@ -34,6 +36,7 @@ from etr_assets.lake.erasure import (
     erase_table_step,
     held_ids,
 )
+from etr_assets.lake.erasure.store import RequestStore, open_request_store
 from etr_assets.lake.specs import TableSpec
 from etr_assets.pipeline.erasure import erase_raw_step, erasure_stages, prove_step
 from etr_assets.settings import Settings
@@ -46,8 +49,17 @@ _IN_MEMORY = Out(io_manager_key=MEMORY_IO_MANAGER)
 
 
 class ErasureConfig(Config):
-    customer_ids: list[int] = Field(description="Customer ids to erase (positive integers), e.g. [100042, 100077]")
-    request_reference: str = Field(description="Reference of the data subject's request, e.g. GDPR-2025-0042")
+    """The reference only: the ids are read from the request store, never given here (no `customer_ids` field, so
+    a config naming ids is refused before a run is created, and they never reach the run storage)."""
+
+    request_reference: str = Field(
+        description="Reference of a request recorded with `etr erase --reference REF ID...`, e.g. GDPR-2025-0042 "
+        "(the customer ids are read from that request, never given here)"
+    )
+
+
+def request_store(raw_zone: RawZoneResource) -> RequestStore:
+    return open_request_store(raw_zone.root, s3_endpoint=raw_zone.s3_endpoint, region=raw_zone.region)
 
 
 def op_name(spec: TableSpec) -> str:
@@ -58,13 +70,23 @@ def _request_op(settings: Settings):
     @op(
         name="gdpr_request",
         out=_IN_MEMORY,
-        description="Checks the request: every id must be a positive integer and the reference non-empty; reads the "
-        "audit key (ETR_AUDIT_KEY) so a missing key fails here, before anything is deleted.",
+        description="Reads the request recorded by `etr erase` under its reference (an unknown reference or one "
+        "already carried out fails here), checks every id is a positive integer, and reads the audit key "
+        "(ETR_AUDIT_KEY) so a missing key fails here, before anything is deleted. Shows counts, never the ids.",
     )
-    def gdpr_request(context: OpExecutionContext, config: ErasureConfig) -> ErasureRequest:
+    def gdpr_request(context: OpExecutionContext, config: ErasureConfig, raw_zone: RawZoneResource) -> ErasureRequest:
         key = audit_key(settings.profile)
-        request = ErasureRequest.create(config.request_reference, config.customer_ids, key, run_id=context.run_id)
-        context.add_output_metadata({"request": request.request_id, "customers": len(request.customer_ids)})
+        store = request_store(raw_zone)
+        ids = store.pending_ids(config.request_reference)
+        request = ErasureRequest.create(config.request_reference, ids, key, run_id=context.run_id)
+        context.log.info(f"erasure request {request.request_id}: {len(ids)} customer(s) to erase")
+        context.add_output_metadata(
+            {
+                "request": request.request_id,
+                "customers": len(request.customer_ids),
+                "request_file": store.uri(request.request_id),
+            }
+        )
         return request
 
     return gdpr_request
@@ -146,7 +168,8 @@ def _table_op(settings: Settings, spec: TableSpec, observe: bool):
 @op(
     description="The proof: reads every data file any kept snapshot of each personal-data table references (the "
     "Parquet files themselves), every raw-zone file, and each table as of the moment the request started; fails "
-    "the run naming every place a customer was still found. Writes GDPR_VERIFY rows to audit.gdpr_actions.",
+    "the run naming every place a customer was still found. Writes GDPR_VERIFY rows to audit.gdpr_actions. Once "
+    "proven, rewrites the request with the keyed hashes only: the ids are then kept nowhere.",
     ins={"request": In(ErasureRequest), "raw": In(RawErasure), "tables": In(list)},
 )
 def prove_erasure(
@@ -172,6 +195,9 @@ def prove_erasure(
     context.log.info(proof.summary())
     if not proof.passed:
         raise Failure(description=f"erasure {request.request_id} is not proven: {proof.summary()}", metadata=metadata)
+    store = request_store(raw_zone)
+    store.close(request, context.run_id)  # the ids leave the request: only their keyed hashes stay
+    metadata["request_file"] = f"{store.uri(request.request_id)}: carried out, keyed hashes only"
     context.add_output_metadata(metadata)
 
 
@@ -185,8 +211,10 @@ def build_erasure_job(settings: Settings, asset_keys: frozenset[AssetKey] = froz
 
     @job(
         name="gdpr_erasure",
-        description="GDPR erasure with proof. Launchpad config: ops.gdpr_request.config.customer_ids (list of ids) and "
-        "request_reference. Erases the customers from the raw zone and every table whose spec marks personal data, "
+        description="GDPR erasure with proof. Record the request first with `etr erase --reference REF ID...`, then "
+        "launch with ops.gdpr_request.config.request_reference only (the ids never reach Dagster's storage). "
+        "Erases the customers from the raw zone and every "
+        "table whose spec marks personal data, "
         "expires older snapshots, then proves that no data file, raw file or pre-erasure read still holds them. "
         "What was done is in audit.gdpr_actions (keyed hashes, never the ids).",
         executor_def=in_process_executor,

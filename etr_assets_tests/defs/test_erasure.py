@@ -1,15 +1,23 @@
-"""The gdpr_erasure job through Dagster, in process, on a lake the pipeline's functions built from the synthetic API."""
+"""The gdpr_erasure job through Dagster, in process on an on-disk instance (DAGSTER_HOME in tmp_path), on a lake the
+pipeline's functions built from the synthetic API; the request recorded with `etr erase`, the run given the
+reference only. Afterwards no byte under DAGSTER_HOME and nothing in the lake names the erased customer."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
+from collections import Counter
+from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterInstance, DagsterInvalidConfigError
 
+from etr_assets import cli
 from etr_assets.definitions import build_definitions
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.erasure import LOCAL_AUDIT_KEY, subject_hash
+from etr_assets.lake.erasure.store import DONE, open_request_store
 from etr_assets.pipeline import entities, transactions
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
@@ -18,12 +26,14 @@ from etr_assets.tables import personal_data_specs
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 DAY = dt.date(2025, 1, 3)
+# The synthetic API's customers are 1000xx: two of them get ids of eight digits, which no other byte holds by chance.
+ERASED, KEPT, UNKNOWN = 83_920_417, 61_047_392, 888_888_888
 
 
-def run_erasure(defs, ids, reference="GDPR-TEST-1"):
-    config = {"ops": {"gdpr_request": {"config": {"customer_ids": ids, "request_reference": reference}}}}
+def run_erasure(defs, instance, reference="GDPR-TEST-1"):
+    config = {"ops": {"gdpr_request": {"config": {"request_reference": reference}}}}
     job = defs.get_job_def("gdpr_erasure")
-    return job.execute_in_process(run_config=config, instance=DagsterInstance.ephemeral(), raise_on_error=False)
+    return job.execute_in_process(run_config=config, instance=instance, raise_on_error=False)
 
 
 def output_metadata(result) -> dict[str, dict]:
@@ -34,35 +44,123 @@ def output_metadata(result) -> dict[str, dict]:
     }
 
 
+def step_error(result) -> tuple[str, str]:
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    return failure.step_key, str(failure.event_specific_data.error)
+
+
+def renumber_raw_customers(raw_root: Path, new_ids: dict[int, int]) -> None:
+    """Give customers other ids in every raw file, before anything is loaded (as if the API had sent those)."""
+    for path in raw_root.rglob("*.jsonl"):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in lines:
+            if record.get("customer_id") in new_ids:
+                record["customer_id"] = new_ids[record["customer_id"]]
+        path.write_text("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in lines))
+
+
+def _decimal(number: int) -> re.Pattern:
+    return re.compile(rb"(?<![0-9])%d(?![0-9])" % number)
+
+
+def files_naming(root: Path, number: int) -> list[Path]:
+    """Every file under `root` whose bytes hold `number` in decimal (SQLite databases and their WAL included)."""
+    pattern = _decimal(number)
+    return sorted(p for p in root.rglob("*") if p.is_file() and pattern.search(p.read_bytes()))
+
+
+def parquet_naming(root: Path, number: int) -> list[Path]:
+    """Parquet files (compressed, numbers in binary) whose decoded values hold `number`."""
+    import pyarrow.parquet as pq
+
+    pattern = _decimal(number)
+    return sorted(
+        p for p in root.rglob("*.parquet") if pattern.search(repr(pq.ParquetFile(p).read().to_pylist()).encode())
+    )
+
+
 @pytest.mark.slow
-def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(lake, settings, api, monkeypatch):
+def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(
+    lake, settings, api, monkeypatch, tmp_path, capsys
+):
     monkeypatch.delenv("ETR_AUDIT_KEY", raising=False)  # the local profile's documented development key
+    monkeypatch.delenv("ETR_PROFILE", raising=False)
+    monkeypatch.setenv("ETR_HOME", str(settings.home))  # `etr erase` records where the job reads
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     spark, catalog, raw = lake, settings.catalog, local_raw_zone(settings.raw_root)
     client = ApiClient(api.url, api.config.token, page_size=500)
     for endpoint in ("transactions", "customers"):
         fetch_day(client, raw, endpoint, DAY)
+    bought = Counter(
+        json.loads(line)["customer_id"]
+        for path in Path(settings.raw_root).rglob("*.jsonl")
+        if "transactions" in path.parts
+        for line in path.read_text().splitlines()
+    )
+    (busiest, _), (other, _) = bought.most_common(2)
+    renumber_raw_customers(Path(settings.raw_root), {busiest: ERASED, other: KEPT})
     transactions.load_bronze(spark, catalog, raw, [DAY])
     transactions.build_silver(spark, catalog, [DAY])
     entities.load_bronze(spark, catalog, raw, entities.CUSTOMERS, [DAY])
     entities.build_landing(spark, catalog, entities.CUSTOMERS, [DAY])
     silver = SILVER_TRANSACTIONS.qualified(catalog)
     counts = dict(spark.table(silver).groupBy("customer_id").count().collect())
-    customer = max(counts, key=lambda c: (counts[c], c))
+    customer = ERASED
+    assert counts[ERASED] == bought[busiest] and counts[KEPT] == bought[other]
+    assert files_naming(settings.home, ERASED) and parquet_naming(settings.home, ERASED)  # the search finds it
     total = sum(counts.values())
     defs = build_definitions(settings)
+    job = defs.get_job_def("gdpr_erasure")
 
-    invalid = run_erasure(defs, [customer, -3])
-    assert not invalid.success
-    failure = next(e for e in invalid.all_events if e.event_type_value == "STEP_FAILURE")
-    assert failure.step_key == "gdpr_request" and "customer_ids[1]: -3 is not a customer id" in str(
-        failure.event_specific_data.error
-    )
-    assert spark.table(silver).count() == total  # nothing was touched
+    with DagsterInstance.get() as instance:
+        # Ids in the run's config, the old way: refused before a run exists.
+        old_way = {"ops": {"gdpr_request": {"config": {"customer_ids": [ERASED], "request_reference": "GDPR-OLD"}}}}
+        with pytest.raises(DagsterInvalidConfigError, match="customer_ids"):
+            job.execute_in_process(run_config=old_way, instance=instance)
+        assert instance.get_runs() == []
 
-    result = run_erasure(defs, [customer, 888_888_888])
-    assert result.success
-    assert spark.table(silver).count() == total - counts[customer]
-    assert spark.table(silver).where(f"customer_id = {customer}").count() == 0
+        # Bad ids: `etr erase` names the bad one and records nothing.
+        assert cli.main(["erase", "--reference", "GDPR-TEST-1", str(ERASED), "-3"]) == 1
+        assert "etr erase: ids[1]: '-3' is not a customer id" in capsys.readouterr().err
+        unknown = run_erasure(defs, instance)  # nothing was recorded: an unknown reference
+        assert not unknown.success
+        step, error = step_error(unknown)
+        assert step == "gdpr_request" and "no erasure request 'GDPR-TEST-1'" in error and "etr erase" in error
+        assert spark.table(silver).count() == total  # nothing was touched
+
+        assert cli.main(["erase", "--reference", "GDPR-TEST-1", str(ERASED), str(UNKNOWN)]) == 0
+        told = capsys.readouterr().out
+        assert "2 customer(s)" in told and '"request_reference": "GDPR-TEST-1"' in told and str(ERASED) not in told
+        result = run_erasure(defs, instance)
+        assert result.success
+        assert spark.table(silver).count() == total - counts[customer]
+        assert spark.table(silver).where(f"customer_id = {customer}").count() == 0
+        assert spark.table(silver).where(f"customer_id = {KEPT}").count() == counts[KEPT]
+
+        # Carried out: the request keeps the keyed hashes only, and cannot run again.
+        key = LOCAL_AUDIT_KEY.encode()
+        store = open_request_store(settings.raw_root)
+        stored = json.loads(store.storage.read_bytes("_gdpr_requests/GDPR-TEST-1.json"))
+        assert stored["status"] == DONE and "customer_ids" not in stored and stored["run_id"] == result.run_id
+        assert stored["subject_hashes"] == sorted([subject_hash(key, ERASED), subject_hash(key, UNKNOWN)])
+        again = run_erasure(defs, instance)
+        assert not again.success and "already carried out" in step_error(again)[1]
+        assert cli.main(["erase", "--reference", "GDPR-TEST-1", str(ERASED)]) == 1
+        assert f"already carried out (run {result.run_id}" in capsys.readouterr().err
+
+        # No byte of the instance names the erased ids; an id written into the run storage is found by the same search.
+        instance.add_run_tags(result.run_id, {"etr/test-control": str(KEPT)})
+        assert [p.name for p in dagster_home.rglob("*.db")], "the instance is on disk"
+        for erased in (ERASED, UNKNOWN):
+            assert files_naming(dagster_home, erased) == []
+        assert files_naming(dagster_home, KEPT)
+    # Nor does the lake (warehouse, raw zone, request store), as bytes or as decoded Parquet values; the customer
+    # not erased still is.
+    for erased in (ERASED, UNKNOWN):
+        assert files_naming(settings.home, erased) == [] and parquet_naming(settings.home, erased) == []
+    assert files_naming(settings.home / "raw", KEPT) and parquet_naming(settings.home / "warehouse", KEPT)
 
     metadata = output_metadata(result)
     assert metadata["erase_silver_bnpl_transactions_clean"]["rows_removed"] == counts[customer]
@@ -98,7 +196,6 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(lake
     assert observed["silver/bnpl_transactions_clean"].metadata["rows_removed"].value == counts[customer]
 
     audit = spark.table(GDPR_ACTIONS.qualified(catalog)).where("request_id = 'GDPR-TEST-1'").collect()
-    key = LOCAL_AUDIT_KEY.encode()
     verified = {(r["subject_hash"], r["outcome"]) for r in audit if r["action"] == "GDPR_VERIFY"}
-    assert verified == {(subject_hash(key, customer), "VERIFIED"), (subject_hash(key, 888_888_888), "VERIFIED")}
+    assert verified == {(subject_hash(key, customer), "VERIFIED"), (subject_hash(key, UNKNOWN), "VERIFIED")}
     assert {r["run_id"] for r in audit} == {result.run_id}

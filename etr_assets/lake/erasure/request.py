@@ -49,6 +49,15 @@ def validate_customer_ids(values, where: str = "customer_ids") -> tuple[int, ...
     return tuple(ids)
 
 
+def validate_reference(reference) -> str:
+    """The request's reference, stripped: non-empty, at most 200 printable characters."""
+    if not isinstance(reference, str) or not reference.strip():
+        raise ErasureError("request_reference is empty: give the reference of the erasure request")
+    if len(reference) > 200 or any(ord(ch) < 32 for ch in reference):
+        raise ErasureError(f"request_reference {reference[:40]!r}...: at most 200 printable characters")
+    return reference.strip()
+
+
 def audit_key(profile: str, environ: dict[str, str] | None = None) -> bytes:
     """The HMAC key for subject hashes, from ETR_AUDIT_KEY; a documented default only in the local profile."""
     env = os.environ if environ is None else environ
@@ -78,11 +87,7 @@ class ErasureRequest:
 
     @classmethod
     def create(cls, request_id: str, customer_ids, key: bytes, run_id: str = "") -> ErasureRequest:
-        if not isinstance(request_id, str) or not request_id.strip():
-            raise ErasureError("request_reference is empty: give the reference of the erasure request")
-        if len(request_id) > 200 or any(ord(ch) < 32 for ch in request_id):
-            raise ErasureError(f"request_reference {request_id[:40]!r}...: at most 200 printable characters")
-        return cls(request_id.strip(), validate_customer_ids(customer_ids), key, run_id=run_id)
+        return cls(validate_reference(request_id), validate_customer_ids(customer_ids), key, run_id=run_id)
 
     def hash_of(self, customer_id: int) -> str:
         return subject_hash(self.key, customer_id)
