@@ -2,7 +2,8 @@
 
 Read from the Dagster instance's event log: the assets the run materialized (raw batches and tables), the rows it
 wrote to them (an SCD2 history: the versions it inserted and those it closed), and its asset checks by outcome
-(passed, warned = a failed WARN check, failed = a failed ERROR check).
+(passed, warned = a failed WARN check, failed = a failed ERROR check). Records of erased customers a bronze load
+dropped (`records_suppressed`: the suppression list, docs/gdpr-erasure.md) are counted on the rows line.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
 
 ROW_FIGURES = ("rows_written", "dagster/partition_row_count")  # the first a materialization has
+SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not stored (`lake/bronze.py`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +28,7 @@ class RunSummary:
     warned: int
     failed: int
     not_passed: tuple[str, ...]  # "asset:check" of each check that warned or failed
+    suppressed: int = 0  # records of erased customers dropped by the run's bronze loads
 
     def lines(self, status: str | None = None) -> list[str]:
         """Three lines; `status` replaces the run's (a run still ending reports how its steps went)."""
@@ -35,7 +38,8 @@ class RunSummary:
         checks = f"checks: {self.passed} passed, {self.warned} warned, {self.failed} failed"
         lines = [
             f"run {self.run_id[:8]} of {self.job_name}{days}: {status or self.status}{took}",
-            f"  {len(self.rows_by_table)} asset(s) materialized, {rows:,} row(s) written",
+            f"  {len(self.rows_by_table)} asset(s) materialized, {rows:,} row(s) written"
+            + (f", {self.suppressed:,} record(s) of erased customers suppressed" if self.suppressed else ""),
             f"  {checks}" + (f" ({', '.join(self.not_passed)})" if self.not_passed else ""),
         ]
         return lines
@@ -54,6 +58,7 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
     if run is None:
         return None
     rows: dict[str, int] = {}
+    suppressed: dict[str, int] = {}
     passed = warned = failed = 0
     not_passed = []
     kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION}
@@ -68,6 +73,8 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
             rows.setdefault(
                 materialization.asset_key.to_user_string(), int(written.value if written is not None else 0)
             )
+            if SUPPRESSED in metadata:
+                suppressed.setdefault(materialization.asset_key.to_user_string(), int(metadata[SUPPRESSED].value))
             continue
         evaluation = event.event_specific_data
         if evaluation.passed:
@@ -91,4 +98,5 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         warned,
         failed,
         tuple(not_passed),
+        sum(suppressed.values()),
     )

@@ -77,6 +77,19 @@ def test_a_range_run_counts_its_rows_once_and_each_days_check_result(settings):
     assert (summary.passed, summary.warned, summary.failed) == (2, 1, 0)  # one result per day
 
 
+def test_the_summary_counts_records_of_erased_customers_suppressed():
+    @asset(key=["bronze", "things"])
+    def bronze_things():
+        yield MaterializeResult(metadata={"rows_written": 7, "records_suppressed": 2})
+
+    with DagsterInstance.ephemeral() as instance:
+        materialize([bronze_things, things], instance=instance)
+        summary = summarize_run(instance)
+    assert summary.suppressed == 2
+    line = "  2 asset(s) materialized, 47 row(s) written, 2 record(s) of erased customers suppressed"
+    assert summary.lines()[1] == line
+
+
 def test_an_instance_without_runs_has_no_summary():
     with DagsterInstance.ephemeral() as instance:
         assert summarize_run(instance) is None

@@ -6,6 +6,11 @@ append, a reload replaces the day. If a batch's reject rate passes
 the threshold, the run fails before writing anything, naming the batch, the count and the first reasons, and the
 batch stays pending. Otherwise bronze and quarantine replace the days (one commit each) and only then are the
 batches marked complete, so a crash at any point leaves them pending for the next run.
+
+Erased customers stay erased: the suppression list (`lake/erasure/suppression.py`, read once per load) drops every
+accepted or refused record naming one (its subject column, or an id inside a refused line) before anything is
+written, counts it (`records_suppressed`: received = accepted + quarantined + suppressed) and removes its lines from
+the loaded batches' raw files (as the erasure does) before the batches are marked complete.
 """
 
 from __future__ import annotations
@@ -57,6 +62,52 @@ def _validate(spark, raw: RawZone, feed: RawFeed, batch: Batch) -> Validated:
         day=batch.day,
         carry_columns=tuple(c for c in (feed.quarantine.subject_column, feed.key_column) if c),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Dropped:
+    ids: frozenset[int]  # the erased customers the records named (in memory only: to remove their raw lines)
+    records: int
+
+
+def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated, _Dropped]:
+    """`result` without the records of suppressed customers, and what was dropped (two small jobs on the
+    persisted lines; none when the list is empty or the feed names no subject)."""
+    from pyspark.sql import functions as F
+
+    subject = feed.bronze.subject_column
+    if not suppression or not subject:
+        return result, _Dropped(frozenset(), 0)
+    accepted_hit = suppression.is_suppressed(F.col(subject))
+    accepted_ids = result.accepted.where(accepted_hit).groupBy(subject).count().collect()
+    refused_keys = suppression.suppressed_keys(feed.quarantine)
+    refused = result.quarantined.select(refused_keys.alias("_ids")).where(F.size("_ids") > 0).collect()
+    dropped_accepted = sum(r["count"] for r in accepted_ids)
+    ids = {r[subject] for r in accepted_ids} | {i for r in refused for i in r["_ids"]}
+    if not ids:
+        return result, _Dropped(frozenset(), 0)
+    kept = dataclasses.replace(
+        result,
+        accepted=result.accepted.where(~accepted_hit),
+        quarantined=result.quarantined.where(F.size(refused_keys) == 0),
+        accepted_count=result.accepted_count - dropped_accepted,
+        quarantined_count=result.quarantined_count - len(refused),
+        suppressed_count=dropped_accepted + len(refused),
+    )
+    return kept, _Dropped(frozenset(ids), dropped_accepted + len(refused))
+
+
+def _erase_suppressed_lines(raw: RawZone, feed: RawFeed, chosen: dict, dropped: dict) -> int:
+    """Remove the suppressed customers' lines from the loaded batches' files (the erasure's rewrite, batch
+    manifests lowered): the raw zone keeps no record a load refused to store for this reason."""
+    from etr_assets.sources.raw_erasure import RawFeedSubject, erase_raw_records
+
+    ids = {i for d in dropped.values() for i in d.ids}
+    if not ids:
+        return 0
+    subject = RawFeedSubject(feed.source, feed.endpoint, feed.bronze.subject_column)
+    keys = {chosen[day].key for day, d in dropped.items() if d.ids and day in chosen}
+    return erase_raw_records(raw, ids, (subject,), batch_keys=keys).records_removed
 
 
 def _loaded_rows(spark, qualified: str, day_column: str, days) -> dict[dt.date, int]:
@@ -150,9 +201,15 @@ def load_bronze_days(
             )
         chosen[day] = batch
 
+    from etr_assets.lake.erasure.suppression import suppression_list
+
+    suppression = suppression_list(spark, catalog) if feed.bronze.subject_column else None
     checked = {day: _validate(spark, raw, feed, batch) for day, batch in chosen.items()}
+    dropped: dict[dt.date, _Dropped] = {}
     skipped: dict[str, str] = {}  # batch key -> why it waits
     try:
+        for day in list(checked):
+            checked[day], dropped[day] = _suppress(checked[day], feed, suppression)
         # What the days hold now: whether a reload shrinks one, and whether the write is a first load (an append).
         loaded = _loaded_rows(spark, feed.bronze.qualified(catalog), feed.day_column, chosen)
         refused = _refused_batches(feed, chosen, checked, loaded, max_reject_rate, max_day_shrink)
@@ -202,6 +259,7 @@ def load_bronze_days(
         for result in checked.values():
             result.release()
 
+    raw_lines_removed = _erase_suppressed_lines(raw, feed, chosen, dropped)
     for batch in chosen.values():
         raw.settle(batch, {"snapshot_id": str(commit.snapshot_id), "table": feed.bronze.qualified(catalog)})
 
@@ -211,6 +269,7 @@ def load_bronze_days(
             unknown[field] = unknown.get(field, 0) + count
     received = sum(r.received for r in checked.values())
     quarantined_count = sum(r.quarantined_count for r in checked.values())
+    suppressed_count = sum(r.suppressed_count for r in checked.values())
     warnings = []
     if unknown:
         warnings.append(
@@ -221,6 +280,11 @@ def load_bronze_days(
         warnings.append(
             f"{feed.endpoint}: {quarantined_count} record(s) quarantined in {feed.quarantine.identifier}; first: "
             + "; ".join(r for result in checked.values() for r in result.first_reasons[:2])
+        )
+    if suppressed_count:
+        warnings.append(
+            f"{feed.endpoint}: {suppressed_count} record(s) of erased customers suppressed (on the suppression list): "
+            f"not stored, and {raw_lines_removed} raw line(s) removed"
         )
     warnings += [f"skipped, still pending: {message}" for message in skipped.values()]
     rate_by_day = {d.isoformat(): round(r.reject_rate, 6) for d, r in checked.items()}
@@ -240,8 +304,10 @@ def load_bronze_days(
         {day.isoformat(): checked[day].accepted_count for day in chosen},
         {
             "records_received": received,
-            "records_accepted": received - quarantined_count,
+            "records_accepted": received - quarantined_count - suppressed_count,
             "records_quarantined": quarantined_count,
+            "records_suppressed": suppressed_count,
+            "raw_lines_suppressed": raw_lines_removed,
             "reject_rate": round(quarantined_count / received, 6) if received else 0.0,
             "unknown_fields": ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items())) or "none",
             "batches": ", ".join(b.batch_id for b in chosen.values()),

@@ -1,6 +1,7 @@
 """Read raw JSON-lines with a spec's schema and split them into accepted rows and quarantined records.
 
-Every line is accounted for: received = accepted + quarantined. A refused record keeps its raw text, file, line
+Every line is accounted for: received = accepted + quarantined (+ suppressed, once bronze drops the records of
+erased customers: `lake/bronze.py`). A refused record keeps its raw text, file, line
 and the first reason it failed: not a JSON object, text that cannot be encoded, a missing required field, a value
 of the wrong type (the text must be exactly a value of the column's type: `frames.parse_exactly`), a rule of the
 spec (`Check`), or a business day other than the batch's. Fields the spec does not know are counted (they stay
@@ -26,6 +27,7 @@ class Validated:
     quarantined_count: int
     unknown_fields: dict[str, int]
     first_reasons: list[str]
+    suppressed_count: int = 0  # records of erased customers dropped (`lake/bronze.py`): received counts them too
 
     @property
     def reject_rate(self) -> float:

@@ -48,9 +48,12 @@ class RawErasure:
         return sum(self.removed.values())
 
 
-def _raw_files(raw: RawZone, feed: RawFeedSubject):
-    """(batch, file name) of every data file in every batch folder of the feed, markers excluded."""
+def _raw_files(raw: RawZone, feed: RawFeedSubject, batch_keys=None):
+    """(batch, file name) of every data file in every batch folder of the feed (or of `batch_keys`), markers
+    excluded."""
     for batch in raw.batches(feed.source, feed.endpoint):
+        if batch_keys is not None and batch.key not in batch_keys:
+            continue
         for name in raw.storage.list_children(batch.key):
             if name not in _MARKERS:
                 yield batch, name
@@ -102,8 +105,9 @@ def _raw_pattern(feed: RawFeedSubject) -> re.Pattern:
     return re.compile(id_field_pattern(feed.field).encode())
 
 
-def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, ...]) -> RawErasure:
+def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, ...], batch_keys=None) -> RawErasure:
     """Rewrite each raw file naming a customer without those lines (atomically), then fix its batch manifest.
+    `batch_keys`: only those batches (a load removing the lines of suppressed customers); default every batch.
 
     Markers are left as they are: a pending batch stays pending (and loadable), a complete one complete. The
     file list of a manifest never changes (an emptied file stays, empty); its record count drops by the lines
@@ -116,7 +120,7 @@ def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, .
     for feed in feeds:
         pattern = _raw_pattern(feed)
         dropped_by_batch: dict = {}  # batch -> records removed from the files its manifest lists
-        for batch, name in _raw_files(raw, feed):
+        for batch, name in _raw_files(raw, feed, batch_keys):
             key = f"{batch.key}/{name}"
             lines = raw.storage.read_bytes(key).splitlines(keepends=True)
             found = _lines_naming(lines, pattern, ids, feed.field)

@@ -64,12 +64,27 @@ class Proof:
     findings: tuple[str, ...]  # where a copy was found: "<table> data file <path>: N row(s) of 1 subject(s)"
     found_ids: tuple[int, ...]  # which of the customers were still found (empty when passed)
     time_travel: dict[str, str]  # table -> what reading it as of the erasure's start gave
+    # Every customer on the suppression list (this request's and earlier ones'), by hash: rows of theirs found in
+    # the personal-data tables now, which must all be 0 (nothing of theirs entered any table since the erasure).
+    suppressed: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def suppressed_found(self) -> dict[str, int]:
+        return {h: n for h, n in self.suppressed.items() if n}
 
     def summary(self) -> str:
         head = "VERIFIED" if self.passed else f"FAILED: {len(self.findings)} copy(ies) left"
+        back = self.suppressed_found
+        kept_out = (
+            f"; {len(self.suppressed)} erased customer(s) on the suppression list: "
+            + (f"{len(back)} found again in a table" if back else "no row of theirs in any table since")
+            if self.suppressed
+            else ""
+        )
         return (
             f"{head}; scanned {self.data_files_scanned} data file(s) of {self.tables_scanned} table(s) and "
-            f"{self.raw_files_scanned} raw file(s)" + ("" if self.passed else ": " + "; ".join(self.findings[:5]))
+            f"{self.raw_files_scanned} raw file(s){kept_out}"
+            + ("" if self.passed else ": " + "; ".join(self.findings[:5]))
         )
 
 
@@ -180,4 +195,30 @@ def prove_erased(
         for uri, hits in raw_found.items():
             findings.append(f"raw file {uri}: {sum(hits.values())} line(s) of {len(hits)} subject(s)")
             found_ids.update(hits)
-    return Proof(not findings, tables, files, raw_files, tuple(findings), tuple(sorted(found_ids)), time_travel)
+    suppressed = _suppressed_rows(spark, catalog, request, specs)
+    for subject, where in suppressed.items():
+        if where:
+            findings.append(
+                f"erased customer {subject[:12]}… (suppression list) is back: "
+                + ", ".join(f"{table} {rows} row(s)" for table, rows in sorted(where.items()))
+            )
+    found_ids |= {i for i in request.customer_ids if suppressed.get(request.hash_of(i))}
+    return Proof(
+        not findings,
+        tables,
+        files,
+        raw_files,
+        tuple(findings),
+        tuple(sorted(found_ids)),
+        time_travel,
+        {subject: sum(where.values()) for subject, where in suppressed.items()},
+    )
+
+
+def _suppressed_rows(spark, catalog: str, request: ErasureRequest, specs) -> dict[str, dict[str, int]]:
+    """Every customer the audit marks erased (and this request's), by hash: their rows in the tables now."""
+    from etr_assets.lake.erasure.suppression import Suppression, rows_of_suppressed, suppression_list
+
+    listed = suppression_list(spark, catalog, request.key).hashes
+    mine = frozenset(request.hash_of(i) for i in request.customer_ids)
+    return rows_of_suppressed(spark, catalog, specs, Suppression(request.key, listed | mine))

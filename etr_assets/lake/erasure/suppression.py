@@ -1,0 +1,152 @@
+"""The suppression list: customers erased once stay erased. Ingestion drops their records at the raw-to-bronze
+boundary (`lake/bronze.py`), and the proof checks that nothing of theirs entered a table since.
+
+The list is what the audit already holds: every keyed hash (`subject_hash`) with an erasure row in
+`audit.gdpr_actions` (GDPR_DELETE, NOT_FOUND included: the customer asked to be forgotten; GDPR_EXPIRE; GDPR_VERIFY),
+unless a later `LIFT_SUPPRESSION` row for that hash lifts it (the customer signed up again and consented; a later
+erasure suppresses them again: the newest row wins). No id is ever stored: a record is matched by computing the
+same HMAC-SHA256 of its id in Spark (`subject_hash_column`) and looking it up among the hashes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import os
+
+from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
+from etr_assets.lake.erasure.request import ErasureError, audit_key, subject_hash, subject_keys_sql
+from etr_assets.lake.evolve import table_exists
+from etr_assets.lake.specs import TableSpec
+
+LIFT = "LIFT_SUPPRESSION"
+PROFILE_ENV = "ETR_PROFILE"
+_BLOCK = 64  # SHA-256's block size, in bytes (RFC 2104)
+
+
+def _pads(key: bytes) -> tuple[bytes, bytes]:
+    """HMAC's inner and outer keys: the key (hashed if longer than a block) padded to a block, XOR 0x36 / 0x5c."""
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
+
+
+def subject_hash_column(key: bytes, id_column):
+    """`subject_hash(key, id)` as a Spark column: HMAC-SHA256 of the id's decimal text, in lower-case hex
+    (Spark 3.5 has no HMAC function: it is the RFC 2104 construction over `sha2`). Null for a null id."""
+    from pyspark.sql import functions as F
+
+    inner, outer = _pads(key)
+    message = id_column.cast("bigint").cast("string").cast("binary")
+    inner_digest = F.unhex(F.sha2(F.concat(F.lit(bytearray(inner)), message), 256))
+    return F.sha2(F.concat(F.lit(bytearray(outer)), inner_digest), 256)
+
+
+@dataclasses.dataclass(frozen=True)
+class Suppression:
+    """The hashes of the customers no load may store, and the key that hashes an id the same way."""
+
+    key: bytes = dataclasses.field(repr=False)
+    hashes: frozenset[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.hashes)
+
+    def holds(self, customer_id: int) -> bool:
+        return subject_hash(self.key, customer_id) in self.hashes
+
+    def is_suppressed(self, id_column):
+        """True where the id's hash is on the list (a small set: Spark keeps it as a hash set in each task)."""
+        from pyspark.sql import functions as F
+
+        return F.coalesce(subject_hash_column(self.key, id_column).isin(sorted(self.hashes)), F.lit(False))
+
+    def suppressed_keys(self, spec: TableSpec):
+        """The ids a row of `spec`'s shape names that are suppressed (its subject column, and in a quarantined
+        record ids written inside the refused line): an array, empty for a row naming none."""
+        from pyspark.sql import functions as F
+
+        keys = F.array_distinct(F.expr(subject_keys_sql(spec)))
+        return F.filter(keys, lambda x: self.is_suppressed(x))
+
+
+def _hashes(spark, catalog: str) -> frozenset[str]:
+    qualified = GDPR_ACTIONS.qualified(catalog)
+    if not table_exists(spark, qualified):
+        return frozenset()
+    rows = spark.sql(
+        f"SELECT subject_hash FROM {qualified} GROUP BY subject_hash HAVING "
+        f"max(CASE WHEN action <> '{LIFT}' THEN executed_at END) > "
+        f"coalesce(max(CASE WHEN action = '{LIFT}' THEN executed_at END), TIMESTAMP'1900-01-01')"
+    ).collect()
+    return frozenset(r[0] for r in rows)
+
+
+def default_key() -> bytes:
+    """The audit key of the profile this process runs (ETR_PROFILE, local when unset): the erasure's key."""
+    return audit_key(os.environ.get(PROFILE_ENV, "local") or "local")
+
+
+def suppression_list(spark, catalog: str, key: bytes | None = None) -> Suppression:
+    """Read once per load: the hashes the audit marks erased and not lifted since. The key is only needed (and
+    only required) when the list is not empty."""
+    hashes = _hashes(spark, catalog)
+    if not hashes:
+        return Suppression(key or b"", hashes)
+    try:
+        return Suppression(key if key is not None else default_key(), hashes)
+    except ErasureError as error:
+        raise ErasureError(
+            f"{len(hashes)} erased customer(s) are on the suppression list in {GDPR_ACTIONS.identifier}, and "
+            f"loading needs the audit key to keep them out: {error}"
+        ) from error
+
+
+def lift_suppression(
+    spark, catalog: str, key: bytes, customer_id: int, reference: str, reason: str, run_id: str = ""
+) -> dict:
+    """Lift the suppression of one customer (they signed up again and consented): an audited LIFT_SUPPRESSION row
+    under the customer's hash, with the reference and the reason. Later loads store them again; nothing erased comes
+    back (what was erased stays erased; only new records are kept). A later erasure suppresses them again."""
+    from etr_assets.lake.erasure.request import validate_customer_ids
+
+    (customer_id,) = validate_customer_ids([customer_id])
+    if not isinstance(reference, str) or not reference.strip():
+        raise ErasureError("lifting a suppression needs a reference (the new consent's, or the ticket's)")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ErasureError("lifting a suppression needs a reason (why this customer may be stored again)")
+    row = {
+        "request_id": reference.strip()[:200],
+        "subject_hash": subject_hash(key, customer_id),
+        "action": LIFT,
+        "table_name": None,
+        "rows_removed": None,
+        "outcome": "DONE",
+        "detail": reason.strip()[:2000],
+        "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+        "run_id": run_id,
+    }
+    record_rows(spark, catalog, GDPR_ACTIONS, [row])
+    return row
+
+
+def rows_of_suppressed(spark, catalog: str, specs, suppression: Suppression) -> dict[str, dict[str, int]]:
+    """Per suppressed hash, the rows naming that customer in each personal-data table now (current snapshots; the
+    proof reads every file and old snapshot for the request's own customers): {hash: {table: rows}}, every hash
+    listed, tables only where rows were found."""
+    from pyspark.sql import functions as F
+
+    found: dict[str, dict[str, int]] = {h: {} for h in sorted(suppression.hashes)}
+    if not suppression:
+        return found
+    for spec in specs:
+        qualified = spec.qualified(catalog)
+        if not spec.subject_column or not table_exists(spark, qualified):
+            continue
+        named = spark.table(qualified).select(F.explode(suppression.suppressed_keys(spec)).alias("_id"))
+        hashed = named.select(subject_hash_column(suppression.key, F.col("_id")).alias("_hash"))
+        for row in hashed.groupBy("_hash").count().collect():
+            found.setdefault(row["_hash"], {})[spec.identifier] = row["count"]
+    return found
