@@ -130,6 +130,11 @@ LANDING_MERCHANTS = TableSpec(
     expectations=SCD2_EXPECTATIONS,
 )
 
+_ACTIVITY = (
+    Column("transactions", "bigint", "Transactions up to and including the day", required=True),
+    Column("approved_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts up to the day", required=True),
+)
+
 # The running aggregate profiles are built from: a customer's activity up to a day is the day before's plus the
 # day's transactions, so no day reads every earlier day of silver.
 GOLD_CUSTOMER_ACTIVITY = TableSpec(
@@ -139,10 +144,7 @@ GOLD_CUSTOMER_ACTIVITY = TableSpec(
     columns=(
         Column("as_of_date", "date", "Day the figures run up to (end of day, UTC)", required=True),
         Column("customer_id", "bigint", "Customer id", required=True, pii=True),
-        Column("transactions", "bigint", "Transactions up to and including the day", required=True),
-        Column(
-            "approved_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts up to the day", required=True
-        ),
+        *_ACTIVITY,
         Column("last_transaction_date", "date", "Most recent transaction up to the day", required=True),
         Column("_computed_at", "timestamp", "When gold computed the row", required=True),
     ),
@@ -170,10 +172,7 @@ GOLD_CUSTOMER_PROFILES = TableSpec(
         Column("country", "string", "ISO 3166 country code"),
         Column("risk_segment", "string", "LOW, MEDIUM or HIGH"),
         Column("credit_limit", "decimal(12,2)", "BNPL credit limit"),
-        Column("transactions", "bigint", "Transactions up to and including the day", required=True),
-        Column(
-            "approved_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts up to the day", required=True
-        ),
+        *_ACTIVITY,
         Column("last_transaction_date", "date", "Most recent transaction up to the day"),
         Column("credit_used_ratio", "double", "approved_amount / credit_limit"),
         Column("_computed_at", "timestamp", "When gold computed the row", required=True),
