@@ -290,12 +290,12 @@ def test_rerunning_a_day_replaces_it_without_duplicates(
         assert after[name]["snapshots"] == snapshots_before[name], (name, snapshots_before[name], after[name])
 
     # What the run reported, as the UI shows it (read from the instance the command wrote to): silver replaced the
-    # day's rows instead of appending them; the reload overwrote a bronze day, so landing's history was recomputed
-    # (and came out unchanged), saying why.
+    # day's rows instead of appending them; the reload overwrote a bronze day, so landing's history went through the
+    # window over that day (and came out unchanged), saying why.
     silver, landing = latest_metadata(lake_env, "silver/bnpl_transactions_clean", "landing/customers")
     assert silver["records_removed"].value == silver["rows_written"].value == PER_DAY, silver
-    assert landing["history_method"].value == "recompute", landing
-    assert "changed rows in place" in landing["history_reason"].value and landing["versions_inserted"].value == 0
+    assert landing["history_method"].value == "window", landing
+    assert "reloaded day" in landing["history_reason"].value and landing["versions_inserted"].value == 0
 
 
 @pytest.mark.slow

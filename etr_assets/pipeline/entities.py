@@ -56,9 +56,9 @@ def scd2_records(bronze_df, feed: EntityFeed):
 def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], full_refresh: bool = False) -> Scd2Result:
     """Bring the SCD2 table in line with every observation in bronze, in one MERGE.
 
-    History is applied from the bronze rows appended since the last build (`scd2_log.apply_log`): a day after it
-    against the current rows, a late or repeated day to the keys it changes, reading bronze's days since the change
-    (a snapshot's time is the end of its `_as_of` day); a reloaded day, an erasure or a rollback recompute from every
+    History is applied from the bronze rows changed since the last build (`scd2_log.apply_log`): a day after it
+    against the current rows, a late, repeated or reloaded day to the keys it changes, reading bronze's days since
+    the change (a snapshot's time is the end of its `_as_of` day); an erasure or a rollback recompute from every
     observation. `days` are the partitions being built; the rows read are whatever bronze gained, so days loaded by
     other runs count too.
     """
