@@ -68,6 +68,9 @@ def test_customer_profiles_use_the_version_valid_at_the_end_of_each_day(lake, se
 
     transactions.load_bronze(lake, settings.catalog, raw, DAYS[:2])
     transactions.build_silver(lake, settings.catalog, DAYS[:2])
+    # Two days weeks apart: the second's activity starts from every earlier silver day, the day before being unbuilt.
+    activity = entities.build_customer_activity(lake, settings.catalog, DAYS[:2])
+    assert activity.extra["days_summed_from_all_of_silver"] == DAYS[1].isoformat()
     result = entities.build_customer_profiles(lake, settings.catalog, DAYS[:2])
 
     for day in DAYS[:2]:
