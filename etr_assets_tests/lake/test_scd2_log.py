@@ -585,7 +585,8 @@ def garbled(rng: random.Random, batch: dict) -> list[tuple]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "seed"), [(FeedMode.FULL, 11), (FeedMode.FULL, 23), (FeedMode.INCREMENTAL, 23)])
+# Two cases, not three: each reloads every day four times (80 s a case on two busy cores).
+@pytest.mark.parametrize(("mode", "seed"), [(FeedMode.FULL, 11), (FeedMode.INCREMENTAL, 23)])
 def test_reloaded_days_rewrite_what_they_change_and_equal_the_model_and_the_recompute(lake, settings, mode, seed):
     """Bronze replaces a day it loads again (an overwrite of its partition). After the first build every reload
     takes the window, never the recompute: a day reloaded with other content (keys left out, other states, a key
