@@ -499,6 +499,15 @@ def snapshot_of_day(day: int, records: list[tuple], batch_id: str | None = None)
     return [(key, a, 1, at(hour), batch_id, f"{batch_id}/part-1", taken, as_of) for key, a, hour in records]
 
 
+def day_partitioned_log(spark, catalog: str) -> str:
+    """The history tables, and an empty observation log partitioned by snapshot day as bronze is (its name)."""
+    for spec in (SPEC, REFERENCE):
+        ensure_table(spark, catalog, spec)
+    log = f"{catalog}.bronze.things_by_day"
+    spark.sql(f"CREATE TABLE {log} ({DAY_LOG_SCHEMA}) USING iceberg PARTITIONED BY (days(_as_of))")
+    return log
+
+
 @pytest.mark.slow
 def test_a_late_day_splits_versions_resumes_re_sent_records_closes_absent_keys_and_keeps_held_ones(lake, settings):
     """Days 1, 3 and 4 are applied, then day 2 arrives late. Key 1's record of day 2 splits its long version; key 2
@@ -508,10 +517,7 @@ def test_a_late_day_splits_versions_resumes_re_sent_records_closes_absent_keys_a
     log's days since the change are read, the versions are the recompute's, and day 2 delivered again commits
     nothing."""
     catalog, table = settings.catalog, SPEC.qualified(settings.catalog)
-    for spec in (SPEC, REFERENCE):
-        ensure_table(lake, catalog, spec)
-    log = f"{catalog}.bronze.things_by_day"
-    lake.sql(f"CREATE TABLE {log} ({DAY_LOG_SCHEMA}) USING iceberg PARTITIONED BY (days(_as_of))")
+    log = day_partitioned_log(lake, catalog)
     without_day = lambda rows: rows.drop("_as_of")  # noqa: E731
     held = local_frame(lake, [(4, "d2"), (4, "d2-again")], "id bigint, _batch_id string")
     steady = [(3, "x", 1), (4, "x", 1), (5, "x", 1)]
@@ -596,10 +602,7 @@ def test_reloaded_days_rewrite_what_they_change_and_equal_the_model_and_the_reco
     catalog, table = settings.catalog, SPEC.qualified(settings.catalog)
     rng = random.Random(seed)
     batches = make_batches(rng, timeline(rng, keys=7, hours=120), [24, 48, 72, 96, 120], mode)
-    for spec in (SPEC, REFERENCE):
-        ensure_table(lake, catalog, spec)
-    log = f"{catalog}.bronze.things_by_day"
-    lake.sql(f"CREATE TABLE {log} ({DAY_LOG_SCHEMA}) USING iceberg PARTITIONED BY (days(_as_of))")
+    log = day_partitioned_log(lake, catalog)
     without_day = lambda rows: rows.drop("_as_of")  # noqa: E731
 
     def build(spec=SPEC, full_refresh=False):
@@ -648,10 +651,7 @@ def test_a_reloaded_day_keeps_held_keys_closes_left_out_ones_and_an_expired_curs
     absence takes its deletion back. Both take the window and equal the recompute. Once the log's snapshot the
     cursor names has expired, the replaced rows cannot be read: the next reload recomputes, saying why."""
     catalog, table = settings.catalog, SPEC.qualified(settings.catalog)
-    for spec in (SPEC, REFERENCE):
-        ensure_table(lake, catalog, spec)
-    log = f"{catalog}.bronze.things_by_day"
-    lake.sql(f"CREATE TABLE {log} ({DAY_LOG_SCHEMA}) USING iceberg PARTITIONED BY (days(_as_of))")
+    log = day_partitioned_log(lake, catalog)
     without_day = lambda rows: rows.drop("_as_of")  # noqa: E731
     held = local_frame(lake, [(4, "d2-r1")], "id bigint, _batch_id string")
     steady = [(3, "x", 1), (4, "x", 1), (5, "x", 1)]
