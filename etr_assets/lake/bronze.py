@@ -46,6 +46,7 @@ class LayerResult:
     extra: dict[str, int | str | float] = dataclasses.field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     checks: tuple = ()  # CheckOutcomes measured while building (blocking ones on the audit branch)
+    written_rows: str | None = None  # a table without days: a filter selecting the rows the build wrote
 
     @property
     def rows(self) -> int:

@@ -281,12 +281,14 @@ def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.
 
 
 def post_write_outcomes(
-    spark, catalog: str, spec: TableSpec, days: list[dt.date], expectations: bool
+    spark, catalog: str, spec: TableSpec, days: list[dt.date], expectations: bool, written_rows: str | None = None
 ) -> list[CheckOutcome]:
     """The checks run after a table's days were written: expectations (unless already run on an audit branch),
-    references and the row-count anomaly, over what main now holds."""
+    references and the row-count anomaly, over what main now holds. `written_rows`: a filter selecting what the
+    write changed in a table without days (its expectations read only those; every row otherwise)."""
     table = spark.table(spec.qualified(catalog))
-    outcomes = expectation_outcomes(table, spec, days) if expectations else []
+    written = table.where(written_rows) if written_rows and not spec.day_column else table
+    outcomes = expectation_outcomes(written, spec, days) if expectations else []
     for reference in spec.quality.references:
         referenced = f"{catalog}.{reference.table}"
         if spark.catalog.tableExists(referenced):

@@ -35,6 +35,7 @@ from etr_assets.lake.frames import conform, local_frame
 from etr_assets.lake.scd2 import Scd2Method, Scd2Result
 from etr_assets.lake.side_by_side import run_side_by_side
 from etr_assets.lake.specs import (
+    CURRENT_VERSIONS,
     MERGE_MODE,
     METRICS_COLUMN_PROPERTY,
     METRICS_DEFAULT,
@@ -87,7 +88,7 @@ def apply_current(
     properties = {name: table_properties.get(name) for name in (STATE_HASH_PROPERTY, *SIDE_BY_SIDE_PROPERTIES)}
     stored = properties.get(STATE_HASH_PROPERTY) == spec.state_hash_sql
     state = F.col(STATE_HASH_COLUMN) if stored else F.expr(spec.state_hash_sql)
-    current = table.where("_is_current").select(key, "_valid_from", state.alias("_state"))
+    current = table.where(CURRENT_VERSIONS).select(key, "_valid_from", state.alias("_state"))
     how = "full_outer" if mode == FeedMode.FULL else "left"
     joined = present.alias("n").join(current.alias("c"), F.col(f"n.{key}") == F.col(f"c.{key}"), how)
     seen, is_current = F.col(f"n.{key}").isNotNull(), F.col(f"c.{key}").isNotNull()
@@ -311,7 +312,7 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int, waterma
         # target is never a candidate (its scan reports no size).
         if threshold is not None:
             spark.conf.set(_BROADCAST_THRESHOLD, str(BROADCAST_BYTES))
-        # `_is_current` lets the scan skip files that hold closed versions only. `_valid_from` up to the watermark
+        # `_valid_to IS NULL` keeps the scan to the current versions' partition. `_valid_from` up to the watermark
         # (every current version the batch closes starts there: the classification checked) keeps the new
         # versions out: the MERGE's conflict check tests files committed to the branch since its scan against these
         # pushed filters, and the append's files, all starting after the watermark, fail them by their bounds.
@@ -319,7 +320,7 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int, waterma
             f"""
             MERGE INTO {target} t
             USING {view} s
-            ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND t._is_current
+            ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND t.{CURRENT_VERSIONS}
                 AND t._valid_from <= timestamp_micros({int(watermark)})
             WHEN MATCHED THEN UPDATE SET t._valid_to = s.{_CLOSE}, t._is_current = false,
                 t._ingested_at = current_timestamp()

@@ -222,6 +222,13 @@ SCD2_EXPECTATIONS = (
     Check("exactly the open versions are current", "_is_current = (_valid_to IS NULL)"),
 )
 
+# A history grows by every change, forever. Partitioned by the month a version closed, the current versions (NULL:
+# one partition) are all the daily apply reads, and an as-of read of a day skips every month closed before it.
+HISTORY_PARTITIONS = ("months(_valid_to)",)
+# The current versions as a filter Iceberg prunes by: it reads one partition, where `_is_current` (the same rows, by
+# the rule above) would read them all.
+CURRENT_VERSIONS = "_valid_to IS NULL"
+
 
 @dataclasses.dataclass(frozen=True)
 class TableSpec:

@@ -189,7 +189,12 @@ def customer_profiles(spark, catalog: str, days: list[dt.date]):
     """Each customer's version valid at the end of each day, with their activity up to that day."""
     from pyspark.sql import functions as F
 
-    customers = spark.table(LANDING_CUSTOMERS.qualified(catalog))
+    first_end, last_end = (F.to_timestamp(F.lit(d + dt.timedelta(days=1))) for d in (min(days), max(days)))
+    # Only versions that may be valid at one of the days' ends: literals Iceberg prunes by, so the months closed
+    # before the first day (the history's `_valid_to` partitions) are never read.
+    customers = spark.table(LANDING_CUSTOMERS.qualified(catalog)).where(
+        (F.col("_valid_from") < last_end) & (F.col("_valid_to").isNull() | (F.col("_valid_to") >= first_end))
+    )
     activity = spark.table(GOLD_CUSTOMER_ACTIVITY.qualified(catalog)).where(F.col("as_of_date").isin(sorted(days)))
     day_list = local_frame(spark, [(d,) for d in sorted(days)], "as_of_date date")
     end_of_day = F.to_timestamp(F.date_add("as_of_date", 1))

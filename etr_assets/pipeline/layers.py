@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import time
 from collections.abc import Callable
 
 from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult
@@ -19,7 +20,7 @@ from etr_assets.lake.feeds import EntityFeed
 from etr_assets.lake.figures import Tagged, layer_figures
 from etr_assets.lake.incremental import Cursor
 from etr_assets.lake.quality import CheckOutcome, metrics_of, post_write_outcomes, record_metrics
-from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.specs import CURRENT_VERSIONS, TableSpec
 from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, table_location
 from etr_assets.pipeline import entities, transactions
 from etr_assets.sources.raw_zone import RawZone
@@ -89,7 +90,9 @@ def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerReq
     result = layer.build(spark, catalog, raw, request)
     done = {o.name for o in result.checks}
     pending = not any(c.name in done for c in layer.spec.expectations)
-    outcomes = list(result.checks) + post_write_outcomes(spark, catalog, layer.spec, request.dates, pending)
+    outcomes = list(result.checks) + post_write_outcomes(
+        spark, catalog, layer.spec, request.dates, pending, result.written_rows
+    )
     record_metrics(spark, catalog, metrics_of(layer.spec, outcomes), run_id)
     table = layer.spec.qualified(catalog)
     unchanged_rows = None
@@ -136,9 +139,10 @@ def _entity_history(feed: EntityFeed) -> Build:
     def build(spark, catalog, raw, request) -> LayerResult:
         full_refresh = bool(request.option("full_refresh"))
         applied = entities.days_to_apply(spark, catalog, feed, full_refresh)
+        started = time.time_ns() // 1000  # every version the apply writes carries a later `_ingested_at`
         result = entities.build_landing(spark, catalog, feed, request.dates, full_refresh)
         table = feed.landing.qualified(catalog)
-        current_rows = spark.sql(f"SELECT count_if(_is_current) FROM {table}").first()[0]
+        current_rows = spark.sql(f"SELECT count(*) FROM {table} WHERE {CURRENT_VERSIONS}").first()[0]
         commit = commit_of(spark, table, result.snapshot_id) if result.changed else CommitInfo(table, None, None)
         extra = {
             # History is not written by day: what the step wrote is the versions it inserted and those it closed.
@@ -153,7 +157,10 @@ def _entity_history(feed: EntityFeed) -> Build:
             # (`defs.metadata.log_partition_counts`).
             "days_applied": Tagged("json", [d.isoformat() for d in applied]),
         }
-        return LayerResult(commit, TableChanges(table), {}, extra)
+        # A history has no days: its row rules are checked on the versions this apply wrote (older ones passed
+        # when they were written), a filter data files are skipped by, not on every version ever kept.
+        written = f"_ingested_at >= timestamp_micros({started})"
+        return LayerResult(commit, TableChanges(table), {}, extra, written_rows=written)
 
     return build
 

@@ -5,6 +5,7 @@ log SCD2 history is computed from), landing keeps one version per change.
 """
 
 from etr_assets.lake.specs import (
+    HISTORY_PARTITIONS,
     MERGE_ON_READ,
     MIB,
     SCD2_COLUMNS,
@@ -85,6 +86,7 @@ LANDING_CUSTOMERS = TableSpec(
         Column("updated_at", "timestamp", "Source update time of the record that started this version", required=True),
         *SCD2_COLUMNS,
     ),
+    partition_by=HISTORY_PARTITIONS,
     write_order=("customer_id", "_valid_from"),
     properties=_HISTORY,
     subject_column="customer_id",
@@ -124,6 +126,7 @@ LANDING_MERCHANTS = TableSpec(
     name="merchants",
     description="Merchant history as SCD2: one version per change of a tracked attribute",
     columns=_MERCHANT_FIELDS + SCD2_COLUMNS,
+    partition_by=HISTORY_PARTITIONS,
     write_order=("merchant_id", "_valid_from"),
     properties=_HISTORY,
     scd2=Scd2(key="merchant_id", tracked=_MERCHANT_TRACKED, sequence="updated_at"),

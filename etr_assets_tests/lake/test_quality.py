@@ -206,3 +206,35 @@ def test_quality_rules_refuse_nonsense(tolerance):
 
     with pytest.raises(SpecError, match="row_count_tolerance"):
         QualityRules(row_count_tolerance=tolerance)
+
+
+def test_a_history_checks_the_versions_its_apply_wrote_not_every_version_kept(lake, settings):
+    """A table without days checks only the rows `written_rows` selects: files written earlier are skipped by
+    their `_ingested_at` bounds (here one is gone from disk, so reading every version would fail)."""
+    import os
+
+    from etr_assets.lake.evolve import ensure_table
+    from etr_assets.lake.frames import conform
+    from etr_assets.lake.specs import SCD2_EXPECTATIONS
+    from etr_assets_tests.lake.test_scd2 import SPEC
+
+    spec = dataclasses.replace(SPEC, expectations=SCD2_EXPECTATIONS)  # the landing histories' rules
+    ensure_table(lake, settings.catalog, spec)
+    table = spec.qualified(settings.catalog)
+    for key, ingested in ((1, "2025-01-01"), (2, "2025-06-01")):
+        row = lake.sql(
+            f"SELECT {key}L AS id, 'x' AS a, 1L AS b, TIMESTAMP'2025-01-01' AS updated_at, "
+            f"TIMESTAMP'{ingested}' AS _ingested_at, 'f' AS _source_file, 'b' AS _batch_id, true AS _is_current, "
+            "TIMESTAMP'2025-01-01' AS _valid_from, CAST(NULL AS timestamp) AS _valid_to, 0L AS _state_hash"
+        )
+        conform(row, spec).writeTo(table).append()
+    (early,) = [
+        r[0]
+        for r in lake.sql(f"SELECT file_path FROM {table}.files WHERE readable_metrics.id.lower_bound = 1").collect()
+    ]
+    os.remove(early.removeprefix("file:"))
+
+    outcomes = post_write_outcomes(lake, settings.catalog, spec, [], True, "_ingested_at >= TIMESTAMP'2025-05-01'")
+    assert len(outcomes) == len(SCD2_EXPECTATIONS) and all(o.passed for o in outcomes)
+    with pytest.raises(Exception, match="(?i)not.*exist|FileNotFound|No such file"):
+        post_write_outcomes(lake, settings.catalog, spec, [], True)

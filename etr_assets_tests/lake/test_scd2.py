@@ -17,7 +17,7 @@ from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
 from etr_assets.lake.scd2 import apply_observations
-from etr_assets.lake.specs import SCD2_COLUMNS, Column, Scd2, TableSpec
+from etr_assets.lake.specs import HISTORY_PARTITIONS, SCD2_COLUMNS, Column, Scd2, TableSpec
 
 SPEC = TableSpec(
     namespace="landing",
@@ -30,6 +30,7 @@ SPEC = TableSpec(
         Column("updated_at", "timestamp", required=True),
         *SCD2_COLUMNS,
     ),
+    partition_by=HISTORY_PARTITIONS,  # as the landing histories: closing a version moves it out of NULL's partition
     scd2=Scd2(key="id", tracked=("a", "b"), sequence="updated_at"),
 )
 T0 = dt.datetime(2025, 1, 1)

@@ -25,8 +25,10 @@ def test_every_table_gets_the_house_properties(spec):
     assert int(props["write.target-file-size-bytes"]) > 0
     assert int(props["commit.retry.num-retries"]) >= 3
     assert props["write.metadata.delete-after-commit.enabled"] == "true"
-    # Daily data is partitioned by day; SCD2 histories are small and keyed, so they stay unpartitioned.
-    assert spec.partition_by[0].startswith("days(") if spec.scd2 is None else spec.partition_by == ()
+    # Daily data is partitioned by day; SCD2 histories by the month a version closed (current versions apart).
+    assert (
+        spec.partition_by[0].startswith("days(") if spec.scd2 is None else spec.partition_by == ("months(_valid_to)",)
+    )
 
 
 def test_transaction_tables_partition_by_day_of_transaction():

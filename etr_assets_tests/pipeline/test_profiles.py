@@ -40,15 +40,16 @@ def write_silver(spark, catalog: str, rows, days) -> None:
     )
 
 
-def write_history(spark, catalog: str) -> None:
-    """Customer 1 all along (a new city on D[2]); 2 from D[1]; 3 deleted after D[1] and back on D[3]."""
-    versions = [
-        (1, "Ipoh", "1000.00", at(D[0], 1), at(D[2])),
-        (1, "Kuching", "1000.00", at(D[2]), None),
-        (2, "Melaka", "0", at(D[1]), None),
-        (3, "Johor", "500.00", at(D[0], 1), at(D[1], 23)),
-        (3, "Johor", "800.00", at(D[3]), None),
-    ]
+HISTORY = [  # customer 1 all along (a new city on D[2]); 2 from D[1]; 3 deleted after D[1] and back on D[3]
+    (1, "Ipoh", "1000.00", at(D[0], 1), at(D[2])),
+    (1, "Kuching", "1000.00", at(D[2]), None),
+    (2, "Melaka", "0", at(D[1]), None),
+    (3, "Johor", "500.00", at(D[0], 1), at(D[1], 23)),
+    (3, "Johor", "800.00", at(D[3]), None),
+]
+
+
+def write_history(spark, catalog: str, versions=HISTORY) -> None:
     rows = local_frame(spark, versions, VERSIONS).selectExpr(
         "*",
         "'Ada' AS first_name",
@@ -135,6 +136,28 @@ def test_profiles_built_day_by_day_from_carried_activity_equal_the_full_computat
     activity = GOLD_CUSTOMER_ACTIVITY.qualified(catalog)
     orphan = lake.sql(f"SELECT transactions FROM {activity} WHERE customer_id = 4 AND as_of_date = DATE'{D[4]}'")
     assert orphan.first() is None  # customer 4's only transaction was corrected away
+
+
+def test_profiles_of_a_day_never_read_the_months_closed_before_it(lake, settings):
+    """The as-of read skips the history's partitions of months closed before the day: here January's is gone from
+    disk, and March's profiles still build."""
+    import os
+
+    catalog = settings.catalog
+    ensure_table(lake, catalog, SILVER_TRANSACTIONS)
+    ensure_table(lake, catalog, GOLD_CUSTOMER_ACTIVITY)
+    january = dt.date(2025, 1, 10)
+    write_history(lake, catalog, [*HISTORY, (5, "Ipoh", "1.00", at(january), at(january, 20))])
+    table = LANDING_CUSTOMERS.qualified(catalog)
+    files = lake.sql(f"SELECT file_path FROM {table}.files WHERE partition._valid_to_month = 660")  # 2025-01
+    (old_file,) = [r[0] for r in files.collect()]
+    os.remove(old_file.removeprefix("file:"))
+
+    entities.build_customer_profiles(lake, catalog, D[:2])
+    assert {r[0] for r in built_profiles(lake, catalog, D[0])} == {1, 3}
+    assert {r[0] for r in built_profiles(lake, catalog, D[1])} == {1, 2}  # 3 closed before the end of D[1]
+    with pytest.raises(Exception, match="(?i)not.*exist|FileNotFound|No such file"):
+        lake.table(table).collect()  # the test can fail: a read of every version needs the removed file
 
 
 def test_consecutive_runs_cut_where_a_day_is_missing():
