@@ -19,7 +19,10 @@ from enum import StrEnum
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, record_rows
 from etr_assets.lake.metadata import load_table
-from etr_assets.lake.specs import Reference, TableSpec
+from etr_assets.lake.specs import CURRENT_VERSIONS, Reference, TableSpec
+
+# Keys a reference check looks up by value outside `most_keys`; beyond that the check reads the whole table.
+LOOKUP_KEYS = 1_000
 
 
 class Severity(StrEnum):
@@ -196,13 +199,28 @@ def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome
     return CheckOutcome(f"{key}_is_unique", f"{key} is unique", count == 0, count, sample, by_day=by_day)
 
 
-def reference_outcome(df, spec: TableSpec, reference: Reference, referenced_df, days: list[dt.date]) -> CheckOutcome:
-    """Rows of `days` whose `reference.column` names no `reference.key` of the referenced table (WARN)."""
+def reference_outcome(
+    df, spec: TableSpec, reference: Reference, referenced_df, days: list[dt.date], most_keys: str | None = None
+) -> CheckOutcome:
+    """Rows of `days` whose `reference.column` names no `reference.key` of the referenced table (WARN).
+
+    `most_keys`: a filter of the referenced table that holds almost every key (a history's current versions). Keys
+    found there are known without reading the rest; the few others are looked up by value (a literal list Iceberg
+    skips files by), so a check of one day does not read a history that grows every day."""
     from pyspark.sql import functions as F
 
     rows = df.where(F.col(spec.day_column).isin(sorted(days))) if spec.day_column else df
-    known = referenced_df.select(F.col(reference.key).alias(reference.column)).distinct()
-    unknown = rows.where(F.col(reference.column).isNotNull()).join(known, reference.column, "left_anti")
+    rows = rows.where(F.col(reference.column).isNotNull())
+
+    def known(table):
+        return table.select(F.col(reference.key).alias(reference.column)).distinct()
+
+    if most_keys is not None:
+        rows = rows.join(known(referenced_df.where(most_keys)), reference.column, "left_anti")
+        others = [r[0] for r in rows.select(reference.column).distinct().limit(LOOKUP_KEYS + 1).collect()]
+        if len(others) <= LOOKUP_KEYS:
+            referenced_df = referenced_df.where(F.col(reference.key).isin(others or [None]))
+    unknown = rows.join(known(referenced_df), reference.column, "left_anti")
     by_day = _per_day(unknown, spec.day_column, days)
     count = int(sum(by_day.values())) if spec.day_column else unknown.count()
     values = [str(r[0]) for r in unknown.select(reference.column).distinct().limit(5).collect()] if count else []
@@ -292,7 +310,9 @@ def post_write_outcomes(
     for reference in spec.quality.references:
         referenced = f"{catalog}.{reference.table}"
         if spark.catalog.tableExists(referenced):
-            outcomes.append(reference_outcome(table, spec, reference, spark.table(referenced), days))
+            target = spark.table(referenced)
+            most_keys = CURRENT_VERSIONS if "_valid_to" in target.columns else None  # an SCD2 history
+            outcomes.append(reference_outcome(table, spec, reference, target, days, most_keys))
         else:
             outcomes.append(
                 CheckOutcome(

@@ -208,6 +208,25 @@ def test_quality_rules_refuse_nonsense(tolerance):
         QualityRules(row_count_tolerance=tolerance)
 
 
+def test_a_reference_to_a_history_finds_keys_outside_the_current_versions_by_value(spark):
+    """Keys of current versions are known at once; one whose versions are all closed (a deleted customer) is looked
+    up by value and still known; a key of no version is reported."""
+    (reference,) = SILVER_TRANSACTIONS.quality.references
+    history = local_frame(
+        spark,
+        [(10, None), (11, dt.datetime(2025, 1, 3)), (10, dt.datetime(2025, 1, 2))],
+        "customer_id bigint, _valid_to timestamp",
+    )
+    rows = frame(
+        spark, [(1, 10, 5, 1.0, "APPROVED", D1), (2, 11, 5, 1.0, "APPROVED", D1), (3, 77, 5, 1.0, "APPROVED", D2)]
+    )
+    outcome = reference_outcome(rows, SILVER_TRANSACTIONS, reference, history, [D1, D2], "_valid_to IS NULL")
+    assert outcome.violations == 1 and outcome.by_day == {str(D1): 0.0, str(D2): 1.0} and outcome.examples == "77"
+    assert reference_outcome(
+        rows.where("customer_id <> 77"), SILVER_TRANSACTIONS, reference, history, [D1], "_valid_to IS NULL"
+    ).passed
+
+
 def test_a_history_checks_the_versions_its_apply_wrote_not_every_version_kept(lake, settings):
     """A table without days checks only the rows `written_rows` selects: files written earlier are skipped by
     their `_ingested_at` bounds (here one is gone from disk, so reading every version would fail)."""
