@@ -300,7 +300,7 @@ def over_time(lake: Lake, memory: JvmPeak, per_day: int, histories: list[int], r
     page_size = daily_page_size(settings, per_day)
     seed_page_size = ApiConfig.max_page_size  # seeded days are never timed: the fewest requests and files
     timed, seeded = [], []
-    with serve(ApiConfig(seed=settings.api_seed, transactions_per_day=per_day)) as api:
+    with serve(same_size_source(settings.api_seed, per_day, first)) as api:
         for number in range(max(1, repeats)):
             history = new_pipeline(lake, f"history{number}", api, memory)
             history.prepare_source(first)
@@ -321,6 +321,17 @@ def over_time(lake: Lake, memory: JvmPeak, per_day: int, histories: list[int], r
                 say(f"day {built + 1} after {built} days: {total_seconds(timed[-len(LAYERS) :]):.1f} s")
                 built += 1
     return {"timed": timed, "seeded": seeded, "page_size": page_size, "seed_page_size": seed_page_size}
+
+
+def same_size_source(seed: int, per_day: int, first: dt.date):
+    """The synthetic API with every day the same size: its customer list held at the size it has on `first` (by
+    default three customers sign up a day, so the customer layers' own input would be 1.8x larger on day 366 whatever
+    the lake holds). Customers still change, so the histories grow as in a real lake."""
+    from etr_assets.sources.synthetic_data import EPOCH, ApiConfig
+
+    default = ApiConfig(seed=seed)
+    customers = default.base_customers + default.signups_per_day * (first - EPOCH).days
+    return ApiConfig(seed=seed, transactions_per_day=per_day, base_customers=customers, signups_per_day=0)
 
 
 def warm_up(lake: Lake, memory: JvmPeak, per_day: int) -> list[dict]:
