@@ -3,7 +3,9 @@
 Read from the Dagster instance's event log: the assets the run materialized (raw batches and tables), the rows it
 wrote to them (an SCD2 history: the versions it inserted and those it closed), and its asset checks by outcome
 (passed, warned = a failed WARN check, failed = a failed ERROR check). Records of erased customers a bronze load
-dropped (`records_suppressed`: the suppression list, docs/gdpr-erasure.md) are counted on the rows line.
+dropped (`records_suppressed`: the suppression list, docs/gdpr-erasure.md) are counted on the rows line. A run with a
+failed step gets a fourth line: the first failure's one-line reason (a full disk names the disk and what to do),
+and which other steps failed, never a stack trace.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 
 from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
+from dagster._core.execution.plan.objects import ErrorSource
 
 ROW_FIGURES = ("rows_written", "dagster/partition_row_count")  # the first a materialization has
 SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not stored (`lake/bronze.py`)
+REASON_CHARS = 600  # a reason longer than this is cut: the summary stays readable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +33,7 @@ class RunSummary:
     failed: int
     not_passed: tuple[str, ...]  # "asset:check" of each check that warned or failed
     suppressed: int = 0  # records of erased customers dropped by the run's bronze loads
+    failures: tuple[tuple[str, str], ...] = ()  # (step, the first line of why it failed), in the order they failed
 
     def lines(self, status: str | None = None) -> list[str]:
         """Three lines; `status` replaces the run's (a run still ending reports how its steps went)."""
@@ -42,7 +47,22 @@ class RunSummary:
             + (f", {self.suppressed:,} record(s) of erased customers suppressed" if self.suppressed else ""),
             f"  {checks}" + (f" ({', '.join(self.not_passed)})" if self.not_passed else ""),
         ]
+        if self.failures:
+            (step, reason), others = self.failures[0], [s for s, _ in self.failures[1:]]
+            more = f" (also failed: {', '.join(others)})" if others else ""
+            lines.append(f"  failed: {step}: {reason}{more}")
         return lines
+
+
+def failure_reason(data) -> str:
+    """The first line of why a step failed: a `Failure`'s description, else the innermost error's message."""
+    described = data.user_failure_data.description if data.user_failure_data else None
+    error = data.error
+    if data.error_source == ErrorSource.USER_CODE_ERROR and error is not None and error.cause is not None:
+        error = error.cause  # Dagster's wrapper ("Error occurred while executing op ..."), the code's error inside
+    text = described or (error.message if error is not None else "") or "no reason given"
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "no reason given")
+    return line if len(line) <= REASON_CHARS else f"{line[: REASON_CHARS - 1]}…"
 
 
 def _partitions(tags: dict[str, str]) -> str:
@@ -60,10 +80,13 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
     rows: dict[str, int] = {}
     suppressed: dict[str, int] = {}
     passed = warned = failed = 0
-    not_passed = []
+    not_passed, failures = [], []
     kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION}
-    for record in instance.all_logs(run.run_id, of_type=kinds):
+    for record in instance.all_logs(run.run_id, of_type=kinds | {DagsterEventType.STEP_FAILURE}):
         event = record.dagster_event
+        if event.event_type == DagsterEventType.STEP_FAILURE:
+            failures.append((event.step_key, failure_reason(event.event_specific_data)))
+            continue
         if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
             materialization = event.event_specific_data.materialization
             metadata = materialization.metadata
@@ -99,4 +122,5 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         failed,
         tuple(not_passed),
         sum(suppressed.values()),
+        tuple(failures),
     )

@@ -44,6 +44,7 @@ LONGEST_FIRST = (
     "lake/test_scd2_log.py",
     "pipeline/test_entities.py",
     "pipeline/test_erasure.py",
+    "defs/test_full_disk.py",
     "defs/test_pipeline.py",
     "s3/test_s3_profile.py",
     "pipeline/test_transactions.py",

@@ -8,6 +8,7 @@ from dagster import (
     AssetCheckSpec,
     DagsterInstance,
     Definitions,
+    Failure,
     MaterializeResult,
     asset,
     define_asset_job,
@@ -112,3 +113,30 @@ def test_every_run_of_the_code_locations_executor_ends_with_its_summary_in_the_l
         "  2 asset(s) materialized, 45 row(s) written",
         "  checks: 2 passed, 1 warned, 0 failed (gold/summary:row_count_anomaly)",
     ]
+
+
+def test_a_failed_run_ends_with_the_first_failures_one_line_reason_and_the_other_failed_steps():
+    @asset(key=["bronze", "disk"])
+    def disk():
+        raise Failure(description="a disk ran out of space (...) while building bronze.full: free space there")
+
+    @asset(key=["bronze", "parse"])
+    def parse():
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise ValueError("bad input\nsecond line of the message") from inner
+
+    with DagsterInstance.ephemeral() as instance:
+        materialize([disk, parse], instance=instance, raise_on_error=False)
+        summary = summarize_run(instance)
+    assert summary.status == "FAILURE"
+    assert summary.failures == (
+        ("bronze__disk", "a disk ran out of space (...) while building bronze.full: free space there"),
+        ("bronze__parse", "ValueError: bad input"),
+    )
+    assert summary.lines()[3] == (
+        "  failed: bronze__disk: a disk ran out of space (...) while building bronze.full: free space there "
+        "(also failed: bronze__parse)"
+    )
+    assert len(summary.lines()) == 4

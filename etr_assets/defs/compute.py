@@ -112,7 +112,8 @@ class LayerRunner(ConfigurableResource):
             doing = f"building {spec.identifier} for {request.days[0]}" + (
                 f"..{request.days[-1]}" if len(request.days) > 1 else ""
             )
-            exhausted = exhaustion(failed, doing, lake.spark.spark_config or {})
+            folders = {raw_zone.root: "the raw zone"}  # with the conf's scratch and warehouse: where a disk fills
+            exhausted = exhaustion(failed, doing, lake.spark.spark_config or {}, folders=folders)
             if exhausted is None:
                 raise
             raise Failure(description=str(exhausted)) from None

@@ -6,17 +6,28 @@ so what reaches Python may be a refused connection, or the py4j error of a clean
 `exhaustion` reads all of it, the exception, its causes and contexts, and the JVM's exit code, and returns a
 `ResourceExhausted` whose message names the setting or folder; None for any other failure. It needs no Dagster and
 no live JVM: the settings it names come from the conf the session was made from (`session.spark_conf`).
+
+Java's "No space left on device" names no file, so a full disk is told by the folder the error names (a Python
+OSError's file, Java's `FileNotFoundException: PATH (No space left on device)`) or else by measuring the folders the
+run writes to (`lake_folders`: Spark's scratch, the local warehouse, the raw zone): a failed write leaves its disk
+the fullest of them.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlparse
 
 # java.lang.OutOfMemoryError: Java heap space (GC overhead limit exceeded, ...), or Spark's own when a task cannot
 # get execution memory.
 OUT_OF_MEMORY = re.compile(r"(?:java\.lang\.|org\.apache\.spark\.memory\.Spark)OutOfMemoryError(?::[^\n]*)?")
 NO_SPACE = re.compile(r"(?:[\w.$]+(?:Exception|Error): )?No space left on device")
+NAMED_PATH = re.compile(r"(/[^\s:()]+) \(No space left on device\)")  # Java names the file it could not open
+WAREHOUSE_KEY = re.compile(r"spark\.sql\.catalog\.[^.]+\.warehouse")
 JVM_OUT_OF_MEMORY_EXIT = 52  # SparkExitCode.OOM: how an executor's JVM (the driver's, in local mode) ends on one
 JVM_EXIT_WAIT_SECONDS = 5.0  # a JVM that hung up on Python may still be running its shutdown hooks
 
@@ -30,10 +41,12 @@ def exhaustion(
     doing: str,
     spark_conf: dict[str, str],
     jvm_exit_code: Callable[[], int | None] | None = None,
+    folders: dict[str, str] | None = None,
 ) -> ResourceExhausted | None:
-    """`failure` as one line if it is the JVM running out of memory or disk while `doing` ("building bronze.x for
-    2025-01-01"), naming the setting from `spark_conf` (what the session was made with); None otherwise.
-    `jvm_exit_code` (default: this process's Spark JVM's) is asked only when the JVM hung up."""
+    """`failure` as one line if it is the JVM (or Python) running out of memory or disk while `doing` ("building
+    bronze.x for 2025-01-01"), naming the setting from `spark_conf` (what the session was made with) or the folder
+    whose disk filled (among `lake_folders(spark_conf, folders)`); None otherwise. `jvm_exit_code` (default: this
+    process's Spark JVM's) is asked only when the JVM hung up."""
     texts = list(_texts(failure))
     memory = next((m.group(0).strip() for text in texts if (m := OUT_OF_MEMORY.search(text))), None)
     if memory is None and any(_is_hang_up(text) for text in texts):
@@ -45,19 +58,98 @@ def exhaustion(
         return ResourceExhausted(
             f"the Spark driver ran out of memory ({memory}) while {doing}: raise ETR_SPARK_DRIVER_MEMORY (now {heap})"
         )
-    disk = next((m.group(0) for text in texts if (m := NO_SPACE.search(text))), None)
+    disk = _python_no_space(failure) or next((m.group(0) for text in texts if (m := NO_SPACE.search(text))), None)
     if disk is not None:
-        scratch = spark_conf.get("spark.local.dir", "Spark's scratch folder")
+        named = _named_path(failure, texts)
         return ResourceExhausted(
-            f"a disk ran out of space ({disk}) while {doing}: free space on the disk of {scratch} "
-            "(spark.local.dir, under ETR_HOME, as are the local profile's warehouse and raw zone), or point ETR_HOME "
-            "at a larger disk"
+            f"a disk ran out of space ({disk}) while {doing}: {_where(named, lake_folders(spark_conf, folders))}"
         )
     return None
 
 
-def _texts(failure: BaseException) -> Iterator[str]:
-    """The text of `failure` and of every exception it was raised from or while handling, Java's stack included."""
+def lake_folders(spark_conf: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The local folders a run writes to, each with what it holds: Spark's scratch, every local Iceberg warehouse,
+    and `extra` (the raw zone's root). Object-store locations (s3://) are left out: they do not fill."""
+    folders = {d: "Spark's scratch folder, spark.local.dir" for d in spark_conf.get("spark.local.dir", "").split(",")}
+    for key, value in spark_conf.items():
+        if WAREHOUSE_KEY.fullmatch(key):
+            folders[value] = "the Iceberg warehouse"
+    folders |= extra or {}
+    return {path: what for location, what in folders.items() if (path := _local_path(location))}
+
+
+def _local_path(location: str) -> str | None:
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file") or not (parsed.path or "").startswith("/"):
+        return None
+    return parsed.path.rstrip("/") or "/"
+
+
+def _python_no_space(failure: BaseException) -> str | None:
+    """A Python write that found its disk full (an OSError of errno ENOSPC), as `OSError: [Errno 28] ...`."""
+    for current in _chain(failure):
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return f"{type(current).__name__}: [Errno {current.errno}] {current.strerror or os.strerror(current.errno)}"
+    return None
+
+
+def _named_path(failure: BaseException, texts: list[str]) -> str | None:
+    for current in _chain(failure):
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC and current.filename:
+            return os.fsdecode(current.filename)
+    return next((m.group(1) for text in texts if (m := NAMED_PATH.search(text))), None)
+
+
+def _where(named: str | None, folders: dict[str, str]) -> str:
+    """Which disk filled, and what to do. With no path in the error, the disk with the least space left of those the
+    run writes to: a write that failed for space leaves its disk full. Every folder of the run on it is named."""
+    places = {named: _holder(named, folders)} if named else folders
+    disks = {path: space for path in places if (space := _space(path))}
+    todo = "or point ETR_HOME at a larger disk, then run it again"
+    if not disks:
+        path = next(iter(places), "Spark's scratch folder")
+        return f"free space on the disk of {_named(path, places)}, {todo}"
+    device, free, total = min(disks.values(), key=lambda space: space[1])
+    on_it = _listed([_named(path, places) for path, space in sorted(disks.items()) if space[0] == device])
+    return f"the disk of {on_it} has {_size(free)} free of {_size(total)}: free space there, {todo}"
+
+
+def _named(path: str, places: dict[str, str]) -> str:
+    return f"{path} ({places[path]})" if places.get(path) else path
+
+
+def _holder(path: str, folders: dict[str, str]) -> str:
+    """What the folder holding `path` holds ("the raw zone"), or "" for a path outside them."""
+    return next((what for folder, what in folders.items() if path == folder or path.startswith(f"{folder}/")), "")
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _space(path: str) -> tuple[int, int, int] | None:
+    """(device, bytes free to this process, bytes in all) of the disk holding `path` (or the nearest folder above
+    it that exists: a failed write's file may be gone); None if nothing can be measured."""
+    for folder in (path, *map(str, Path(path).parents)):
+        try:
+            stat, device = os.statvfs(folder), os.stat(folder).st_dev
+        except OSError:
+            continue
+        return device, stat.f_bavail * stat.f_frsize, stat.f_blocks * stat.f_frsize
+    return None
+
+
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    value, units = size / 1024, ["KiB", "MiB", "GiB", "TiB"]
+    while value >= 1024 and len(units) > 1:
+        value, units = value / 1024, units[1:]
+    return f"{value:.1f} {units[0]}"
+
+
+def _chain(failure: BaseException) -> Iterator[BaseException]:
+    """`failure` and every exception it was raised from or while handling."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [failure]
     while pending:
@@ -65,12 +157,18 @@ def _texts(failure: BaseException) -> Iterator[str]:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
+        yield current
+        pending += [current.__cause__, current.__context__]
+
+
+def _texts(failure: BaseException) -> Iterator[str]:
+    """The text of `failure` and of every exception it was raised from or while handling, Java's stack included."""
+    for current in _chain(failure):
         yield type(current).__name__
         try:
             yield str(current)  # a Py4JJavaError asks the JVM for its stack trace here
         except Exception:  # the JVM is gone: what py4j kept without it
             yield str(getattr(current, "errmsg", "") or "")
-        pending += [current.__cause__, current.__context__]
 
 
 def _is_hang_up(text: str) -> bool:

@@ -9,6 +9,7 @@ import pytest
 from py4j.protocol import Py4JJavaError
 
 from etr_assets.lake.exhaustion import ResourceExhausted, exhaustion
+from etr_assets_tests.small_disk import small_disk
 
 DOING = "building bronze.bnpl_transactions_raw for 2025-01-01"
 CONF = {"spark.driver.memory": "1g", "spark.local.dir": "/lake/.etr/spark/local"}
@@ -46,9 +47,48 @@ def test_a_real_jvm_full_disk_names_the_scratch_folder_and_etr_home(spark):
 
     assert message.startswith(
         "a disk ran out of space (java.io.IOException: No space left on device) while building "
-        "bronze.bnpl_transactions_raw for 2025-01-01: free space on the disk of /lake/.etr/spark/local"
+        "bronze.bnpl_transactions_raw for 2025-01-01: the disk of /lake/.etr/spark/local (Spark's scratch folder, "
+        "spark.local.dir) has "
+    )  # not there yet: measured on the folder above it that exists
+    assert message.endswith(": free space there, or point ETR_HOME at a larger disk, then run it again")
+    assert "\n" not in message
+
+
+def test_a_jvm_write_on_a_full_disk_names_that_disk_among_the_folders_the_run_writes_to(spark, tmp_path):
+    conf = CONF | {"spark.local.dir": str(tmp_path / "scratch"), "spark.sql.catalog.c.warehouse": "s3://b/w"}
+    with small_disk(tmp_path / "raw", size="1m") as disk:
+        disk.fill()
+        stream = spark.sparkContext._jvm.java.io.FileOutputStream(str(tmp_path / "raw" / "part-00001.jsonl"))
+        try:
+            with pytest.raises(Py4JJavaError) as raised:
+                stream.write(bytearray(64 * 1024))
+        finally:
+            stream.close()
+        message = str(
+            exhaustion(raised.value, DOING, conf, never_asked, folders={str(tmp_path / "raw"): "the raw zone"})
+        )
+
+    assert message == (
+        "a disk ran out of space (java.io.IOException: No space left on device) while building "
+        f"bronze.bnpl_transactions_raw for 2025-01-01: the disk of {tmp_path / 'raw'} (the raw zone) has 0 B free "
+        "of 1.0 MiB: free space there, or point ETR_HOME at a larger disk, then run it again"
+    )  # the scratch folder's disk has room, and an object store (s3://) never fills
+
+
+def test_a_python_write_on_a_full_disk_names_its_file(tmp_path):
+    with small_disk(tmp_path / "raw", size="1m") as disk:
+        disk.fill()
+        with pytest.raises(OSError) as raised:
+            with open(tmp_path / "raw" / "page.jsonl", "wb") as page:
+                page.write(bytes(64 * 1024))
+                page.flush()
+        failure = OSError(raised.value.errno, raised.value.strerror, str(tmp_path / "raw" / "page.jsonl"))
+        named = str(exhaustion(failure, "fetching", {}, never_asked, folders={str(tmp_path / "raw"): "the raw zone"}))
+
+    assert named.startswith(
+        "a disk ran out of space (OSError: [Errno 28] No space left on device) while fetching: the disk of "
+        f"{tmp_path / 'raw' / 'page.jsonl'} (the raw zone) has 0 B free of 1.0 MiB"
     )
-    assert "ETR_HOME" in message and "\n" not in message
 
 
 def test_an_out_of_memory_error_behind_a_cleanup_failure_is_still_found(spark):
