@@ -176,6 +176,30 @@ def test_the_daily_path_reads_only_the_current_versions_partition(lake, settings
 
 
 @pytest.mark.slow
+def test_a_history_built_unpartitioned_evolves_to_the_partitioned_layout_and_goes_on(lake, settings):
+    """A table made before histories were partitioned: the next write adds the partition field, old files keep
+    their layout, and the daily path closes their current versions into the new partitions."""
+    catalog = settings.catalog
+    batches = scenario(11, FeedMode.FULL)
+    ensure_table(lake, catalog, dataclasses.replace(SPEC, partition_by=()))
+    log = make_log(lake, catalog)
+    for batch in batches[:2]:
+        append(lake, log, batch)
+        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)  # ensure_table decides the layout
+    changes = ensure_table(lake, catalog, SPEC)
+    assert changes.added_partition_fields == ("months(_valid_to)",)
+    for batch in batches[2:]:
+        append(lake, log, batch)
+        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        assert result.method == Scd2Method.CURRENT, result.reason
+    rows, versions = table_rows(lake, catalog)
+    check_invariants(rows)
+    assert versions == model(batches, FeedMode.FULL)
+    layouts = lake.sql(f"SELECT DISTINCT spec_id FROM {SPEC.qualified(catalog)}.all_files").collect()
+    assert {r[0] for r in layouts} == {0, 1}  # written in both layouts (the old files since rewritten)
+
+
+@pytest.mark.slow
 def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, settings):
     catalog = settings.catalog
     batches = scenario(23, FeedMode.FULL)
