@@ -5,6 +5,8 @@
     etr api [--port 8765] ...                    the synthetic BNPL API on its own
     etr run-summary [RUN_ID]                     what a Dagster run wrote and how its checks came out
     etr erase --reference REF ID... | -          record a GDPR erasure request for the gdpr_erasure job
+    etr lift-suppression --reference REF --reason TEXT ID | -
+                                                 let an erased customer be stored again (audited, keyed hash only)
 
 Errors are one line on stderr and a non-zero exit, never a Java stack trace.
 """
@@ -198,6 +200,46 @@ def cmd_erase(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def operator() -> str:
+    """Who runs this command, for the audit: the login name on this host."""
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def cmd_lift_suppression(settings: Settings, args: argparse.Namespace) -> int:
+    """An erased customer signed up again and consented: one audited LIFT_SUPPRESSION row (keyed hash, reference,
+    who, why, when) lets later loads store them again. No Dagster run: the id never reaches its storage."""
+    from etr_assets.lake.bookkeeping import GDPR_ACTIONS
+    from etr_assets.lake.erasure import ErasureError, audit_key, validate_customer_ids
+    from etr_assets.lake.erasure.suppression import lift_suppression
+    from etr_assets.lake.exhaustion import exhaustion
+    from etr_assets.lake.session import get_spark, spark_conf
+
+    try:
+        ids = validate_customer_ids(read_ids([args.id]), "id")
+        if len(ids) != 1:
+            raise ErasureError(f"{len(ids)} ids given: lift one customer's suppression at a time")
+        key = audit_key(settings.profile)  # the erasure's key: the same id hashes to the same entry
+        row = lift_suppression(
+            get_spark(settings), settings.catalog, key, ids[0], args.reference, args.reason, by=args.by or operator()
+        )
+    except ErasureError as exc:
+        print(f"etr lift-suppression: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # Py4JJavaError, AnalysisException: one line, never Java's stack
+        exhausted = exhaustion(exc, "recording the lift", spark_conf(settings))
+        print(f"etr lift-suppression: {exhausted or _error_line(exc)}", file=sys.stderr)
+        return 1
+    print(
+        f"lifted the suppression of 1 customer (keyed hash {row['subject_hash'][:12]}...) under {row['request_id']}: "
+        f"{row['action']} recorded in {GDPR_ACTIONS.qualified(settings.catalog)} ({row['detail']}); the next loads "
+        "store the customer again, and a new erasure suppresses them again"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="etr", description="Work with the eTR+ lakehouse (profile from ETR_PROFILE).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -243,6 +285,16 @@ def build_parser() -> argparse.ArgumentParser:
     erase.add_argument("--reference", required=True, help="the request's reference, e.g. GDPR-2025-0042")
     erase.add_argument("ids", nargs="+", metavar="ID", help="customer ids to erase; `-`: read them from standard input")
     erase.set_defaults(run=cmd_erase)
+    lift = sub.add_parser(
+        "lift-suppression",
+        help="let an erased customer be stored again (they signed up again and consented): an audited "
+        "LIFT_SUPPRESSION row in audit.gdpr_actions, with the keyed hash only",
+    )
+    lift.add_argument("--reference", required=True, help="the new consent's or the ticket's reference, e.g. CONSENT-7")
+    lift.add_argument("--reason", required=True, help="why this customer may be stored again (kept in the audit)")
+    lift.add_argument("--by", help="who lifts it, for the audit (default: your login name @ this host)")
+    lift.add_argument("id", metavar="ID", help="the customer id; `-`: read it from standard input")
+    lift.set_defaults(run=cmd_lift_suppression)
     return parser
 
 

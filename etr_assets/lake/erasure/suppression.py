@@ -105,11 +105,12 @@ def suppression_list(spark, catalog: str, key: bytes | None = None) -> Suppressi
 
 
 def lift_suppression(
-    spark, catalog: str, key: bytes, customer_id: int, reference: str, reason: str, run_id: str = ""
+    spark, catalog: str, key: bytes, customer_id: int, reference: str, reason: str, run_id: str = "", by: str = ""
 ) -> dict:
     """Lift the suppression of one customer (they signed up again and consented): an audited LIFT_SUPPRESSION row
-    under the customer's hash, with the reference and the reason. Later loads store them again; nothing erased comes
-    back (what was erased stays erased; only new records are kept). A later erasure suppresses them again."""
+    under the customer's hash, with the reference, who lifted it (`by`) and why, and when. Later loads store them
+    again; nothing erased comes back (only new records are kept). A later erasure suppresses them again. A customer
+    not on the list is refused: a lift with nothing to lift would only blur the audit."""
     from etr_assets.lake.erasure.request import validate_customer_ids
 
     (customer_id,) = validate_customer_ids([customer_id])
@@ -117,6 +118,12 @@ def lift_suppression(
         raise ErasureError("lifting a suppression needs a reference (the new consent's, or the ticket's)")
     if not isinstance(reason, str) or not reason.strip():
         raise ErasureError("lifting a suppression needs a reason (why this customer may be stored again)")
+    if not suppression_list(spark, catalog, key).holds(customer_id):
+        raise ErasureError(
+            f"the customer is not on the suppression list in {GDPR_ACTIONS.identifier} (never erased under this "
+            "audit key, or already lifted): nothing to lift"
+        )
+    detail = f"lifted by {by.strip()}: {reason.strip()}" if by and by.strip() else reason.strip()
     row = {
         "request_id": reference.strip()[:200],
         "subject_hash": subject_hash(key, customer_id),
@@ -124,7 +131,7 @@ def lift_suppression(
         "table_name": None,
         "rows_removed": None,
         "outcome": "DONE",
-        "detail": reason.strip()[:2000],
+        "detail": detail[:2000],
         "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
         "run_id": run_id,
     }
