@@ -4,8 +4,9 @@ Read from the Dagster instance's event log: the assets the run materialized (raw
 wrote to them (an SCD2 history: the versions it inserted and those it closed), and its asset checks by outcome
 (passed, warned = a failed WARN check, failed = a failed ERROR check). Records of erased customers a bronze load
 dropped (`records_suppressed`: the suppression list, docs/gdpr-erasure.md) are counted on the rows line. A run with a
-failed step gets a fourth line: the first failure's one-line reason (a full disk names the disk and what to do),
-and which other steps failed, never a stack trace.
+failed step gets a line more: the first failure's one-line reason (a full disk names the disk and what to do),
+and which other steps failed, never a stack trace. An erasure run (`gdpr_erasure`) gets its proof's outcome and the
+suppression list's statement: that nothing of any erased customer entered a table since.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dagster._core.execution.plan.objects import ErrorSource
 
 ROW_FIGURES = ("rows_written", "dagster/partition_row_count")  # the first a materialization has
 SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not stored (`lake/bronze.py`)
+PROOF, SUPPRESSION = "proof", "suppression"  # gdpr_erasure's prove_erasure step (`defs/erasure.py`)
 REASON_CHARS = 600  # a reason longer than this is cut: the summary stays readable
 
 
@@ -34,9 +36,11 @@ class RunSummary:
     not_passed: tuple[str, ...]  # "asset:check" of each check that warned or failed
     suppressed: int = 0  # records of erased customers dropped by the run's bronze loads
     failures: tuple[tuple[str, str], ...] = ()  # (step, the first line of why it failed), in the order they failed
+    proof: str = ""  # an erasure run's: "VERIFIED (N erased customer(s) on the suppression list: ...)"
 
     def lines(self, status: str | None = None) -> list[str]:
-        """Three lines; `status` replaces the run's (a run still ending reports how its steps went)."""
+        """Three lines (then an erasure's proof, and why the run failed); `status` replaces the run's (a run still
+        ending reports how its steps went)."""
         took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
         days = f" for {self.partitions}" if self.partitions else ""
         rows = sum(self.rows_by_table.values())
@@ -47,11 +51,21 @@ class RunSummary:
             + (f", {self.suppressed:,} record(s) of erased customers suppressed" if self.suppressed else ""),
             f"  {checks}" + (f" ({', '.join(self.not_passed)})" if self.not_passed else ""),
         ]
+        if self.proof:
+            lines.append(f"  erasure proof: {self.proof}")
         if self.failures:
             (step, reason), others = self.failures[0], [s for s, _ in self.failures[1:]]
             more = f" (also failed: {', '.join(others)})" if others else ""
             lines.append(f"  failed: {step}: {reason}{more}")
         return lines
+
+
+def proof_of(metadata) -> str:
+    """An erasure proof's outcome and suppression statement, from prove_erasure's metadata ("" for other steps)."""
+    if PROOF not in metadata:
+        return ""
+    statement = metadata[SUPPRESSION].value if SUPPRESSION in metadata else ""
+    return f"{metadata[PROOF].value}" + (f" ({statement})" if statement else "")
 
 
 def failure_reason(data) -> str:
@@ -80,12 +94,18 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
     rows: dict[str, int] = {}
     suppressed: dict[str, int] = {}
     passed = warned = failed = 0
-    not_passed, failures = [], []
+    not_passed, failures, proof = [], [], ""
     kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION}
-    for record in instance.all_logs(run.run_id, of_type=kinds | {DagsterEventType.STEP_FAILURE}):
+    steps = {DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_OUTPUT}
+    for record in instance.all_logs(run.run_id, of_type=kinds | steps):
         event = record.dagster_event
+        if event.event_type == DagsterEventType.STEP_OUTPUT:
+            proof = proof_of(event.event_specific_data.metadata) or proof
+            continue
         if event.event_type == DagsterEventType.STEP_FAILURE:
-            failures.append((event.step_key, failure_reason(event.event_specific_data)))
+            data = event.event_specific_data
+            failures.append((event.step_key, failure_reason(data)))
+            proof = proof_of(data.user_failure_data.metadata if data.user_failure_data else {}) or proof
             continue
         if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
             materialization = event.event_specific_data.materialization
@@ -123,4 +143,5 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         tuple(not_passed),
         sum(suppressed.values()),
         tuple(failures),
+        proof,
     )

@@ -13,7 +13,9 @@ from dagster import (
     asset,
     define_asset_job,
     execute_job,
+    job,
     materialize,
+    op,
     reconstructable,
 )
 
@@ -140,3 +142,34 @@ def test_a_failed_run_ends_with_the_first_failures_one_line_reason_and_the_other
         "(also failed: bronze__parse)"
     )
     assert len(summary.lines()) == 4
+
+
+def test_an_erasure_run_states_its_proof_and_the_suppression_list():
+    statement = "2 erased customer(s) on the suppression list: no row of theirs in any table since"
+
+    @op(name="prove_erasure")
+    def proven(context):
+        context.add_output_metadata({"proof": "VERIFIED", "suppression": statement, "suppressed_customers": 2})
+
+    @op(name="prove_erasure")
+    def refuted():
+        back = "2 erased customer(s) on the suppression list: 1 found again in a table"
+        raise Failure(description="not proven", metadata={"proof": "FAILED", "suppression": back})
+
+    @job(name="gdpr_erasure")
+    def proven_job():
+        proven()
+
+    @job(name="gdpr_erasure")
+    def refuted_job():
+        refuted()
+
+    with DagsterInstance.ephemeral() as instance:
+        proven_job.execute_in_process(instance=instance)
+        assert summarize_run(instance).lines()[3] == f"  erasure proof: VERIFIED ({statement})"
+        refuted_job.execute_in_process(instance=instance, raise_on_error=False)
+        lines = summarize_run(instance).lines()
+    assert lines[3:] == [
+        "  erasure proof: FAILED (2 erased customer(s) on the suppression list: 1 found again in a table)",
+        "  failed: prove_erasure: not proven",
+    ]

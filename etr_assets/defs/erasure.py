@@ -168,8 +168,9 @@ def _table_op(settings: Settings, spec: TableSpec, observe: bool):
 @op(
     description="The proof: reads every data file any kept snapshot of each personal-data table references (the "
     "Parquet files themselves), every raw-zone file, and each table as of the moment the request started; fails "
-    "the run naming every place a customer was still found. Writes GDPR_VERIFY rows to audit.gdpr_actions. Once "
-    "proven, rewrites the request with the keyed hashes only: the ids are then kept nowhere.",
+    "the run naming every place a customer was still found. Also reads every table now for every customer erased "
+    "so far (the suppression list): `suppressed_customers_found_again` must be 0. Writes GDPR_VERIFY rows to "
+    "audit.gdpr_actions. Once proven, rewrites the request with the keyed hashes only: the ids are then kept nowhere.",
     ins={"request": In(ErasureRequest), "raw": In(RawErasure), "tables": In(list)},
 )
 def prove_erasure(
@@ -190,6 +191,11 @@ def prove_erasure(
         "customers_not_found_anywhere": len(set(request.customer_ids) - held_ids(tables, raw)),
         "rows_removed_by_table": MetadataValue.json({t.table: t.rows_removed for t in tables if t.held}),
         "time_travel_before_erasure": MetadataValue.json(proof.time_travel),
+        # Every customer erased so far (this request's and earlier ones'), read in every table now: must all be 0.
+        "suppression": proof.suppression(),
+        "suppressed_customers": len(proof.suppressed),
+        "suppressed_customers_found_again": len(proof.suppressed_found),
+        "suppressed_rows_found": sum(proof.suppressed.values()),
         "findings": MetadataValue.md("\n".join(f"- {f}" for f in proof.findings) or "none: no copy left"),
     }
     context.log.info(proof.summary())

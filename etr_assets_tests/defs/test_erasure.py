@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, DagsterInvalidConfigError
+from pyspark.sql import functions as F
 
 from etr_assets import cli
 from etr_assets.definitions import build_definitions
@@ -19,11 +20,12 @@ from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.erasure import LOCAL_AUDIT_KEY, subject_hash
 from etr_assets.lake.erasure.store import DONE, open_request_store
 from etr_assets.pipeline import entities, transactions
+from etr_assets.run_summary import summarize_run
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables import personal_data_specs
-from etr_assets.tables.transactions import SILVER_TRANSACTIONS
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
 
 DAY = dt.date(2025, 1, 3)
 # The synthetic API's customers are 1000xx: two of them get ids of eight digits, which no other byte holds by chance.
@@ -145,6 +147,11 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(
         stored = json.loads(store.storage.read_bytes("_gdpr_requests/GDPR-TEST-1.json"))
         assert stored["status"] == DONE and "customer_ids" not in stored and stored["run_id"] == result.run_id
         assert stored["subject_hashes"] == sorted([subject_hash(key, ERASED), subject_hash(key, UNKNOWN)])
+        # The proof's statement on the run's summary: nothing of any erased customer entered a table since.
+        assert summarize_run(instance, result.run_id).lines()[3] == (
+            "  erasure proof: VERIFIED (2 erased customer(s) on the suppression list: no row of theirs in any table "
+            "since)"
+        )
         again = run_erasure(defs, instance)
         assert not again.success and "already carried out" in step_error(again)[1]
         assert cli.main(["erase", "--reference", "GDPR-TEST-1", str(ERASED)]) == 1
@@ -171,6 +178,11 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(
     assert proof["proof"] == "VERIFIED" and proof["copies_found"] == 0 and proof["customers_not_found_anywhere"] == 1
     assert proof["rows_removed_by_table"][SILVER_TRANSACTIONS.identifier] == counts[customer]
     assert proof["raw_files_scanned"] >= 2 and proof["data_files_scanned"] >= 1
+    # Both customers of the request are on the suppression list now (one never held: asked to be forgotten all the
+    # same), and none of them has a row in any table.
+    assert (proof["suppressed_customers"], proof["suppressed_customers_found_again"]) == (2, 0)
+    assert proof["suppressed_rows_found"] == 0
+    assert proof["suppression"] == "2 erased customer(s) on the suppression list: no row of theirs in any table since"
 
     # Table steps ran upstream first and each held its table writer's pool.
     order = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
@@ -199,3 +211,21 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(
     verified = {(r["subject_hash"], r["outcome"]) for r in audit if r["action"] == "GDPR_VERIFY"}
     assert verified == {(subject_hash(key, customer), "VERIFIED"), (subject_hash(key, UNKNOWN), "VERIFIED")}
     assert {r["run_id"] for r in audit} == {result.run_id}
+
+    # A row of the erased customer written back after the erasure (bypassing the load's suppression): the next
+    # erasure's proof, for another customer, finds it and fails, with the figures on the failed step.
+    bronze = BRONZE_TRANSACTIONS.qualified(catalog)
+    row = spark.table(bronze).limit(1)
+    row.withColumn("customer_id", F.lit(ERASED).cast("bigint")).select(*row.columns).writeTo(bronze).append()
+    assert cli.main(["erase", "--reference", "GDPR-TEST-2", str(UNKNOWN + 1)]) == 0
+    with DagsterInstance.get() as instance:
+        refuted = run_erasure(defs, instance, "GDPR-TEST-2")
+        lines = summarize_run(instance, refuted.run_id).lines()
+    failure = next(e for e in refuted.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.step_key == "prove_erasure"
+    figures = {k: v.value for k, v in failure.event_specific_data.user_failure_data.metadata.items()}
+    assert figures["proof"] == "FAILED" and figures["suppressed_customers"] == 3
+    assert (figures["suppressed_customers_found_again"], figures["suppressed_rows_found"]) == (1, 1)
+    assert lines[3] == (
+        "  erasure proof: FAILED (3 erased customer(s) on the suppression list: 1 found again in a table)"
+    )

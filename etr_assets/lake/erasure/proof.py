@@ -72,15 +72,16 @@ class Proof:
     def suppressed_found(self) -> dict[str, int]:
         return {h: n for h, n in self.suppressed.items() if n}
 
+    def suppression(self) -> str:
+        """The statement that nothing of any erased customer entered a table since their erasure (or how many did)."""
+        back = self.suppressed_found
+        return f"{len(self.suppressed)} erased customer(s) on the suppression list: " + (
+            f"{len(back)} found again in a table" if back else "no row of theirs in any table since"
+        )
+
     def summary(self) -> str:
         head = "VERIFIED" if self.passed else f"FAILED: {len(self.findings)} copy(ies) left"
-        back = self.suppressed_found
-        kept_out = (
-            f"; {len(self.suppressed)} erased customer(s) on the suppression list: "
-            + (f"{len(back)} found again in a table" if back else "no row of theirs in any table since")
-            if self.suppressed
-            else ""
-        )
+        kept_out = f"; {self.suppression()}" if self.suppressed else ""
         return (
             f"{head}; scanned {self.data_files_scanned} data file(s) of {self.tables_scanned} table(s) and "
             f"{self.raw_files_scanned} raw file(s){kept_out}"
