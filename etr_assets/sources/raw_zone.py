@@ -9,6 +9,13 @@ Layout: ``{root}/{source}/{endpoint}/{batch_id}/`` holding ``part-NNNNN.jsonl`` 
 A batch that is pending without a manifest was cut off mid-download and must be fetched again; one with a
 manifest but no ``.complete`` is loaded by the next run. Raw files are never modified or deleted by loading.
 Batch ids start with the business day, then the UTC time of the fetch, so names sort oldest first.
+
+Open batches are also indexed, so that what a day costs does not grow with the batches ever fetched:
+``{root}/{source}/{endpoint}/_pending/{batch_id}`` is an empty entry created before the batch's first marker and
+removed after its ``.complete``. `RawZone.pending` lists that folder only and checks each entry's ``.complete``
+(an entry a crash left behind is removed there); ``_pending/_index.json`` says the index holds every open batch,
+and where it is missing (a raw zone written before the index) the first `pending` builds the index once from a
+listing of every batch. A day's batches are listed by the day's name prefix, never by listing the endpoint.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import tempfile
 from pathlib import Path
 
 PENDING, MANIFEST, COMPLETE = ".pending", "_manifest.json", ".complete"
+OPEN_INDEX = "_pending"  # {source}/{endpoint}/_pending/{batch_id}: one empty entry per batch not yet complete
+INDEX_BUILT = "_index.json"  # in OPEN_INDEX: every open batch has its entry (written once, by `rebuild_index`)
 ABANDONED = "abandoned"  # the outcome of a batch closed by hand without loading it
 
 
@@ -43,8 +52,17 @@ class RawStorage(abc.ABC):
     def exists(self, key: str) -> bool: ...
 
     @abc.abstractmethod
-    def list_children(self, prefix: str) -> list[str]:
-        """Names directly under ``prefix`` (folders and files), sorted."""
+    def list_children(self, prefix: str, starting: str = "") -> list[str]:
+        """Names directly under ``prefix`` (folders and files) that start with ``starting``, sorted."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; nothing if it is not there. Only for index entries: raw files and a batch's markers are
+        never deleted."""
+
+    def touch(self, key: str) -> None:
+        """An empty object at ``key`` (an index entry, whose name is all it says)."""
+        self.write_bytes(key, b"")
 
     @abc.abstractmethod
     def uri(self, key: str) -> str:
@@ -82,11 +100,26 @@ class LocalStorage(RawStorage):
     def exists(self, key: str) -> bool:
         return self._path(key).exists()
 
-    def list_children(self, prefix: str) -> list[str]:
+    def touch(self, key: str) -> None:
+        # An empty file cannot be seen half-written: created in place, it is there whole or not at all.
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def list_children(self, prefix: str, starting: str = "") -> list[str]:
         folder = self._path(prefix)
         if not folder.is_dir():
             return []
-        return sorted(p.name for p in folder.iterdir() if not p.name.startswith(".tmp-"))
+        return sorted(
+            p.name for p in folder.iterdir() if p.name.startswith(starting) and not p.name.startswith(".tmp-")
+        )
 
     def uri(self, key: str) -> str:
         return str(self._path(key))
@@ -129,6 +162,9 @@ class RawZone:
     def start_batch(self, source: str, endpoint: str, day: dt.date, now: dt.datetime | None = None) -> Batch:
         now = now or dt.datetime.now(dt.UTC)
         batch = Batch(source, endpoint, f"{day.isoformat()}_{now:%Y%m%dT%H%M%S%fZ}_{secrets.token_hex(3)}")
+        # Indexed before anything of it exists: a crash from here on leaves a batch `pending()` finds (pending, its
+        # download never finished), and a crash before leaves nothing at all.
+        self.storage.touch(_index_key(batch))
         marker = {"started_at": now.isoformat(), "day": day.isoformat()}
         self.storage.write_bytes(f"{batch.key}/{PENDING}", json.dumps(marker).encode())
         return batch
@@ -153,10 +189,12 @@ class RawZone:
     def mark_complete(self, batch: Batch, detail: dict | None = None) -> None:
         info = {"completed_at": dt.datetime.now(dt.UTC).isoformat(), **(detail or {})}
         self.storage.write_bytes(f"{batch.key}/{COMPLETE}", json.dumps(info).encode())
+        # Unindexed only once .complete is written: a crash in between leaves an entry `pending()` removes.
+        self.storage.delete(_index_key(batch))
 
     def settle(self, batch: Batch, detail: dict) -> None:
         """After `batch` is committed: mark it complete, and older pending batches of its day as superseded."""
-        for older in self.batches(batch.source, batch.endpoint, batch.day):
+        for older in self._day_batches_and_entries(batch.source, batch.endpoint, batch.day):
             if older.batch_id < batch.batch_id and not self.is_complete(older):
                 state = "superseded" if self.manifest(older) is not None else "abandoned (download never finished)"
                 self.mark_complete(older, {**detail, "outcome": state, "superseded_by": batch.batch_id})
@@ -178,8 +216,41 @@ class RawZone:
         return json.loads(self.storage.read_bytes(f"{batch.key}/{COMPLETE}")).get("outcome", "loaded")
 
     def pending(self, source: str, endpoint: str) -> list[Batch]:
-        """Batches not yet committed (sealed or not), oldest first."""
-        return [b for b in self.batches(source, endpoint) if not self.is_complete(b)]
+        """Batches not yet committed (sealed or not), oldest first.
+
+        Read from the index of open batches: one listing of `_pending/`, then one `.complete` check per entry,
+        however many batches the endpoint ever had. An entry whose batch is complete (a crash between `.complete`
+        and the entry's removal, or a rebuild racing a load) is removed here. Without the index's `_index.json`
+        (a raw zone written before the index), the index is first built from every batch, once."""
+        folder = _index_folder(source, endpoint)
+        names = self.storage.list_children(folder)
+        if INDEX_BUILT not in names:
+            self.rebuild_index(source, endpoint)
+            names = self.storage.list_children(folder)
+        found = []
+        for name in names:
+            if not _looks_like_batch(name):
+                continue
+            batch = Batch(source, endpoint, name)
+            if self.is_complete(batch):
+                self.storage.delete(_index_key(batch))
+            else:
+                found.append(batch)
+        return found
+
+    def rebuild_index(self, source: str, endpoint: str) -> int:
+        """Index every batch of the endpoint that is not complete, then write `_index.json`; returns how many.
+
+        Lists every batch and checks each one: done once per endpoint, by the first `pending()` on a raw zone
+        written before the index existed (or whose `_index.json` was lost). Safe at any time, alongside running
+        loads: it only adds entries, and one for a batch completed meanwhile is removed by the next `pending()`.
+        Batches started meanwhile index themselves."""
+        open_batches = [b for b in self.batches(source, endpoint) if not self.is_complete(b)]
+        for batch in open_batches:
+            self.storage.touch(_index_key(batch))
+        built = {"built_at": dt.datetime.now(dt.UTC).isoformat(), "open_batches": len(open_batches)}
+        self.storage.write_bytes(f"{_index_folder(source, endpoint)}/{INDEX_BUILT}", json.dumps(built).encode())
+        return len(open_batches)
 
     def stale(self, source: str, endpoint: str, now: dt.datetime, older_than: dt.timedelta) -> list[StaleBatch]:
         """Pending batches started longer ago than `older_than`: a load that failed or never ran."""
@@ -200,9 +271,18 @@ class RawZone:
 
     # --- reading ------------------------------------------------------------------------------------
     def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:
-        names = self.storage.list_children(f"{source}/{endpoint}")
+        """The batch folders of an endpoint, oldest first; of one `day`, listed by the day's name prefix only
+        (without `day`, every batch ever fetched: for tools that must see them all, such as erasure)."""
+        names = self.storage.list_children(f"{source}/{endpoint}", f"{day.isoformat()}_" if day else "")
         found = [Batch(source, endpoint, name) for name in names if _looks_like_batch(name)]
         return [b for b in found if day is None or b.day == day]
+
+    def _day_batches_and_entries(self, source: str, endpoint: str, day: dt.date) -> list[Batch]:
+        """A day's batch folders and its index entries: a crash between a batch's entry and its first marker
+        leaves an entry with no folder (on S3), a batch still to close when a newer one of its day is loaded."""
+        entries = self.storage.list_children(_index_folder(source, endpoint), f"{day.isoformat()}_")
+        indexed = [Batch(source, endpoint, name) for name in entries if _looks_like_batch(name)]
+        return sorted(set(self.batches(source, endpoint, day)) | set(indexed), key=lambda b: b.batch_id)
 
     def manifest(self, batch: Batch) -> BatchManifest | None:
         if not self.storage.exists(f"{batch.key}/{MANIFEST}"):
@@ -215,9 +295,10 @@ class RawZone:
 
     def latest_sealed(self, source: str, endpoint: str, day: dt.date) -> Batch | None:
         """The newest fully downloaded batch of a day: the one that defines that day's records."""
-        sealed = [b for b in self.batches(source, endpoint, day) if self.manifest(b) is not None]
-        usable = [b for b in sealed if not self.is_complete(b) or self.outcome(b) != ABANDONED]
-        return usable[-1] if usable else None
+        for batch in reversed(self.batches(source, endpoint, day)):
+            if self.manifest(batch) is not None and (not self.is_complete(batch) or self.outcome(batch) != ABANDONED):
+                return batch
+        return None
 
     def uncommitted(self, source: str, endpoint: str, day: dt.date) -> list[Batch]:
         """Downloaded batches of a day not yet committed to Iceberg, oldest first."""
@@ -230,6 +311,14 @@ class RawZone:
         if manifest is None:
             raise RawZoneError(f"raw batch {batch.key} has no {MANIFEST}: its download did not finish")
         return [self.storage.uri(f"{batch.key}/{name}") for name in manifest.files]
+
+
+def _index_folder(source: str, endpoint: str) -> str:
+    return f"{source}/{endpoint}/{OPEN_INDEX}"
+
+
+def _index_key(batch: Batch) -> str:
+    return f"{_index_folder(batch.source, batch.endpoint)}/{batch.batch_id}"
 
 
 def _looks_like_batch(name: str) -> bool:

@@ -56,14 +56,30 @@ class S3Storage(RawStorage):
             raise RawZoneError(f"could not check raw file {self._where(key)}: {exc}") from exc
         return True
 
-    def list_children(self, prefix: str) -> list[str]:
-        """Names directly under ``prefix``: "folders" (common prefixes) and files, sorted."""
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))  # a missing key is no error in S3
+        except (ClientError, BotoCoreError) as exc:
+            hint = ""
+            if _error_code(exc) in {"AccessDenied", "403"}:
+                hint = (
+                    " (the role needs s3:DeleteObject on the raw zone's _pending/ index prefixes: regenerate it "
+                    "from `etr iam-policy`)"
+                )
+            raise RawZoneError(f"could not delete raw-zone index entry {self._where(key)}{hint}: {exc}") from exc
+
+    def list_children(self, prefix: str, starting: str = "") -> list[str]:
+        """Names directly under ``prefix`` that start with ``starting``: "folders" (common prefixes) and files,
+        sorted. Only keys under ``prefix/starting`` are listed: a day's batches cost a day's listing."""
         folder = self._key(prefix)
         folder = f"{folder}/" if folder else ""
         names: set[str] = set()
         paginator = self.client.get_paginator("list_objects_v2")
         pages = paginator.paginate(
-            Bucket=self.bucket, Prefix=folder, Delimiter="/", PaginationConfig={"PageSize": self.page_size}
+            Bucket=self.bucket,
+            Prefix=folder + starting,
+            Delimiter="/",
+            PaginationConfig={"PageSize": self.page_size},
         )
         try:
             for page in pages:
