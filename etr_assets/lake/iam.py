@@ -2,7 +2,9 @@
 
 What it grants, resource by resource, with named actions only (no `*` action, no `*` resource):
 
-- the raw zone `s3://<bucket>/raw/`: read and write objects (loading never deletes raw files);
+- the raw zone `s3://<bucket>/raw/`: read and write objects (loading never deletes raw files), and delete only
+  in each endpoint's index of open batches `raw/<source>/<endpoint>/_pending/` (an entry goes once its batch is
+  complete: docs/raw-zone.md);
 - each table's folder `s3://<bucket>/warehouse/<db>.db/<table>/`: read, write and delete objects (commits
   replace files; metadata cleanup, snapshot expiry and orphan removal delete them);
 - the job code and Pipes exchange prefixes `code/` (read) and `pipes/` (read/write) for Glue / EMR runs;
@@ -21,6 +23,8 @@ from collections.abc import Iterable
 
 from etr_assets.lake.bootstrap import namespaces
 from etr_assets.lake.specs import TableSpec
+from etr_assets.sources.fetch import ENDPOINTS, SOURCE
+from etr_assets.sources.raw_zone import OPEN_INDEX
 
 DEFAULT_BUCKET = "etr-lake"
 DEFAULT_REGION = "ap-southeast-5"
@@ -48,6 +52,12 @@ GLUE_JOB_ACTIONS = ["glue:StartJobRun", "glue:GetJobRun", "glue:GetJobRuns", "gl
 def table_prefix(spec: TableSpec) -> str:
     """The table's folder under the bucket: `warehouse/<db>.db/<table>` (bootstrap's and GlueCatalog's layout)."""
     return f"{WAREHOUSE_PREFIX}/{spec.namespace}.db/{spec.name}"
+
+
+def open_batch_index(endpoint: str) -> str:
+    """An endpoint's index of open batches: the one place under `raw/` the pipeline deletes (an entry per batch,
+    removed once the batch is complete)."""
+    return f"{RAW_PREFIX}/{SOURCE}/{endpoint}/{OPEN_INDEX}"
 
 
 def owned_prefixes(specs: Iterable[TableSpec]) -> list[str]:
@@ -83,6 +93,12 @@ def iam_policy(
             "Effect": "Allow",
             "Action": OBJECT_READ + OBJECT_WRITE,
             "Resource": [f"{bucket_arn}/{RAW_PREFIX}/*"],
+        },
+        {
+            "Sid": "RawZoneOpenBatchIndexEntries",
+            "Effect": "Allow",
+            "Action": OBJECT_DELETE,
+            "Resource": [f"{bucket_arn}/{open_batch_index(endpoint)}/*" for endpoint in ENDPOINTS],
         },
         {
             "Sid": "IcebergTableFiles",

@@ -83,3 +83,17 @@ def test_every_object_bootstrap_writes_is_covered_and_nothing_else_is(aws_settin
     assert not allowed(policy, "s3:GetObject", elsewhere)
     assert not allowed(policy, "glue:GetTable", f"arn:aws:glue:{REGION}:1:table/silver/someone_elses_table")
     assert json.loads(iam.render(policy)) == policy
+
+
+def test_in_the_raw_zone_only_open_batch_index_entries_can_be_deleted():
+    """Loading removes an open batch's index entry once the batch is complete; raw files and markers stay."""
+    from etr_assets.sources.fetch import ENDPOINTS
+
+    policy = iam.iam_policy(ALL_SPECS, bucket="b")
+    for endpoint in ENDPOINTS:
+        entry = f"arn:aws:s3:::b/raw/bnpl/{endpoint}/_pending/2025-01-01_20250102T020000000000Z_a1b2c3"
+        assert allowed(policy, "s3:DeleteObject", entry) and allowed(policy, "s3:PutObject", entry)
+        for kept in (".pending", "_manifest.json", ".complete", "part-00001.jsonl"):
+            batch_file = f"arn:aws:s3:::b/raw/bnpl/{endpoint}/2025-01-01_20250102T020000000000Z_a1b2c3/{kept}"
+            assert allowed(policy, "s3:PutObject", batch_file) and not allowed(policy, "s3:DeleteObject", batch_file)
+    assert not allowed(policy, "s3:DeleteObject", "arn:aws:s3:::b/raw/_gdpr_requests/ref.json")
