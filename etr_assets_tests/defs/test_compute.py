@@ -23,7 +23,7 @@ def test_a_layer_out_of_heap_fails_with_one_line_naming_the_setting(spark, monke
     context = SimpleNamespace(run=SimpleNamespace(run_id="r1"))
 
     with pytest.raises(Failure) as failed:
-        list(compute.LayerRunner()._run_here(context, lake, SimpleNamespace(zone=None), request))
+        list(compute.LayerRunner()._run_here(context, lake, SimpleNamespace(zone=None, root="/lake/raw"), request))
 
     assert failed.value.description == (
         "the Spark driver ran out of memory (java.lang.OutOfMemoryError: Requested array size exceeds VM limit) "
@@ -41,9 +41,7 @@ def test_other_layer_failures_pass_through_unchanged(spark, monkeypatch):
     lake = SimpleNamespace(session=lambda: spark, catalog="etr", spark=SimpleNamespace(spark_config={}))
     request = LayerRequest("bronze/bnpl_transactions_raw", ["2025-01-01"])
 
+    context, raw_zone = SimpleNamespace(run=SimpleNamespace(run_id="r1")), SimpleNamespace(zone=None, root="/lake/raw")
+
     with pytest.raises(ValueError, match="3 of 4 records refused"):
-        list(
-            compute.LayerRunner()._run_here(
-                SimpleNamespace(run=SimpleNamespace(run_id="r1")), lake, SimpleNamespace(zone=None), request
-            )
-        )
+        list(compute.LayerRunner()._run_here(context, lake, raw_zone, request))
