@@ -79,16 +79,17 @@ def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_s
     if mode == FeedMode.INCREMENTAL:
         return present.drop(snapshot_time_column)
 
-    # Absent from a full snapshot = deleted at the snapshot's time. Markers before a key's first
-    # observation change nothing, so they are not generated.
-    first_seen = present.groupBy(scd2.key).agg(F.min("_seq").alias("_first_seq"))
+    # Absent from a full snapshot = deleted at the snapshot's time, once an earlier snapshot had sent the key. A key
+    # first sent late, with an older sequence (a suppression lifted, a source catching up), is not deleted by the
+    # snapshots before it: in order, those found no version of it to close.
+    first_sent = present.groupBy(scd2.key).agg(F.min(snapshot_time_column).alias("_first_sent"))
     snapshots = records.select("_batch_id", F.col(snapshot_time_column).alias("_seq")).distinct()
     absent = (
-        first_seen.crossJoin(snapshots)
-        .where(F.col("_seq") > F.col("_first_seq"))
+        first_sent.crossJoin(snapshots)
+        .where(F.col("_seq") > F.col("_first_sent"))
         .join(in_snapshot(present, held, scd2.key), [scd2.key, "_batch_id"], "left_anti")
         .withColumn("_deleted", F.lit(True))
-        .drop("_first_seq")
+        .drop("_first_sent")
     )
     return present.drop(snapshot_time_column).unionByName(absent, allowMissingColumns=True)
 

@@ -254,6 +254,7 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     existing = rows.where(F.col("_anchor_from").isNull() | (F.col("_valid_from") >= F.col("_anchor_from")))
     existing = existing.select(*spec.column_names)
 
+    sent = records.groupBy(key).agg(F.min("_snapshot_at").alias("_first")) if mode == FeedMode.FULL else None
     present = observations(records, scd2, FeedMode.INCREMENTAL).join(affected, key).cache()
     events = [
         anchor.select(*carried, F.col("_valid_from").alias("_seq"), F.lit(False).alias("_deleted")),
@@ -263,14 +264,10 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
         present.where(F.col("_seq") >= F.col("_lo")).select(*carried, "_seq", "_deleted"),
     ]
     if mode == FeedMode.FULL:
-        # Absent from a snapshot taken since `_lo`: deleted then, once the key had been seen (as observations does).
-        firsts = (
-            present.groupBy(key)
-            .agg(F.min("_seq").alias("_first"))
-            .unionByName(anchors.select(key, "_first"))
-            .groupBy(key)
-            .agg(F.min("_first").alias("_first"))
-        )
+        # Absent from a snapshot taken since `_lo`: deleted then, once an earlier snapshot had sent the key (as
+        # observations does). A key with versions was sent by the time its first version began, as far as the window
+        # can tell; one without is first sent by the window's own snapshots.
+        firsts = sent.unionByName(anchors.select(key, "_first")).groupBy(key).agg(F.min("_first").alias("_first"))
         events.append(
             affected.join(firsts, key)
             .crossJoin(F.broadcast(_snapshots(spark, snapshots)))
