@@ -528,8 +528,9 @@ def run(
         "data": data,
         "data_description": (
             f"History: {per_day:,} synthetic transactions a day (the synthetic API on loopback, its customer "
-            f"list held at day 1's size), after {', '.join(map(str, histories)) or 'no'} days; seeded as a single-run backfill would "
-            "build the range (raw fetched day by day, every later layer through run_layer with a multi-day request), "
+            f"list held at day 1's size), after {', '.join(map(str, histories)) or 'no'} days; seeded as a single-run "
+            "backfill would build the range (raw fetched day by day, every later layer through run_layer with a "
+            "multi-day request), "
             f"except bronze, written directly from the raw batches; timed days {timed_days}. "
             f"Volume: one day of {volume:,} transactions on a fresh lake. Days start {lake.settings.start_date}; "
             f"every day fetched into the raw zone, then each layer through run_layer in the asset graph's order."
