@@ -36,6 +36,8 @@ from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTI
 
 DAY1, DAY2 = dt.date(2025, 1, 1), dt.date(2025, 1, 2)
 KEY = b"test-audit-key"
+
+
 # A known fault of lake/scd2.py (not of the lift), reported to its owners: `observations` marks a key absent from
 # every full snapshot after its first *sequence value*, not after the first snapshot that sent it. A lifted customer's
 # record is first sent again on day 2 with an updated_at from before day 1 ended, so day 1's snapshot (erased of
