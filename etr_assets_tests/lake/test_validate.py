@@ -42,6 +42,25 @@ def test_every_line_keeps_its_file_and_number_whatever_ends_it(lake, tmp_path):
     ]
 
 
+def test_a_line_one_parse_cannot_read_is_read_as_a_json_reader_reads_it(lake, tmp_path):
+    # Most lines are parsed once; a key given twice (a JSON reader keeps its last value) and NaN (no JSON number: the
+    # line is not a JSON object, yet its other fields are read, so the refused record keeps its subject) are read
+    # as before, with their keys and fields apart.
+    path = tmp_path / "part-00001.jsonl"
+    path.write_text('{"id": 1, "id": 2, "name": "a"}\n{"id": 3, "name": NaN}\n{"id": 4, "name": "b", "name": "c"}\n')
+
+    result = read_validated(lake, [str(path)], COLUMNS, carry_columns=("id",))
+    try:
+        accepted = {r["id"]: r["name"] for r in result.accepted.collect()}
+        refused = [(r["line_number"], r["reason"], r["id"]) for r in result.quarantined.collect()]
+    finally:
+        result.release()
+
+    assert accepted == {2: "a", 4: "c"}
+    assert refused == [(2, "not a JSON object", 3)]
+    assert result.unknown_fields == {}
+
+
 def _jobs_run(spark, action) -> int:
     """How many Spark jobs `action` ran (job ids are consecutive; retention keeps the newest)."""
     tracker = spark.sparkContext.statusTracker()
