@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 
 from etr_assets.lake.bookkeeping import record_rows
 from etr_assets.lake.evolve import TableChanges, ensure_table
@@ -29,6 +30,8 @@ from etr_assets.lake.writes import CommitInfo, append, current_snapshot_id, repl
 from etr_assets.sources.raw_zone import Batch, RawZone
 
 DEFAULT_MAX_REJECT_RATE = 0.05
+# Validated rows per writing task (one file per day each): a day of a million transactions is written by two.
+ROWS_PER_WRITER = 500_000
 # A reload may shrink a loaded day by at most this share; more (an empty reply, a truncated one) is a glitch until
 # a run says otherwise (max_day_shrink=1.0: the source really dropped those records).
 DEFAULT_MAX_DAY_SHRINK = 0.5
@@ -121,16 +124,27 @@ def _loaded_rows(spark, qualified: str, day_column: str, days) -> dict[dt.date, 
     return {r[0]: r[1] for r in in_days.groupBy(day_column).count().collect()}
 
 
-def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date], loaded: dict) -> CommitInfo:
+def writers_for(spark, rows: int) -> int:
+    """How many tasks write `rows` validated rows: one per ROWS_PER_WRITER, at most one per core."""
+    return max(1, min(spark.sparkContext.defaultParallelism, math.ceil(rows / ROWS_PER_WRITER)))
+
+
+def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date], loaded: dict, rows: int) -> CommitInfo:
     """Append when none of the days holds rows yet (`loaded`: a first load), else replace them.
 
     Appends let downstream tables read just the new rows (`etr_assets.lake.incremental`); an overwrite, even one
     that deletes nothing, would force them to read the days whole. Two first loads of one day racing would both
     append, so bronze tables have a writer pool in every profile (`etr_assets.defs.common.table_pool`).
+
+    The validated lines are read from local disk by `writers_for(rows)` tasks, each sorting its share in the table's
+    order and writing its own file per day, with no shuffle (distribution mode `none` for this write only): the
+    table's hash distribution gave a day one task, leaving the other cores idle while it sorted and wrote a day of a
+    million rows. A day of fewer than ROWS_PER_WRITER rows stays one file.
     """
+    df, options = df.coalesce(writers_for(spark, rows)), {"distribution-mode": "none"}
     if not any(loaded.get(day) for day in days):
-        return append(spark, qualified, df)
-    return replace_days(spark, qualified, df, day_column, days)
+        return append(spark, qualified, df, options)
+    return replace_days(spark, qualified, df, day_column, days, options=options)
 
 
 def _shrinking_days(chosen, checked, loaded: dict, max_day_shrink: float, feed: RawFeed) -> dict[dt.date, str]:
@@ -251,7 +265,13 @@ def load_bronze_days(
         changes = ensure_table(spark, catalog, feed.bronze)
         ensure_table(spark, catalog, feed.quarantine)
         commit = _write_days(
-            spark, feed.bronze.qualified(catalog), conform(accepted, feed.bronze), feed.day_column, days, loaded
+            spark,
+            feed.bronze.qualified(catalog),
+            conform(accepted, feed.bronze),
+            feed.day_column,
+            days,
+            loaded,
+            sum(result.accepted_count for result in checked.values()),
         )
         replace_days(
             spark, feed.quarantine.qualified(catalog), conform(quarantined, feed.quarantine), "_batch_day", days

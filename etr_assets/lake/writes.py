@@ -142,27 +142,36 @@ def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
 
 
 def replace_days(
-    spark, qualified: str, df, date_column: str, days: list[dt.date], branch: str | None = None
+    spark,
+    qualified: str,
+    df,
+    date_column: str,
+    days: list[dt.date],
+    branch: str | None = None,
+    options: dict[str, str] | None = None,
 ) -> CommitInfo:
     """Atomically replace every row of `days` with `df` (one snapshot; empty `df` empties those days).
 
     An explicit overwrite filter rather than dynamic partition overwrite: a day that now has no rows is
     emptied too. Iceberg does not check the rows against the filter (a row of another day is appended beside
     that day's rows), so `df` must hold rows of `days` only. With `branch`, the write goes to that branch
-    (Iceberg's `<table>.branch_<name>` identifier; no session-wide setting).
+    (Iceberg's `<table>.branch_<name>` identifier; no session-wide setting). `options`: Iceberg write options of
+    this write only (e.g. its distribution mode).
     """
     from pyspark.sql import functions as F
 
     write_id = new_write_id()
     condition = F.col(date_column).isin(sorted(days))
     target = f"{qualified}.branch_{branch}" if branch else qualified
-    df.writeTo(target).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id).overwrite(condition)
+    df.writeTo(target).options(**(options or {})).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id).overwrite(
+        condition
+    )
     return find_commit(spark, qualified, write_id)
 
 
-def append(spark, qualified: str, df) -> CommitInfo:
+def append(spark, qualified: str, df, options: dict[str, str] | None = None) -> CommitInfo:
     write_id = new_write_id()
-    df.writeTo(qualified).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id).append()
+    df.writeTo(qualified).options(**(options or {})).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id).append()
     return find_commit(spark, qualified, write_id)
 
 

@@ -57,6 +57,28 @@ def test_bronze_keeps_every_received_record_with_lineage_and_completes_the_batch
         assert raw.uncommitted("bnpl", "transactions", day) == []
 
 
+def test_a_day_of_more_rows_than_a_writer_takes_is_written_by_two_tasks_each_file_in_the_tables_order(
+    lake, settings, raw, monkeypatch
+):
+    from etr_assets.lake import bronze
+
+    pipeline.load_bronze(lake, settings.catalog, raw, [DAYS[0]])
+    monkeypatch.setattr(bronze, "ROWS_PER_WRITER", 20)  # a day of about 40 rows takes two writers (two cores)
+    result = pipeline.load_bronze(lake, settings.catalog, raw, [DAYS[1]])
+
+    files = lake.sql(
+        f"SELECT file_path, record_count, partition FROM {BRONZE_TRANSACTIONS.qualified(settings.catalog)}.files"
+    ).collect()
+    per_day = defaultdict(list)
+    for file in files:
+        per_day[file["partition"]["transaction_date_day"]].append(file["record_count"])
+    assert {day: len(counts) for day, counts in per_day.items()} == {DAYS[0]: 1, DAYS[1]: 2}
+    assert sum(per_day[DAYS[1]]) == result.rows
+    for file in files:  # each writer sorts its share as the table's write order says
+        ids = [r[0] for r in lake.read.parquet(file["file_path"]).select("transaction_id").collect()]
+        assert ids == sorted(ids)
+
+
 def test_silver_is_typed_deduplicated_and_latest_update_wins(lake, settings, raw, api):
     pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
     result = pipeline.build_silver(lake, settings.catalog, DAYS)
