@@ -140,11 +140,11 @@ def _table_row(s) -> list:
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
-    from etr_assets.sources import synthetic_api
+    from etr_assets.sources import synthetic_cli
 
     forwarded = ["--host", args.host, "--port", str(args.port), "--seed", str(settings.api_seed)]
     forwarded += ["--per-day", str(settings.api_transactions_per_day)]
-    return synthetic_api.main(forwarded)
+    return synthetic_cli.main(forwarded)
 
 
 def cmd_iam_policy(settings: Settings, args: argparse.Namespace) -> int:

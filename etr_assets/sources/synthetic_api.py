@@ -1,10 +1,10 @@
 """A deterministic synthetic BNPL API on loopback, for local runs and tests: the HTTP server.
 
 Every response is a pure function of (config, day): the same request returns byte-identical JSON from any
-server instance in any process. The records come from ``synthetic_data`` (re-exported here), the fault logic
-from ``synthetic_faults`` and the command line from ``synthetic_cli``.
+server instance in any process. The records come from ``synthetic_data`` (re-exported here) and the fault logic
+from ``synthetic_faults``; the command line, ``synthetic_cli``, imports this module and never the reverse.
 
-Run on its own with ``python -m etr_assets.sources.synthetic_api --port 8765``. Stdlib only, on purpose:
+Run on its own with ``etr api`` or ``python -m etr_assets.sources.synthetic_cli --port 8765``. Stdlib only, on purpose:
 the pipeline and the tests start it without Dagster or Spark.
 
 Fault switches (``ApiFaults``, logic in ``synthetic_faults``) make it fail, stall, corrupt records, drift its
@@ -24,7 +24,6 @@ import sys
 import threading
 import urllib.parse
 
-from etr_assets.sources.synthetic_cli import main
 from etr_assets.sources.synthetic_data import (
     EPOCH,
     LAST_DAY,
@@ -52,7 +51,6 @@ __all__ = [
     "RunningApi",
     "customers_as_of",
     "customers_served",
-    "main",
     "malformed_kind",
     "merchants_as_of",
     "merchants_served",
@@ -303,7 +301,3 @@ def serve(
     )
     thread.start()
     return RunningApi(server, thread, config)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

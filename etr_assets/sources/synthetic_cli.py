@@ -1,4 +1,4 @@
-"""The command line of the synthetic BNPL API: ``python -m etr_assets.sources.synthetic_api`` runs ``main``."""
+"""The command line of the synthetic BNPL API (``etr api`` or ``python -m etr_assets.sources.synthetic_cli``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import signal
 import sys
 import threading
 
+from etr_assets.sources.synthetic_api import serve
 from etr_assets.sources.synthetic_data import ApiConfig
 from etr_assets.sources.synthetic_faults import ApiFaults
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m etr_assets.sources.synthetic_api",
+        prog="python -m etr_assets.sources.synthetic_cli",
         description="Serve deterministic synthetic BNPL data over HTTP.",
     )
     parser.add_argument("--host", default="127.0.0.1")
@@ -52,9 +53,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    # Imported here, not at the top: synthetic_api imports this module to re-export main.
-    from etr_assets.sources.synthetic_api import serve
-
     stopping = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -71,3 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -295,10 +295,20 @@ def test_stop_is_idempotent_and_closes_the_port():
         urllib.request.urlopen(f"{running.url}/health", timeout=2)
 
 
+def test_the_server_module_never_imports_its_command_line():
+    # The CLI imports the server; the reverse would make a circle (even a deferred import counts).
+    import ast
+
+    tree = ast.parse((ROOT / "etr_assets/sources/synthetic_api.py").read_text())
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in modules if m and "synthetic_cli" in m}
+
+
 def test_main_serves_until_sigint():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     process = subprocess.Popen(
-        [sys.executable, "-m", "etr_assets.sources.synthetic_api", "--port", "0", "--seed", "11", "--token", "t0k"],
+        [sys.executable, "-m", "etr_assets.sources.synthetic_cli", "--port", "0", "--seed", "11", "--token", "t0k"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -338,11 +348,11 @@ from etr_assets.sources.synthetic_api import (  # noqa: E402
     MALFORMED_KINDS,
     ApiFaults,
     customers_served,
-    main,
     malformed_kind,
     merchants_served,
     transactions_served,
 )
+from etr_assets.sources.synthetic_cli import main  # noqa: E402
 
 TX = f"/v1/transactions?date={DAY}"
 
@@ -657,7 +667,7 @@ def test_main_fault_flags_and_admin_switch_a_subprocess_server():
         [
             sys.executable,
             "-m",
-            "etr_assets.sources.synthetic_api",
+            "etr_assets.sources.synthetic_cli",
             "--port",
             "0",
             "--fail-requests",
