@@ -3,6 +3,8 @@ standing in for Glue/EMR, with the materialization figures and blocking-check re
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
@@ -84,7 +86,11 @@ def test_glue_job_parameters_carry_iceberg_the_glue_catalog_and_the_package(tmp_
     args = params["Arguments"]
     assert args["--datalake-formats"] == "iceberg"
     assert args["--extra-py-files"] == "s3://etr-lake/code/etr_assets.zip"
-    assert args["--additional-python-modules"] == "dagster-pipes==1.13.27"
+    # The job installs the dagster-pipes this orchestrator's dagster was released with (and runs here), so both
+    # ends speak one Pipes protocol; a dagster upgrade without moving the pin fails here.
+    required = [r for r in importlib.metadata.requires("dagster") if r.startswith("dagster-pipes")]
+    installed = f"dagster-pipes=={importlib.metadata.version('dagster-pipes')}"
+    assert args["--additional-python-modules"] == installed and required == [installed]
     # One --conf argument, the others chained in its value (Glue's only way to pass several).
     conf = dict(pair.split("=", 1) for pair in args["--conf"].split(" --conf "))
     assert conf["spark.sql.catalog.etr.catalog-impl"] == "org.apache.iceberg.aws.glue.GlueCatalog"
