@@ -20,8 +20,9 @@ import json
 import sys
 from pathlib import Path
 
+from etr_assets.errors import EtrError
 from etr_assets.lake import iam
-from etr_assets.settings import Settings, SettingsError
+from etr_assets.settings import Settings
 
 
 def _human_bytes(size: int) -> str:
@@ -184,16 +185,12 @@ def read_ids(values: list[str]) -> list[str]:
 
 def cmd_erase(settings: Settings, args: argparse.Namespace) -> int:
     """Record the request where only the erasure reads it; the job is then launched with the reference only."""
-    from etr_assets.lake.erasure import ErasureError, audit_key
+    from etr_assets.lake.erasure import audit_key
     from etr_assets.lake.erasure.store import launch_hint, open_request_store
 
-    try:
-        audit_key(settings.profile)  # a missing key fails now, not in the job
-        store = open_request_store(settings.raw_root, s3_endpoint=settings.s3_endpoint, region=settings.region)
-        recorded = store.record(args.reference, read_ids(args.ids))
-    except ErasureError as exc:
-        print(f"etr erase: {exc}", file=sys.stderr)
-        return 1
+    audit_key(settings.profile)  # a missing key fails now, not in the job (an ErasureError: one line from main)
+    store = open_request_store(settings.raw_root, s3_endpoint=settings.s3_endpoint, region=settings.region)
+    recorded = store.record(args.reference, read_ids(args.ids))
     print(f"recorded erasure request {recorded.reference}: {recorded.customers} customer(s), in {recorded.uri}")
     print(f"{launch_hint(recorded.reference)[0].upper()}{launch_hint(recorded.reference)[1:]}")
     print("The ids stay in that file only until the erasure is proven; they never go into Dagster's storage.")
@@ -303,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         return args.run(settings, args)
-    except (SettingsError, RuntimeError, OSError) as exc:
+    except (EtrError, RuntimeError, OSError) as exc:  # EtrError: a project error, one line naming what and where
         print(f"etr {args.command}: {exc}", file=sys.stderr)
         return 1
 

@@ -12,6 +12,8 @@ import os
 from enum import StrEnum
 from pathlib import Path
 
+from etr_assets.errors import EtrError
+
 
 class Profile(StrEnum):
     """Where the lake lives: this machine (Hadoop catalog), S3 + PostgreSQL catalog, or S3 + AWS Glue."""
@@ -33,7 +35,7 @@ PROFILES = tuple(Profile)
 COMPUTES = tuple(Compute)
 
 
-class SettingsError(ValueError):
+class SettingsError(EtrError, ValueError):
     """A setting is missing or malformed; the message names the variable."""
 
 

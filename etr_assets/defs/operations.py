@@ -16,10 +16,11 @@ from pydantic import Field
 
 from etr_assets.defs.common import table_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
+from etr_assets.errors import EtrError
 from etr_assets.lake.bookkeeping import TABLE_CHANGES
-from etr_assets.lake.bronze import BadInputError, abandon_batch
+from etr_assets.lake.bronze import abandon_batch
 from etr_assets.lake.quality import Metric, record_metrics
-from etr_assets.lake.timetravel import NoSuchSnapshot, NotAnAncestor, daily_growth, rollback
+from etr_assets.lake.timetravel import daily_growth, rollback
 from etr_assets.pipeline.entities import CUSTOMERS, MERCHANTS
 from etr_assets.pipeline.transactions import TRANSACTIONS
 from etr_assets.tables import spec_for
@@ -50,7 +51,7 @@ def rollback_table_op(context: OpExecutionContext, config: RollbackConfig, lake:
             config.reason,
             context.run_id,
         )
-    except (NoSuchSnapshot, NotAnAncestor) as error:
+    except EtrError as error:
         raise Failure(description=str(error)) from None  # one line in the run, nothing changed
     context.log.info(
         f"{spec.identifier}: snapshot {record['from_snapshot_id']} -> {record['to_snapshot_id']} ({config.reason})"
@@ -94,7 +95,7 @@ def abandon_raw_batch_op(
             TABLE_CHANGES,
             context.run_id,
         )
-    except (BadInputError, ValueError) as error:
+    except EtrError as error:
         raise Failure(description=str(error)) from None
     context.log.info(record["reason"])
 

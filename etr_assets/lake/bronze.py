@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import math
 
+from etr_assets.errors import EtrError
 from etr_assets.lake.bookkeeping import record_rows
 from etr_assets.lake.evolve import TableChanges, ensure_table
 from etr_assets.lake.feeds import RawFeed
@@ -37,7 +38,7 @@ ROWS_PER_WRITER = 500_000
 DEFAULT_MAX_DAY_SHRINK = 0.5
 
 
-class BadInputError(ValueError):
+class BadInputError(EtrError, ValueError):
     """Input that cannot be loaded as declared; the message names the batch, the file and the problem."""
 
 
@@ -347,7 +348,7 @@ def abandon_batch(
     (audit.table_changes: action ABANDON_BATCH, the batch and the reason). Its files stay as evidence; its day keeps
     what bronze holds (an earlier batch, or nothing) and a later download of the day loads as usual."""
     if not reason.strip():
-        raise ValueError(f"abandoning raw batch {batch_id} needs a reason")
+        raise BadInputError(f"abandoning raw batch {batch_id} needs a reason")
     pending = {b.batch_id: b for b in raw.pending(feed.source, feed.endpoint)}
     batch = pending.get(batch_id.rsplit("/", 1)[-1])
     if batch is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from etr_assets.errors import EtrError
 from etr_assets.lake.specs import STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec, decimal_type
 from etr_assets.lake.writes import iceberg_table
 
@@ -28,7 +29,7 @@ _WIDENINGS = {("int", "bigint"), ("float", "double")}
 _MATCHED: dict[tuple[str, int], tuple[TableSpec, tuple]] = {}
 
 
-class UnsafeEvolution(ValueError):
+class UnsafeEvolution(EtrError, ValueError):
     """The spec asks for a change that would lose or reinterpret data; nothing was altered."""
 
 

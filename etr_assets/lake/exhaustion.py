@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+from etr_assets.errors import EtrError
+
 # java.lang.OutOfMemoryError: Java heap space (GC overhead limit exceeded, ...), or Spark's own when a task cannot
 # get execution memory.
 OUT_OF_MEMORY = re.compile(r"(?:java\.lang\.|org\.apache\.spark\.memory\.Spark)OutOfMemoryError(?::[^\n]*)?")
@@ -32,7 +34,7 @@ JVM_OUT_OF_MEMORY_EXIT = 52  # SparkExitCode.OOM: how an executor's JVM (the dri
 JVM_EXIT_WAIT_SECONDS = 5.0  # a JVM that hung up on Python may still be running its shutdown hooks
 
 
-class ResourceExhausted(RuntimeError):
+class ResourceExhausted(EtrError, RuntimeError):
     """The Spark driver ran out of heap, or a disk it writes to filled up; one line naming what to raise."""
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 from urllib.parse import urlparse
 
+from etr_assets.errors import EtrError
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Settings
 
@@ -156,7 +157,7 @@ class TableName(NamedTuple):
         return f"{self.namespace}.{self.name}"
 
 
-class MetadataUnreadable(RuntimeError):
+class MetadataUnreadable(EtrError, RuntimeError):
     """The table exists but its current metadata cannot be read; the message says which file and why."""
 
 

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from etr_assets.errors import EtrError
+
 T = TypeVar("T")
 
 # Class names (or message fragments) of Iceberg's commit conflicts, as they surface through py4j.
@@ -28,7 +30,7 @@ CONFLICT_MARKERS = (
 )
 
 
-class CommitConflictError(RuntimeError):
+class CommitConflictError(EtrError, RuntimeError):
     """Every attempt lost to a concurrent writer."""
 
 

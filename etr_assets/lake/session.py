@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+from etr_assets.errors import EtrError
 from etr_assets.settings import Settings
 
 SCALA = "2.12"  # pyspark 3.5 is built for Scala 2.12
@@ -33,7 +34,7 @@ HOT_CLASSES = (
 _IMPORTED: set[int] = set()  # gateways (by id) that have them
 
 
-class JarNotFound(RuntimeError):
+class JarNotFound(EtrError, RuntimeError):
     """A jar the profile needs is missing; the message says how to get it."""
 
 

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from etr_assets.errors import EtrError
+
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 
 
@@ -85,7 +87,7 @@ DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
 )
 
 
-class SpecError(ValueError):
+class SpecError(EtrError, ValueError):
     """A table spec is malformed; the message names the table and the field."""
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from etr_assets.errors import EtrError
 from etr_assets.lake.bookkeeping import TABLE_CHANGES, record_rows
 from etr_assets.lake.writes import current_snapshot_id
 
 
-class NoSuchSnapshot(LookupError):
+class NoSuchSnapshot(EtrError, LookupError):
     """The table has no snapshot matching the request; the message names the table and what was asked."""
 
 
-class NotAnAncestor(ValueError):
+class NotAnAncestor(EtrError, ValueError):
     """A rollback target that is not in the current snapshot's history; the message names both snapshots."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from etr_assets.errors import EtrError
 from etr_assets.lake.quality import (
     CheckOutcome,
     expectation_outcomes,
@@ -18,7 +19,7 @@ from etr_assets.lake.quality import (
 from etr_assets.lake.specs import TableSpec
 
 
-class AuditFailed(RuntimeError):
+class AuditFailed(EtrError, RuntimeError):
     """Blocking checks failed on the audit branch; main was not touched."""
 
     def __init__(self, message: str, branch: str, results: list[CheckOutcome]):

@@ -20,13 +20,15 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
+from etr_assets.errors import EtrError
+
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # The largest synthetic day (999,999 transactions and their re-sent copies) is 1,030 pages of 1,000 records; an API
 # that never stops paging is a fault, not a big day.
 MAX_PAGES = 10_000
 
 
-class ApiError(RuntimeError):
+class ApiError(EtrError, RuntimeError):
     """The API refused or failed; the message names the endpoint, the status and the attempts made."""
 
     def __init__(self, message: str, *, endpoint: str, status: int | None = None):

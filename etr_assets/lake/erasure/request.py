@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import os
 
+from etr_assets.errors import EtrError
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.frames import local_frame
 from etr_assets.lake.specs import TableSpec, _sql_string
@@ -26,7 +27,7 @@ DELETE, EXPIRE, VERIFY = "GDPR_DELETE", "GDPR_EXPIRE", "GDPR_VERIFY"
 DONE, NOT_FOUND, VERIFIED, FAILED = "DONE", "NOT_FOUND", "VERIFIED", "FAILED"
 
 
-class ErasureError(ValueError):
+class ErasureError(EtrError, ValueError):
     """A request that cannot be carried out as given; the message names the value and where it came from."""
 
 
