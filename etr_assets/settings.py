@@ -29,10 +29,11 @@ class Compute(StrEnum):
     LOCAL = "local"
     GLUE = "glue"
     EMR_SERVERLESS = "emr-serverless"
+    SUBPROCESS = "subprocess"  # the job script in a child process: the tests' Pipes run without AWS, not a setting
 
 
 PROFILES = tuple(Profile)
-COMPUTES = tuple(Compute)
+COMPUTES = tuple(c for c in Compute if c != Compute.SUBPROCESS)  # what ETR_COMPUTE accepts
 
 
 class SettingsError(EtrError, ValueError):
@@ -41,7 +42,7 @@ class SettingsError(EtrError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    profile: str = Profile.LOCAL.value  # a Profile
+    profile: Profile = Profile.LOCAL
     home: Path = Path(".etr")
     catalog: str = "etr"
     # Spark
@@ -72,7 +73,7 @@ class Settings:
     max_reject_rate: float = 0.05  # a batch refusing more than this share of its records fails and stays pending
     max_day_shrink: float = 0.5  # a reload shrinking a loaded day by more than this share fails and stays pending
     pending_alert_hours: float = 6.0  # the sensor reports batches pending longer than this
-    compute: str = Compute.LOCAL.value  # a Compute
+    compute: Compute = Compute.LOCAL
     glue_job_name: str = ""
     glue_worker_type: str = "G.1X"
     glue_workers: int = 2
@@ -84,12 +85,11 @@ class Settings:
             raise SettingsError(f"ETR_PROFILE={self.profile!r} is not one of {', '.join(PROFILES)}")
         if self.compute not in COMPUTES:
             raise SettingsError(f"ETR_COMPUTE={self.compute!r} is not one of {', '.join(COMPUTES)}")
-        # Kept as plain text (equal to the enum members): settings travel into Dagster config and job parameters.
-        object.__setattr__(self, "profile", Profile(self.profile).value)
-        object.__setattr__(self, "compute", Compute(self.compute).value)
-        if self.profile != "local" and not self.bucket:
+        object.__setattr__(self, "profile", Profile(self.profile))  # from text (ETR_PROFILE, a test) to the enum
+        object.__setattr__(self, "compute", Compute(self.compute))
+        if self.profile != Profile.LOCAL and not self.bucket:
             raise SettingsError(f"ETR_PROFILE={self.profile} needs ETR_S3_BUCKET (the lake's bucket)")
-        if self.profile == "s3" and not self.jdbc_url:
+        if self.profile == Profile.S3 and not self.jdbc_url:
             raise SettingsError("ETR_PROFILE=s3 needs ETR_JDBC_URL (the PostgreSQL Iceberg catalog)")
         if self.table_format_version not in (0, 2, 3):
             raise SettingsError(f"ETR_TABLE_FORMAT_VERSION={self.table_format_version} must be 2 or 3 (or unset)")
@@ -97,11 +97,11 @@ class Settings:
             raise SettingsError(f"ETR_MAX_REJECT_RATE={self.max_reject_rate} must be between 0 and 1")
         if not 0 <= self.max_day_shrink <= 1:
             raise SettingsError(f"ETR_MAX_DAY_SHRINK={self.max_day_shrink} must be between 0 and 1")
-        if self.compute != "local" and self.profile == "local":
+        if self.compute != Compute.LOCAL and self.profile == Profile.LOCAL:
             raise SettingsError(f"ETR_COMPUTE={self.compute} needs a shared lake: ETR_PROFILE=aws (or s3), not local")
-        if self.compute == "glue" and not self.glue_job_name:
+        if self.compute == Compute.GLUE and not self.glue_job_name:
             raise SettingsError("ETR_COMPUTE=glue needs ETR_GLUE_JOB_NAME (the Glue job that runs etr_assets)")
-        if self.compute == "emr-serverless" and not (self.emr_application_id and self.remote_role_arn):
+        if self.compute == Compute.EMR_SERVERLESS and not (self.emr_application_id and self.remote_role_arn):
             raise SettingsError("ETR_COMPUTE=emr-serverless needs ETR_EMR_APPLICATION_ID and ETR_REMOTE_ROLE_ARN")
         if not self.catalog.isidentifier():
             raise SettingsError(f"ETR_CATALOG={self.catalog!r} must be a plain identifier")
@@ -111,15 +111,15 @@ class Settings:
     @property
     def warehouse(self) -> str:
         """The Iceberg warehouse root, in the scheme the profile's file IO expects."""
-        if self.profile == "local":
+        if self.profile == Profile.LOCAL:
             return (self.home / "warehouse").as_uri()
-        scheme = "s3a" if self.profile == "s3" else "s3"
+        scheme = "s3a" if self.profile == Profile.S3 else "s3"
         return f"{scheme}://{self.bucket}/warehouse"
 
     @property
     def raw_root(self) -> str:
         """Root of the raw zone: a local folder, or an ``s3://bucket/raw`` prefix."""
-        if self.profile == "local":
+        if self.profile == Profile.LOCAL:
             return str(self.home / "raw")
         return f"s3://{self.bucket}/raw"
 
@@ -141,12 +141,12 @@ class Settings:
         """The Iceberg format version of new tables (unless their spec pins one): ETR_TABLE_FORMAT_VERSION, else 3
         (deletion vectors) on the local and s3 profiles and 2 on aws, where Amazon Athena (which cannot read v3)
         queries the tables."""
-        return self.table_format_version or (2 if self.profile == Profile.AWS.value else 3)
+        return self.table_format_version or (2 if self.profile == Profile.AWS else 3)
 
     @property
     def serialize_writers(self) -> bool:
         """The Hadoop catalog has no atomic commit on a local disk: one writer per table at a time."""
-        return self.profile == "local"
+        return self.profile == Profile.LOCAL
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:

@@ -3,7 +3,7 @@ through Dagster Pipes. Either way the layer is built and finished by `etr_assets
 job: `etr_assets/remote/run_layer.py`), and the asset gets the same materialization and check results. Every table
 asset's body is `yield from layer_runner.run(...)`: the runner alone decides where.
 
-`compute="subprocess"` runs the job script in a child process on this machine (its own JVM): what the tests use
+`Compute.SUBPROCESS` runs the job script in a child process on this machine (its own JVM): what the tests use
 to exercise the whole protocol without AWS.
 """
 
@@ -27,13 +27,13 @@ from etr_assets.lake.quality import metrics_of, record_metrics
 from etr_assets.lake.wap import AuditFailed, branch_name
 from etr_assets.pipeline.layers import LAYERS, LayerRequest, run_layer
 from etr_assets.remote import jobs
-from etr_assets.settings import Settings
+from etr_assets.settings import Compute, Settings
 
 PIPES_PREFIX = "pipes"  # context and messages exchanged with the job, under the lake's bucket (IAM: PipesExchange)
 
 
 class LayerRunner(ConfigurableResource):
-    compute: str = "local"  # local | glue | emr-serverless | subprocess
+    compute: Compute = Compute.LOCAL
     settings_env: dict[str, str] = Field(default_factory=dict)  # what the job rebuilds its Settings from (no secrets)
     start_job_run_params: dict = Field(default_factory=dict)  # Glue's or EMR Serverless's, from etr_assets.remote.jobs
     bucket: str = ""
@@ -42,18 +42,15 @@ class LayerRunner(ConfigurableResource):
 
     @property
     def remote(self) -> bool:
-        return self.compute != "local"
+        return self.compute != Compute.LOCAL
 
     def aws_client(self):
         """The boto3 client of the compute service (credentials from the environment or the role)."""
         import boto3
 
-        service = {"glue": "glue", "emr-serverless": "emr-serverless"}.get(self.compute)
-        if service is None:
-            raise ValueError(
-                f"LayerRunner.compute={self.compute!r} is not one of local, glue, emr-serverless, subprocess"
-            )
-        return boto3.client(service, region_name=self.region)
+        if self.compute not in (Compute.GLUE, Compute.EMR_SERVERLESS):
+            raise ValueError(f"LayerRunner.compute={self.compute} has no AWS service (glue or emr-serverless)")
+        return boto3.client(self.compute.value, region_name=self.region)  # the values are the services' names
 
     def run(
         self,
@@ -74,9 +71,9 @@ class LayerRunner(ConfigurableResource):
         if not self.remote:
             yield from self._run_here(context, lake, raw_zone, request)
             return
-        extras = request.to_extras() | {"settings": self.settings_env, "platform": self.compute}
+        extras = request.to_extras() | {"settings": self.settings_env, "platform": self.compute.value}
         context.log.info(f"running {layer} on {self.compute} for {', '.join(request.days)}")
-        if self.compute == "subprocess":
+        if self.compute == Compute.SUBPROCESS:
             from dagster import PipesSubprocessClient
 
             invocation = PipesSubprocessClient().run(
@@ -146,7 +143,7 @@ class LayerRunner(ConfigurableResource):
         injector = PipesS3ContextInjector(bucket=self.bucket, client=s3, key_prefix=PIPES_PREFIX)
         reader = prefixed_message_reader(bucket=self.bucket, client=s3, interval=2)
         client = self.aws_client()
-        if self.compute == "glue":
+        if self.compute == Compute.GLUE:
             return PipesGlueClient(context_injector=injector, message_reader=reader, client=client)
         return PipesEMRServerlessClient(client=client, context_injector=injector, message_reader=reader)
 
@@ -170,9 +167,9 @@ def prefixed_message_reader(**kwargs):
 
 def build_layer_runner(settings: Settings) -> LayerRunner:
     params = {}
-    if settings.compute == "glue":
+    if settings.compute == Compute.GLUE:
         params = jobs.glue_job_run_params(settings)
-    elif settings.compute == "emr-serverless":
+    elif settings.compute == Compute.EMR_SERVERLESS:
         params = jobs.emr_serverless_job_run_params(settings)
     return LayerRunner(
         compute=settings.compute,

@@ -33,7 +33,7 @@ def job_spark_conf(settings: Settings) -> dict[str, str]:
 def settings_env(settings: Settings) -> dict[str, str]:
     """The (non-secret) settings the job rebuilds `Settings` from; it never gets a token or a password."""
     env = {
-        "ETR_PROFILE": settings.profile,
+        "ETR_PROFILE": settings.profile.value,
         "ETR_CATALOG": settings.catalog,
         "ETR_S3_BUCKET": settings.bucket,
         "ETR_AWS_REGION": settings.region,

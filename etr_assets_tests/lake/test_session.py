@@ -7,7 +7,7 @@ import pytest
 
 from etr_assets import settings as settings_module
 from etr_assets.lake.session import ICEBERG_EXTENSIONS, JarNotFound, iceberg_runtime_jar, spark_conf
-from etr_assets.settings import Settings, SettingsError, driver_memory_for
+from etr_assets.settings import Compute, Profile, Settings, SettingsError, driver_memory_for
 
 
 def test_iceberg_runtime_comes_from_the_wheel():
@@ -71,6 +71,7 @@ def test_settings_come_from_documented_variables(tmp_path):
     assert settings.home == tmp_path and settings.start_date.isoformat() == "2024-06-01"
     assert settings.api_transactions_per_day == 15 and settings.spark_jars == ("/a.jar", "/b.jar")
     assert Settings.from_env({}).home == Path(".etr").absolute()
+    assert settings.profile is Profile.LOCAL and settings.compute is Compute.LOCAL  # the enums, not their text
 
 
 @pytest.mark.parametrize(
@@ -82,6 +83,7 @@ def test_settings_come_from_documented_variables(tmp_path):
         ({"ETR_START_DATE": "yesterday"}, "ETR_START_DATE='yesterday' is not a date"),
         ({"ETR_API_TRANSACTIONS_PER_DAY": "many"}, "ETR_API_TRANSACTIONS_PER_DAY='many' is not an integer"),
         ({"ETR_CATALOG": "my-catalog"}, "ETR_CATALOG='my-catalog' must be a plain identifier"),
+        ({"ETR_COMPUTE": "subprocess"}, "ETR_COMPUTE='subprocess' is not one of local, glue, emr-serverless"),
     ],
 )
 def test_bad_settings_name_the_variable(env, message):
