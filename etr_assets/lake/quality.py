@@ -176,13 +176,15 @@ def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome
     A table with days checks only the keys its days hold, against the rows whose key lies between those keys'
     least and greatest: a literal range Iceberg prunes data files by, so with keys that grow over time (provider
     ids) a day reads its own files, not the whole history. A repeat between two other days was reported when
-    they were written."""
+    they were written. That range is planned once: the repeated keys (normally none, at most `LOOKUP_KEYS` kept)
+    come back in one job and the count, the examples and the rows per day are taken from them, since planning it
+    reads the bounds of every data file the table holds, a cost that grows with the table."""
     from pyspark.sql import functions as F
 
     key, day_column = spec.unique_key, spec.day_column
     scope = df
+    in_days = df.where(F.col(day_column).isin(sorted(days))) if day_column else df
     if day_column:
-        in_days = df.where(F.col(day_column).isin(sorted(days)))
         least, greatest = in_days.agg(F.min(key), F.max(key)).first()
         if least is None:
             scope = in_days
@@ -190,12 +192,17 @@ def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome
             near = df.where(F.col(key).between(F.lit(least), F.lit(greatest)))
             scope = near.join(in_days.select(key), key, "left_semi")
     repeated = scope.groupBy(key).count().where("count > 1")
-    count = repeated.count()
-    sample = ", ".join(str(r[key]) for r in repeated.limit(5).collect()) if count else ""
+    found = [r[0] for r in repeated.select(key).limit(LOOKUP_KEYS + 1).collect()]
+    if len(found) <= LOOKUP_KEYS:
+        count, sample = len(found), ", ".join(str(k) for k in found[:5])
+        repeated_rows = in_days.where(F.col(key).isin(found)) if found else None
+    else:  # too many to carry: counted and joined where they are
+        count = repeated.count()
+        sample = ", ".join(str(r[key]) for r in repeated.limit(5).collect())
+        repeated_rows = in_days.join(repeated.select(key), key, "left_semi")
     by_day = {}
     if day_column:
-        rows = df.where(F.col(day_column).isin(sorted(days))).join(repeated.select(key), key, "left_semi")
-        by_day = _per_day(rows, day_column, days)
+        by_day = _per_day(repeated_rows, day_column, days) if repeated_rows is not None else _every_day({}, days)
     return CheckOutcome(f"{key}_is_unique", f"{key} is unique", count == 0, count, sample, by_day=by_day)
 
 
@@ -206,24 +213,47 @@ def reference_outcome(
 
     `most_keys`: a filter of the referenced table that holds almost every key (a history's current versions). Keys
     found there are known without reading the rest; the few others are looked up by value (a literal list Iceberg
-    skips files by), so a check of one day does not read a history that grows every day."""
+    skips files by), so a check of one day does not read a history that grows every day. The rows left unresolved
+    by `most_keys` come back in one job, per key and day: the rows `most_keys` selects are read once per check
+    (their files pile up between compactions of a history: one more each daily apply), not again for the figures."""
     from pyspark.sql import functions as F
 
-    rows = df.where(F.col(spec.day_column).isin(sorted(days))) if spec.day_column else df
-    rows = rows.where(F.col(reference.column).isNotNull())
+    column, day_column = reference.column, spec.day_column
+    rows = df.where(F.col(day_column).isin(sorted(days))) if day_column else df
+    rows = rows.where(F.col(column).isNotNull())
 
     def known(table):
-        return table.select(F.col(reference.key).alias(reference.column)).distinct()
+        return table.select(F.col(reference.key).alias(column)).distinct()
 
     if most_keys is not None:
-        rows = rows.join(known(referenced_df.where(most_keys)), reference.column, "left_anti")
-        others = [r[0] for r in rows.select(reference.column).distinct().limit(LOOKUP_KEYS + 1).collect()]
-        if len(others) <= LOOKUP_KEYS:
-            referenced_df = referenced_df.where(F.col(reference.key).isin(others or [None]))
-    unknown = rows.join(known(referenced_df), reference.column, "left_anti")
-    by_day = _per_day(unknown, spec.day_column, days)
-    count = int(sum(by_day.values())) if spec.day_column else unknown.count()
-    values = [str(r[0]) for r in unknown.select(reference.column).distinct().limit(5).collect()] if count else []
+        rows = rows.join(known(referenced_df.where(most_keys)), column, "left_anti")
+        groups = [column, day_column] if day_column else [column]
+        left = rows.groupBy(*groups).count().limit(LOOKUP_KEYS * max(1, len(days)) + 1).collect()
+        keys = {r[0] for r in left}
+        if len(keys) <= LOOKUP_KEYS and len(left) <= LOOKUP_KEYS * max(1, len(days)):
+            looked_up = referenced_df.where(F.col(reference.key).isin(sorted(keys))) if keys else None
+            found = {r[0] for r in known(looked_up).collect()} if looked_up is not None else set()
+            unknown_rows = [r for r in left if r[0] not in found]
+            by_day = _every_day(_sum_by(unknown_rows), days) if day_column else {}
+            count = sum(r["count"] for r in unknown_rows)
+            values = [str(v) for v in sorted({r[0] for r in unknown_rows})[:5]]
+            return _reference_result(reference, count, values, by_day)
+    unknown = rows.join(known(referenced_df), column, "left_anti")
+    by_day = _per_day(unknown, day_column, days)
+    count = int(sum(by_day.values())) if day_column else unknown.count()
+    values = [str(r[0]) for r in unknown.select(column).distinct().limit(5).collect()] if count else []
+    return _reference_result(reference, count, values, by_day)
+
+
+def _sum_by(rows) -> dict:
+    """Rows of (key, day, count): the counts summed per day."""
+    found: dict = {}
+    for r in rows:
+        found[r[1]] = found.get(r[1], 0) + r["count"]
+    return found
+
+
+def _reference_result(reference: Reference, count: int, values: list[str], by_day: dict[str, float]) -> CheckOutcome:
     return CheckOutcome(
         reference.name,
         f"every {reference.column} is a {reference.key} of {reference.table}",

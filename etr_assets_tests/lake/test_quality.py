@@ -227,6 +227,53 @@ def test_a_reference_to_a_history_finds_keys_outside_the_current_versions_by_val
     ).passed
 
 
+def counted(spark, df):
+    """`df` whose rows add to an accumulator each time a job reads them: how often a check reads a table, counted
+    by Spark itself (a cost that grows with the table is counted in rows, whatever the machine's load)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    reads = spark.sparkContext.accumulator(0)
+
+    def seen(_):
+        reads.add(1)
+        return True
+
+    return df.where(F.udf(seen, BooleanType()).asNondeterministic()(F.col(df.columns[0]))), reads
+
+
+def test_a_reference_to_a_history_reads_its_current_versions_once(spark):
+    """The current versions (whose files pile up between compactions of a history) are read once, the few keys
+    left looked up by value once: the figures per day, the count and the examples come from that one pass."""
+    (reference,) = SILVER_TRANSACTIONS.quality.references
+    versions = [(10, None), (12, None), (13, None), (11, dt.datetime(2025, 1, 3)), (10, dt.datetime(2025, 1, 2))]
+    history, reads = counted(spark, local_frame(spark, versions, "customer_id bigint, _valid_to timestamp"))
+    rows = frame(
+        spark,
+        [(1, 10, 5, 1.0, "APPROVED", D1), (2, 11, 5, 1.0, "APPROVED", D1)]
+        + [(3 + i, 77, 5, 1.0, "APPROVED", D2) for i in range(3)],
+    )
+    outcome = reference_outcome(rows, SILVER_TRANSACTIONS, reference, history, [D1, D2], "_valid_to IS NULL")
+    assert outcome.violations == 3 and outcome.by_day == {str(D1): 0.0, str(D2): 3.0} and outcome.examples == "77"
+    assert reads.value == 2 * len(versions)  # the current versions once, the lookup of 11 and 77 once
+
+
+def test_uniqueness_plans_the_range_of_its_keys_once(spark):
+    """The range scan of the keys (planned over every data file's bounds, which grows with the table) runs once: the
+    repeated keys come back in one job, and the count, the examples and the rows per day come from them."""
+    table, reads = counted(
+        spark,
+        frame(
+            spark, [(1, 10, 5, 1.0, "APPROVED", D1), (2, 10, 5, 1.0, "APPROVED", D2), (2, 11, 5, 1.0, "APPROVED", D2)]
+        ),
+    )
+    outcome = uniqueness_outcome(table, SILVER_TRANSACTIONS, [D2])
+    assert not outcome.passed and outcome.violations == 1 and outcome.examples == "2"
+    assert outcome.by_day == {str(D2): 2.0}
+    # The day's bounds, then the range joined with the day's keys, then the day's rows of the repeated key.
+    assert reads.value == 3 * 3 + 3
+
+
 def test_a_history_checks_the_versions_its_apply_wrote_not_every_version_kept(lake, settings):
     """A table without days checks only the rows `written_rows` selects: files written earlier are skipped by
     their `_ingested_at` bounds (here one is gone from disk, so reading every version would fail)."""
