@@ -22,7 +22,7 @@ import datetime as dt
 from collections.abc import Callable
 from enum import StrEnum
 
-from etr_assets.lake.writes import current_snapshot_id, iceberg_table
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table  # noqa: F401 (the callers import it here)
 
 
 class ReadMode(StrEnum):
@@ -68,13 +68,6 @@ class ReadPlan:
         return "\n".join(lines)
 
 
-def _snapshots(spark, qualified: str) -> dict[int, tuple[int | None, str]]:
-    return {
-        r[0]: (r[1], r[2])
-        for r in spark.sql(f"SELECT snapshot_id, parent_id, operation FROM {qualified}.snapshots").collect()
-    }
-
-
 def lineage_since(
     parent_of: Callable[[int], tuple[int | None, str] | None], head: int, since: int
 ) -> list[tuple[int, str]] | None:
@@ -104,6 +97,13 @@ def snapshot_in_metadata(table) -> Callable[[int], tuple[int | None, str] | None
         return (None if parent is None else int(parent)), snapshot.operation()
 
     return parent_of
+
+
+def _head_and_lineage(spark, qualified: str):
+    """(the snapshot `main` points at, None if none; `lineage_since`'s lookup on the table's metadata)."""
+    table = iceberg_table(spark, qualified)
+    main = table.refs().get("main")
+    return (None if main is None else int(main.snapshotId())), snapshot_in_metadata(table)
 
 
 def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ...]) -> tuple[int | None, str | None]:
@@ -153,10 +153,12 @@ def plan_reads(
     full_refresh: bool = False,
 ) -> ReadPlan:
     """Decide, per day, how little of `upstream` a rebuild of that day in `downstream` must read."""
-    head = current_snapshot_id(spark, upstream)
-    snapshots = _snapshots(spark, upstream) if head is not None else {}
-    downstream_snapshots = _snapshots(spark, downstream) if spark.catalog.tableExists(downstream) else {}
-    downstream_head = current_snapshot_id(spark, downstream) if downstream_snapshots else None
+    # Lineage is walked on each table's own metadata, a step per snapshot since a cursor and only for a day that has
+    # one (a first build has none): never a Spark job over every snapshot the table keeps.
+    head, upstream_parent = _head_and_lineage(spark, upstream)
+    downstream_head, downstream_parent = (
+        _head_and_lineage(spark, downstream) if spark.catalog.tableExists(downstream) else (None, None)
+    )
     changed: dict[int, set[dt.date | None]] = {}  # per snapshot, the days it touched (fetched once per chain)
 
     def touched(chain: list[tuple[int, str]], day: dt.date) -> list[tuple[int, str]]:
@@ -173,7 +175,7 @@ def plan_reads(
             return DayRead(day, ReadMode.WHOLE_DAY, "upstream table has no snapshot")
         if cursor.downstream_snapshot_id is not None and (
             downstream_head is None
-            or lineage_since(downstream_snapshots.get, downstream_head, cursor.downstream_snapshot_id) is None
+            or lineage_since(downstream_parent, downstream_head, cursor.downstream_snapshot_id) is None
         ):
             return DayRead(
                 day,
@@ -181,7 +183,7 @@ def plan_reads(
                 f"{downstream} no longer descends from snapshot {cursor.downstream_snapshot_id} "
                 "(rolled back, or history expired)",
             )
-        chain = lineage_since(snapshots.get, head, cursor.upstream_snapshot_id)
+        chain = lineage_since(upstream_parent, head, cursor.upstream_snapshot_id)
         if chain is None:
             return DayRead(
                 day,

@@ -53,6 +53,26 @@ def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(l
     assert again.rows_by_day == built.rows_by_day  # what the day holds, reported all the same
 
 
+def test_a_read_plan_walks_lineage_on_metadata_without_a_spark_job(lake, settings, raw):  # noqa: F811
+    """Planning reads no metadata table (`.snapshots` is every snapshot a table keeps, a job that grows with its
+    history): a day without a cursor needs no lineage at all, one with a cursor walks back to it on metadata."""
+    import uuid
+
+    from etr_assets.lake.incremental import plan_reads
+
+    pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    built = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: None})
+    bronze, silver = BRONZE_TRANSACTIONS.qualified(settings.catalog), SILVER_TRANSACTIONS.qualified(settings.catalog)
+    group = f"plan-{uuid.uuid4().hex}"
+    lake.sparkContext.setJobGroup(group, group)
+    try:
+        plan = plan_reads(lake, bronze, silver, "transaction_date", {D0: cursor_of(built), D1: None})
+    finally:
+        lake.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert [d.mode for d in plan.days] == [ReadMode.UNCHANGED, ReadMode.WHOLE_DAY]
+    assert lake.sparkContext.statusTracker().getJobIdsForGroup(group) == []
+
+
 @pytest.mark.slow
 def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, raw):  # noqa: F811
     pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
