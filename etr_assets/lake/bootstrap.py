@@ -15,13 +15,14 @@ metadata.json): the application does it. Two ways, one result:
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.evolve import ensure_table
-from etr_assets.lake.specs import FORMAT_VERSION, TableSpec, decimal_type
+from etr_assets.lake.specs import FORMAT_VERSION, SIMPLE_TYPES, TRANSFORM, TableSpec, decimal_type
 
-_TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,18 +56,8 @@ def warehouse_location(warehouse: str, spec: TableSpec) -> str:
 def iceberg_type(type_name: str, where: str):
     from pyiceberg import types as T
 
-    simple = {
-        "string": T.StringType(),
-        "bigint": T.LongType(),
-        "int": T.IntegerType(),
-        "float": T.FloatType(),
-        "double": T.DoubleType(),
-        "boolean": T.BooleanType(),
-        "date": T.DateType(),
-        "timestamp": T.TimestamptzType(),  # Spark's timestamp is Iceberg's timestamptz (docs/stack.md)
-    }
-    if type_name in simple:
-        return simple[type_name]
+    if type_name in SIMPLE_TYPES:
+        return getattr(T, SIMPLE_TYPES[type_name][1])()
     decimal = decimal_type(type_name)
     if decimal:
         return T.DecimalType(*decimal)
@@ -94,7 +85,7 @@ def iceberg_schema(spec: TableSpec):
 def _transform(text: str, where: str):
     from pyiceberg import transforms as X
 
-    match = _TRANSFORM.match(text)
+    match = TRANSFORM.match(text)
     if not match:
         raise ValueError(f"{where}: partition transform {text!r} is not understood")
     if match.group(6):
@@ -218,7 +209,7 @@ def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str, forma
     return BootstrapResult(tuple(created_ns), tuple(created), tuple(existing))
 
 
-def bootstrap_with_spark(spark, catalog: str, specs: Iterable[TableSpec]) -> BootstrapResult:
+def bootstrap_with_spark(spark: SparkSession, catalog: str, specs: Iterable[TableSpec]) -> BootstrapResult:
     """`ensure_table` for every spec: creates what is missing and evolves the rest to its spec."""
     specs = list(specs)
     before = {ns for ns in namespaces(specs) if spark.catalog.databaseExists(f"{catalog}.{ns}")}

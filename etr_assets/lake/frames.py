@@ -6,25 +6,21 @@ import datetime as dt
 import decimal
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from etr_assets.lake.specs import Column, TableSpec, decimal_type
+from etr_assets.lake.specs import SIMPLE_TYPES, Column, TableSpec, decimal_type
+
+if TYPE_CHECKING:  # for annotations only: pyspark is imported inside the functions that use it
+    from pyspark.sql import Column as SqlColumn
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
 
 
-def spark_type(type_name: str):
+def spark_type(type_name: str) -> DataType:
     from pyspark.sql import types as T
 
-    simple = {
-        "string": T.StringType(),
-        "bigint": T.LongType(),
-        "int": T.IntegerType(),
-        "float": T.FloatType(),
-        "double": T.DoubleType(),
-        "boolean": T.BooleanType(),
-        "date": T.DateType(),
-        "timestamp": T.TimestampType(),
-    }
-    if type_name in simple:
-        return simple[type_name]
+    if type_name in SIMPLE_TYPES:
+        return getattr(T, SIMPLE_TYPES[type_name][0])()
     decimal = decimal_type(type_name)
     if decimal:
         return T.DecimalType(*decimal)
@@ -46,7 +42,7 @@ _EXACT_TEXT = {
 }
 
 
-def parse_exactly(text, type_name: str):
+def parse_exactly(text: SqlColumn, type_name: str) -> SqlColumn:
     """`text` (a string column) as `type_name`, or NULL when the text is not exactly a value of that type: the
     integer, decimal (within its precision and scale), finite number, boolean, date or ISO-8601 timestamp."""
     from pyspark.sql import functions as F
@@ -65,7 +61,7 @@ def parse_exactly(text, type_name: str):
     return F.when(text.rlike(pattern), value)
 
 
-def spark_schema(columns: Iterable[Column]):
+def spark_schema(columns: Iterable[Column]) -> StructType:
     """A StructType for reading input with exactly these columns (all nullable: input may lack them)."""
     from pyspark.sql import types as T
 
@@ -80,7 +76,7 @@ def _json_value(value):
     raise TypeError(f"cannot put {type(value).__name__} {value!r} in a local frame")
 
 
-def local_frame(spark, rows: Iterable[dict | tuple], schema):
+def local_frame(spark: SparkSession, rows: Iterable[dict | tuple], schema: StructType | str) -> DataFrame:
     """Rows made in this process (bookkeeping records, ids) as a one-partition DataFrame of `schema`.
 
     `createDataFrame` of a list pickles it through a Python worker per core (about 0.3 s a write on two cores, and a
@@ -97,7 +93,7 @@ def local_frame(spark, rows: Iterable[dict | tuple], schema):
     return spark.range(1, numPartitions=1).select(F.inline(parsed)).select(*names)
 
 
-def conform(df, spec: TableSpec):
+def conform(df: DataFrame, spec: TableSpec) -> DataFrame:
     """Select the spec's columns in its order, cast to its types: what the table expects, nothing else."""
 
     present = set(df.columns)  # each `df.columns` asks the JVM for the schema
@@ -115,7 +111,7 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def count_by_day(df, days: list[dt.date], column: str) -> dict[str, int]:
+def count_by_day(df: DataFrame, days: list[dt.date], column: str) -> dict[str, int]:
     """Rows of `df` per day of `column`, for each of `days` (0 for a day without rows)."""
     found = {row[0].isoformat(): row[1] for row in df.groupBy(column).count().collect()}
     return {day.isoformat(): found.get(day.isoformat(), 0) for day in sorted(days)}

@@ -22,8 +22,22 @@ def decimal_type(type_name: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-SIMPLE_TYPES = ("string", "bigint", "int", "float", "double", "boolean", "date", "timestamp")
-_TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
+# Each simple column type (Spark SQL's name) -> its class in pyspark.sql.types and in pyiceberg.types, by name so that
+# specs import neither: `frames.spark_type` and `bootstrap.iceberg_type` derive from this one table.
+SIMPLE_TYPES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "string": ("StringType", "StringType"),
+        "bigint": ("LongType", "LongType"),
+        "int": ("IntegerType", "IntegerType"),
+        "float": ("FloatType", "FloatType"),
+        "double": ("DoubleType", "DoubleType"),
+        "boolean": ("BooleanType", "BooleanType"),
+        "date": ("DateType", "DateType"),
+        "timestamp": ("TimestampType", "TimestamptzType"),  # Spark's timestamp is Iceberg's timestamptz (docs/stack.md)
+    }
+)
+# A partition transform as a spec writes it: `days(col)`, `bucket(16, col)`, or a column (identity).
+TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|truncate)\((\d+),\s*(\w+)\)$|^(\w+)$")
 
 MIB = 1024 * 1024
 # Iceberg table property names this project reads or sets (one spelling each).
@@ -268,7 +282,7 @@ class TableSpec:
         if self.format_version is not None and self.format_version not in FORMAT_VERSIONS:
             raise SpecError(f"{where}: format_version {self.format_version} is not one of {FORMAT_VERSIONS}")
         for transform in self.partition_by:
-            match = _TRANSFORM.match(transform)
+            match = TRANSFORM.match(transform)
             if not match:
                 raise SpecError(f"{where}: partition transform {transform!r} is not understood")
             source = match.group(2) or match.group(5) or match.group(6)

@@ -7,7 +7,9 @@ import decimal
 
 import pytest
 
-from etr_assets.lake.frames import local_frame
+from etr_assets.lake.bootstrap import iceberg_type
+from etr_assets.lake.frames import _EXACT_TEXT, local_frame, spark_type
+from etr_assets.lake.specs import SIMPLE_TYPES
 
 SCHEMA = "id bigint, note string, day date, at timestamp, amount decimal(13,2), missing string, rate double, ok boolean"
 
@@ -38,3 +40,11 @@ def test_a_value_json_cannot_carry_is_refused_naming_it(spark):
         local_frame(spark, [(1, {"a"})], "id bigint, tags string")
     with pytest.raises(ValueError, match="Out of range float"):
         local_frame(spark, [(float("nan"),)], "rate double")
+
+
+@pytest.mark.parametrize("name", SIMPLE_TYPES)
+def test_each_simple_type_is_one_entry_that_spark_and_iceberg_both_resolve(name):
+    """A type added to specs.SIMPLE_TYPES needs nothing else than its exact-text pattern (strings need none)."""
+    assert spark_type(name).simpleString() == name  # the Spark class is the one Spark SQL calls `name`
+    assert iceberg_type(name, "t.c").is_primitive
+    assert name == "string" or name in _EXACT_TEXT
