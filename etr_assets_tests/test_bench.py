@@ -31,6 +31,10 @@ def test_every_benchmark_is_listed():
 
 
 def test_formats_reads_scan_counters_and_compares_updates(run):
+    from bench import formats
+    from etr_assets.lake.health import TableHealth
+    from etr_assets.lake.quality import Severity
+
     result = run("formats", repeats=2)  # every repeat must find the same rows to change
     reads = {(r["operation"], r["dataset"]): r for r in result["tables"][0]["rows"]}
     days = result["data"]["days"]
@@ -50,12 +54,15 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     cow = dml[("delete one customer", "Iceberg copy-on-write")]
     assert cow["delete_files_written"] == 0 and cow["files_rewritten"] >= 1
 
-    # Health, then the maintenance its sensor would launch, after a merge-on-read 1% update (at this size the few
-    # deletion vectors stay under the WARN limit: the verdict is recorded as found, maintenance runs regardless).
+    # Health, then the maintenance its sensor would launch, after a merge-on-read 1% update: at this size the few
+    # deletion vectors stay under the WARN limit, so the sensor would not act (maintenance runs regardless).
     updated, maintained = result["tables"][2]["rows"]
-    assert updated["delete_files"] >= 1 and updated["needs_maintenance"] == (
-        "no" if updated["health"] == "OK" else "yes"
-    )
+    assert updated["delete_files"] >= 1
+    assert (updated["health"], updated["needs_maintenance"], updated["reasons"]) == ("OK", "no", "none")
+    assert any("so the sensor would NOT launch table_maintenance" in note for note in result["notes"])
+    # A WARN table is one the sensor acts on, and the row says so.
+    warned = formats._health_figures(TableHealth("t", exists=True, status=Severity.WARN, reasons=("manifests",)))
+    assert (warned["health"], warned["needs_maintenance"], warned["reasons"]) == ("WARN", "yes", "manifests")
     assert maintained["delete_files_removed"] >= updated["delete_files"] and maintained["files_rewritten"] >= 1
     assert maintained["delete_files"] == 0 and "delete files" not in maintained["reasons"]
     assert maintained["full_scan_delete_files_read"] == 0
