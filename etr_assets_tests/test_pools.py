@@ -2,9 +2,10 @@
 
 The Hadoop catalog has no atomic commit on a local disk (docs/stack.md), so each table's writers take turns through
 a Dagster concurrency pool (`etr_assets/conf/dagster.yaml`: one slot per pool, op granularity). Two real `dagster
-asset materialize` processes start together on the same instance; their bronze and silver steps must not overlap,
-both days must land exactly, and no slot stays claimed. (A run killed while it holds a slot, and the runs after it
-that must not wait for ever: test_crash_recovery.py, whose kills land inside pooled steps.)
+asset materialize` processes start together on the same instance while the test holds the bronze pool's one slot:
+both must queue behind it (so they ran at the same time), then, once it is let go, their bronze and silver steps
+must not overlap, both days must land exactly, and no slot stays claimed. (A run killed while it holds a slot, and
+the runs after it that must not wait for ever: test_crash_recovery.py, whose kills land inside pooled steps.)
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
 from etr_assets_tests.test_cli_subprocess import isolated_env, tail
 
@@ -27,30 +30,41 @@ DAGSTER = str(Path(sys.executable).parent / "dagster")
 ETR = str(Path(sys.executable).parent / "etr")
 
 
-def step_windows(dagster_home: Path) -> dict[str, list[tuple[float, float]]]:
-    """(start, end) of every successful step by step key, across all runs of the instance."""
-    from dagster import DagsterEventType, DagsterInstance
-
+def step_windows(dagster_home: Path, end=DagsterEventType.STEP_SUCCESS) -> dict[str, list[tuple[float, float]]]:
+    """(start, `end` event) of every step by step key, across all runs of the instance (end=STEP_START: started)."""
     windows: dict[str, list[tuple[float, float]]] = {}
     with DagsterInstance.from_config(str(dagster_home)) as instance:
         for run in instance.get_runs():
             starts = {}
-            for entry in instance.all_logs(
-                run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}
-            ):
+            for entry in instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, end}):
                 if entry.dagster_event.event_type == DagsterEventType.STEP_START:
                     starts[entry.step_key] = entry.timestamp
-                else:
+                if entry.dagster_event.event_type == end:
                     windows.setdefault(entry.step_key, []).append((starts[entry.step_key], entry.timestamp))
     return windows
 
 
 BRONZE_POOL = "iceberg_bronze_bnpl_transactions_raw"
+HOLDER = ("the-test-holds-the-slot", "held_by_the_test")  # (run id, step key) of the test's own claim
+
+
+def queued_runs(dagster_home: Path, processes: list[subprocess.Popen], logs: list[Path]) -> set[str]:
+    """The runs waiting for BRONZE_POOL once every process has one there; fails if a bronze step starts first."""
+    deadline = time.monotonic() + 300
+    while True:
+        for process, log in zip(processes, logs):
+            assert process.poll() is None, f"a run ended while the test held the slot:\n{tail(log.read_text())}"
+        started = step_windows(dagster_home, DagsterEventType.STEP_START).get("bronze__bnpl_transactions_raw")
+        assert not started, "a bronze step started while the test held the pool's only slot"
+        with DagsterInstance.from_config(str(dagster_home)) as instance:
+            waiting = instance.event_log_storage.get_concurrency_info(BRONZE_POOL).pending_run_ids
+        if len(waiting) == len(processes):
+            return waiting
+        assert time.monotonic() < deadline, f"only {len(waiting)} run(s) reached the bronze pool"
+        time.sleep(0.5)
 
 
 def slot_holders(dagster_home: Path, pool: str) -> set[str]:
-    from dagster import DagsterInstance
-
     with DagsterInstance.from_config(str(dagster_home)) as instance:
         return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots}
 
@@ -79,20 +93,24 @@ def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
     # race) and the pools created before any run (Dagster creates them lazily, racily).
     subprocess.run([ETR, "prepare-instance"], env=env, capture_output=True, check=True, timeout=120)
     home = Path(env["DAGSTER_HOME"])
-    processes = []
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.event_log_storage.claim_concurrency_slot(BRONZE_POOL, *HOLDER).is_claimed
+    processes, logs = [], [tmp_path / f"{day}.log" for day in DAYS]
     try:
-        for day in DAYS:
-            processes.append(start_materialize(env, day, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        for process in processes:
-            out, err = process.communicate(timeout=600)
-            assert process.returncode == 0, tail(err)
+        for day, log in zip(DAYS, logs):
+            with log.open("w") as out:  # a file, not a pipe: nobody reads while the runs wait
+                processes.append(start_materialize(env, day, stdout=out, stderr=subprocess.STDOUT))
+        # Both runs wait for the slot at once: they ran concurrently, and neither has written bronze yet.
+        assert len(queued_runs(home, processes, logs)) == len(DAYS)
+        with DagsterInstance.from_config(str(home)) as instance:
+            instance.event_log_storage.free_concurrency_slot_for_step(*HOLDER)
+        for process, log in zip(processes, logs):
+            assert process.wait(timeout=600) == 0, tail(log.read_text())
     finally:
         for process in processes:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-
-    from dagster import DagsterInstance, DagsterRunStatus
 
     with DagsterInstance.from_config(str(home)) as instance:
         assert {r.status for r in instance.get_runs()} == {DagsterRunStatus.SUCCESS}
