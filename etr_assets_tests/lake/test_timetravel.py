@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 
@@ -20,6 +19,9 @@ SPEC = TableSpec(
 )
 
 
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def snapshots(lake, table):
     return [r[0] for r in lake.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at").collect()]
 
@@ -28,21 +30,24 @@ def snapshots(lake, table):
 def ledger(lake, settings):
     ensure_table(lake, settings.catalog, SPEC)
     table = SPEC.qualified(settings.catalog)
-    moments = []
     for batch in range(3):
         lake.sql(f"INSERT INTO {table} SELECT id, DATE'2025-01-01' FROM range({batch * 10}, {batch * 10 + 10})")
-        time.sleep(0.05)
-        moments.append(dt.datetime.now(dt.UTC))
-        time.sleep(0.05)
-    return table, moments
+    # Each commit's own time, as the table's metadata keeps it (milliseconds): no wall clock, no sleep.
+    query = f"SELECT unix_millis(committed_at) FROM {table}.snapshots ORDER BY committed_at"
+    millis = [r[0] for r in lake.sql(query).collect()]
+    assert len(set(millis)) == 3, millis
+    return table, [EPOCH + dt.timedelta(milliseconds=ms) for ms in millis]
 
 
 def test_read_as_of_a_snapshot_or_a_time(lake, ledger):
     table, moments = ledger
     first, second, third = snapshots(lake, table)
     assert read_as_of(lake, table, snapshot_id=first).count() == 10
+    # As of a commit's own time: that commit (at or before); a millisecond earlier: the one before it.
     assert read_as_of(lake, table, when=moments[1]).count() == 20
     assert snapshot_as_of(lake, table, moments[1]) == second
+    just_before = moments[1] - dt.timedelta(milliseconds=1)
+    assert snapshot_as_of(lake, table, just_before) == first and read_as_of(lake, table, when=just_before).count() == 10
     assert lake.sql(f"SELECT count(*) FROM {table} VERSION AS OF {first}").first()[0] == 10  # plain Iceberg SQL
     with pytest.raises(NoSuchSnapshot, match="has no snapshot 42"):
         read_as_of(lake, table, snapshot_id=42)
