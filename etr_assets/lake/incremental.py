@@ -124,23 +124,41 @@ def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ..
 
 
 def days_changed_by(spark, qualified: str, snapshot_ids: list[int], day_column: str) -> dict[int, set[dt.date | None]]:
-    """Per snapshot, the days whose files it added or deleted (manifest entries: metadata only); None: unknown."""
-    from pyspark.sql import functions as F
+    """Per snapshot, the days whose files it added or deleted (metadata only); None: unknown.
+
+    Read from each snapshot's own manifests (the data and delete files it added or removed), not the `all_entries`
+    metadata table, which reads every manifest of every snapshot the table keeps, a cost that grows with its history
+    whatever the few snapshots asked about."""
+    from etr_assets.lake.session import java_class
 
     changed: dict[int, set[dt.date | None]] = {sid: set() for sid in snapshot_ids}
     if not snapshot_ids:
         return changed
-    entries = spark.table(f"{qualified}.all_entries").where(
-        F.col("snapshot_id").isin(snapshot_ids) & (F.col("status") > 0)
-    )
+    table = iceberg_table(spark, qualified)
+    io, specs = table.io(), table.specs()
     field = f"{day_column}_day"  # the days(...) partition field; after partition evolution old files may lack it
-    day = (
-        F.col(f"data_file.partition.{field}")
-        if field in entries.select("data_file.partition.*").columns
-        else F.lit(None)
-    )
-    for row in entries.select("snapshot_id", day.alias("day")).distinct().collect():
-        changed[row[0]].add(row[1])
+    position: dict[int, int | None] = {}
+    for spec_id in specs.keySet():
+        names = [f.name() for f in specs.get(spec_id).fields()]
+        position[int(spec_id)] = names.index(field) if field in names else None
+    integer = java_class(spark, "java.lang.Class").forName("java.lang.Integer")
+    epoch = dt.date(1970, 1, 1)
+    for sid in snapshot_ids:
+        snapshot = table.snapshot(int(sid))
+        if snapshot is None:  # no longer kept: nothing known about it, as a query of its entries finds none
+            continue
+        for files in (
+            snapshot.addedDataFiles(io),
+            snapshot.removedDataFiles(io),
+            snapshot.addedDeleteFiles(io),
+            snapshot.removedDeleteFiles(io),
+        ):
+            it = files.iterator()
+            while it.hasNext():
+                file = it.next()
+                at = position.get(int(file.specId()))
+                value = None if at is None else file.partition().get(at, integer)
+                changed[sid].add(None if value is None else epoch + dt.timedelta(days=int(value)))
     return changed
 
 

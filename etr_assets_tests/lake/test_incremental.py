@@ -73,6 +73,31 @@ def test_a_read_plan_walks_lineage_on_metadata_without_a_spark_job(lake, setting
     assert lake.sparkContext.statusTracker().getJobIdsForGroup(group) == []
 
 
+def test_the_days_a_snapshot_changed_are_read_from_its_own_manifests(lake, settings, raw):  # noqa: F811
+    """Which days the snapshots since a cursor touched is read from those snapshots' own manifests: a manifest an
+    older snapshot wrote is never opened (here it is gone from disk), however many the table keeps."""
+    import os
+
+    from etr_assets.lake.incremental import plan_reads
+
+    bronze, silver = BRONZE_TRANSACTIONS.qualified(settings.catalog), SILVER_TRANSACTIONS.qualified(settings.catalog)
+    pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    built = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: None})
+    pipeline.load_bronze(lake, settings.catalog, raw, [D1])
+    older = lake.sql(
+        f"SELECT path FROM {bronze}.manifests WHERE added_snapshot_id = {cursor_of(built).upstream_snapshot_id}"
+    )
+    for (path,) in older.collect():
+        os.remove(path.removeprefix("file:"))
+
+    plan = plan_reads(lake, bronze, silver, "transaction_date", {D0: cursor_of(built)})
+    assert [(d.mode, d.reason) for d in plan.days] == [
+        (ReadMode.UNCHANGED, f"no snapshot since {cursor_of(built).upstream_snapshot_id} changed the day")
+    ]
+    with pytest.raises(Exception, match="(?i)not.*exist|FileNotFound|No such file"):
+        lake.table(f"{bronze}.all_entries").collect()
+
+
 @pytest.mark.slow
 def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, raw):  # noqa: F811
     pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
