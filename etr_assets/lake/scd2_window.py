@@ -150,7 +150,19 @@ def affected_keys(
     key = scd2.key
     versions = table.select(key, "_valid_from", "_valid_to", state.alias("_state"), _others(spec).alias("_others"))
     present = _latest_records(spec, new_records)
-    changed = _against_current(spark, spec, versions, present, mode, batches, held)
+    p, v = present.alias("p"), versions.alias("v")
+    covers = (F.col(f"p.{key}") == F.col(f"v.{key}")) & (F.col("v._valid_from") <= F.col("p._seq"))
+    covers = covers & (F.col("v._valid_to").isNull() | (F.col("p._seq") < F.col("v._valid_to")))
+    # At the version's very start the two records tie: implied only if they agree on every compared column.
+    implied = (F.col("v._state") == F.col("p._state")) & (
+        (F.col("p._seq") > F.col("v._valid_from")) | (F.col("v._others") == F.col("p._others"))
+    )
+    records = (
+        p.join(v, covers, "left")
+        .where(~F.coalesce(implied, F.lit(False)))  # no covering version, another state, or a version without hash
+        .select(F.col(f"p.{key}").alias(key), F.col("p._seq").alias("_at"))
+    )
+    changed = [records]
     if removed_records is not None:
         # A removed record changes nothing while the same record (time, state, other columns) is still some batch's
         # latest: the reloaded day's or one beside it. (A record of another content at that very time in another
@@ -161,83 +173,20 @@ def affected_keys(
             sent = sent.unionByName(_latest_records(spec, still_sent).select(*same))
         removed = _latest_records(spec, removed_records).join(sent, same, "left_anti")
         changed.append(removed.select(key, F.col("_seq").alias("_at")))
+    if mode == FeedMode.FULL:
+        # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
+        spanning = versions.crossJoin(F.broadcast(_snapshots(spark, batches))).where(
+            (F.col("_valid_from") < F.col("_at")) & (F.col("_valid_to").isNull() | (F.col("_at") < F.col("_valid_to")))
+        )
+        changed.append(
+            spanning.join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti").select(key, "_at")
+        )
     if mode == FeedMode.FULL and removed_records is not None:
         changed.append(_removed_absences(spark, spec, versions, present, removed_records, batches, held))
     union = changed[0]
     for frame in changed[1:]:
         union = union.unionByName(frame)
     return union.groupBy(key).agg(F.min("_at").alias("_lo"))
-
-
-def _against_current(spark, spec: TableSpec, versions, present, mode: str, batches: list[tuple], held=None) -> list:
-    """(key, `_at`) frames of the new records and snapshot absences the versions do not imply (module docstring).
-
-    Compared with the current versions first, in one join: a record at or after its key's current start is covered
-    by that version, and a full snapshot's absence of a current key changes it when the version began before the
-    snapshot. Only the rest is compared with the closed versions: records before their key's current start (or of
-    a key without one), read for those keys alone, and absences across a version that closed after the earliest new
-    snapshot, read from the partitions of those ends alone."""
-    from pyspark.sql import functions as F
-
-    key = spec.scd2.key
-    full = mode == FeedMode.FULL
-    current = versions.where(F.col("_valid_to").isNull()).drop("_valid_to")
-    closed = versions.where(F.col("_valid_to").isNotNull())
-    p = present.alias("p")
-    if full:  # every current key beside each new snapshot: a key a snapshot lacks meets no record of that batch
-        c = current.crossJoin(F.broadcast(_snapshots(spark, batches))).alias("c")
-        on = (F.col(f"p.{key}") == F.col(f"c.{key}")) & (F.col("p._batch_id") == F.col("c._batch_id"))
-        joined = p.join(c, on, "full_outer")
-    else:
-        c = current.alias("c")
-        joined = p.join(c, F.col(f"p.{key}") == F.col(f"c.{key}"), "left")
-    seen, is_current = F.col(f"p.{key}").isNotNull(), F.col(f"c.{key}").isNotNull()
-    covered = is_current & (F.col("c._valid_from") <= F.col("p._seq"))
-    # At the version's very start the two records tie: implied only if they agree on every compared column.
-    implied = (F.col("c._state") == F.col("p._state")) & (
-        (F.col("p._seq") > F.col("c._valid_from")) | (F.col("c._others") == F.col("p._others"))
-    )
-    kind = F.when(seen & covered, F.when(~F.coalesce(implied, F.lit(False)), "changed")).when(seen, "earlier")
-    if full:
-        kind = kind.when(F.col("c._valid_from") < F.col("c._at"), "absent")
-    classified = joined.select(
-        F.coalesce(F.col(f"p.{key}"), F.col(f"c.{key}")).alias(key),
-        kind.alias("_kind"),
-        F.when(seen, F.col("p._seq")).otherwise(F.col("c._at") if full else F.lit(None)).alias("_at"),
-        F.coalesce(F.col("p._batch_id"), F.col("c._batch_id") if full else F.lit(None)).alias("_batch_id"),
-        *[F.col(f"p.{column}").alias(column) for column in ("_seq", "_state", "_others")],
-    ).where(F.col("_kind").isNotNull())
-    changed = [classified.where(F.col("_kind") == "changed").select(key, "_at")]
-    absent = classified.where(F.col("_kind") == "absent").select(key, "_batch_id", "_at")
-    if held is not None and full:
-        absent = absent.join(held.select(key, "_batch_id"), [key, "_batch_id"], "left_anti")
-    changed.append(absent.select(key, "_at"))
-
-    # Records before their key's current start: the closed version covering each, if any, decides.
-    earlier = classified.where(F.col("_kind") == "earlier").select(key, "_seq", "_state", "_others").alias("e")
-    candidates = closed.join(earlier.select(key).distinct(), key, "left_semi").alias("v")
-    covers = (F.col(f"e.{key}") == F.col(f"v.{key}")) & (F.col("v._valid_from") <= F.col("e._seq"))
-    covers = covers & (F.col("e._seq") < F.col("v._valid_to"))
-    implied = (F.col("v._state") == F.col("e._state")) & (
-        (F.col("e._seq") > F.col("v._valid_from")) | (F.col("v._others") == F.col("e._others"))
-    )
-    changed.append(
-        earlier.join(candidates, covers, "left")
-        .where(~F.coalesce(implied, F.lit(False)))
-        .select(F.col(f"e.{key}").alias(key), F.col("e._seq").alias("_at"))
-    )
-    if full and batches:
-        # A closed version spanning a new snapshot's time ends after it: only the partitions of such ends are read.
-        first = F.timestamp_micros(F.lit(min(b[1] for b in batches)))
-        spanning = (
-            closed.where(F.col("_valid_to") > first)
-            .crossJoin(F.broadcast(_snapshots(spark, batches)))
-            .where((F.col("_valid_from") < F.col("_at")) & (F.col("_at") < F.col("_valid_to")))
-        )
-        changed.append(
-            spanning.join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti").select(key, "_at")
-        )
-    return changed
 
 
 def _latest_records(spec: TableSpec, records):
