@@ -15,18 +15,17 @@ the last one is current. Because history depends only on the *set* of observatio
 order, replayed or re-fetched give exactly the history in-order application gives. A deleted key comes back
 when the source sends it with a newer sequence value than the deletion.
 
-`merge_scd2` recomputes the affected keys, compares with the table and applies only the difference, published as
-one commit of main: a MERGE of the rows that change (updates of `_valid_to`/`_is_current`, deletes of versions an
-earlier observation splits or absorbs) and an append of the new versions. Nothing changed, nothing committed: a
-replay makes no snapshot.
+`merge_scd2` recomputes the affected keys, compares with the table and applies only the difference in a single
+MERGE (inserts, updates of `_valid_to`/`_is_current`, deletes of versions an earlier observation splits or
+absorbs). Nothing changed, nothing committed: a replay makes no snapshot.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from enum import StrEnum
 
-from etr_assets.lake.branch_write import merge_matched, publish_on_branch
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform
 from etr_assets.lake.retry import run_with_retries
@@ -127,10 +126,9 @@ def history(events, spec: TableSpec):
     return conform(versions, spec)
 
 
-def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, base: int | None, existing=None) -> Scd2Result:
-    """Make the table's rows for `keys` (or the `existing` rows given) equal `versions`, writing only what differs:
-    a MERGE of the rows to update or delete and an append of the new ones, published as one only if main is still
-    at `base` (the snapshot they were compared with; None: the table was empty)."""
+def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, existing=None) -> Scd2Result:
+    """Make the table's rows for `keys` (or the `existing` rows given) equal `versions`, in one MERGE of only
+    what differs."""
     from pyspark.sql import functions as F
 
     scd2 = _scd2_of(spec)
@@ -139,9 +137,7 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, base: int |
     # must not rewrite rows (it keeps pointing at the batch that first delivered the version).
     compared = [c for c in spec.column_names if c not in ("_ingested_at", "_source_file", "_batch_id")]
     if existing is None:
-        table = spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base)
-        table = table if base is None else table.load(target)
-        existing = table.join(keys.select(scd2.key).distinct(), scd2.key, "left_semi")
+        existing = spark.table(target).join(keys.select(scd2.key).distinct(), scd2.key, "left_semi")
     joined = versions.alias("n").join(existing.alias("e"), [scd2.key, "_valid_from"], "full_outer")
     new_present, old_present = F.col("n._is_current").isNotNull(), F.col("e._is_current").isNotNull()
     same = F.lit(True)
@@ -161,57 +157,37 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, base: int |
         else F.col(f"n.{c}").alias(c)
         for c in spec.column_names
     ]
-    # The end the table's row had: the rows the MERGE changes are found by it too (a history partitioned by it
-    # then reads only the partitions they sit in, often the current versions' alone).
-    delta = joined.select(*carried, F.col("e._valid_to").alias(_OLD_END), action.alias(_ACTION))
-    delta = delta.where(F.col(_ACTION).isNotNull()).cache()
-    try:
-        matched = F.col(_ACTION) != "insert"
-        stats = delta.agg(
-            F.count_if(F.col(_ACTION) == "insert").alias("insert"),
-            F.count_if(F.col(_ACTION) == "update").alias("update"),
-            F.count_if(F.col(_ACTION) == "delete").alias("delete"),
-            F.min(F.when(matched, F.unix_micros(_OLD_END))).alias("earliest_end"),
-        ).first()
-        changed = stats["update"] + stats["delete"]
-        if not (changed or stats["insert"]):
-            return Scd2Result(target, 0, 0, 0, None)
-        writes = []
-        if changed:
-            ends = "t._valid_to IS NULL"
-            if stats["earliest_end"] is not None:
-                ends = f"({ends} OR t._valid_to >= timestamp_micros({int(stats['earliest_end'])}))"
-            writes.append(lambda to: _merge_changed(spark, spec, to, delta.where(matched), changed, ends))
-        if stats["insert"]:
-            inserts = conform(delta.where(F.col(_ACTION) == "insert").select(*spec.column_names), spec)
-            writes.append(lambda to: inserts.writeTo(to).append())
-        publish_on_branch(spark, target, base, writes)
-    finally:
+    delta = joined.select(*carried, action.alias("_action")).where(F.col("_action").isNotNull()).cache()
+    counts = {row["_action"]: row["count"] for row in delta.groupBy("_action").count().collect()}
+    if not counts:
         delta.unpersist()
-    return Scd2Result(target, stats["insert"], stats["update"], stats["delete"], current_snapshot_id(spark, target))
+        return Scd2Result(target, 0, 0, 0, None)
 
-
-_ACTION, _OLD_END = "_action", "_old_valid_to"
-
-
-def _merge_changed(spark, spec: TableSpec, target: str, changed, rows: int, ends: str) -> None:
-    """Update or delete the table's rows `changed` names (by key and start); `ends`: a condition on the table's
-    `_valid_to` every such row meets, which Iceberg prunes files and partitions by."""
-    key = spec.scd2.key
-    updates = ", ".join(f"t.{c} = s.{c}" for c in spec.column_names if c not in (key, "_valid_from"))
-    merge_matched(
-        spark,
-        changed,
-        rows,
-        lambda view: (
+    view = f"scd2_delta_{uuid.uuid4().hex[:12]}"
+    delta.createOrReplaceTempView(view)
+    columns = spec.column_names
+    updates = ", ".join(f"t.{c} = s.{c}" for c in columns if c not in (scd2.key, "_valid_from"))
+    try:
+        spark.sql(
             f"""
             MERGE INTO {target} t
             USING {view} s
-            ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND {ends}
-            WHEN MATCHED AND s.{_ACTION} = 'delete' THEN DELETE
-            WHEN MATCHED AND s.{_ACTION} = 'update' THEN UPDATE SET {updates}
+            ON t.{scd2.key} = s.{scd2.key} AND t._valid_from = s._valid_from
+            WHEN MATCHED AND s._action = 'delete' THEN DELETE
+            WHEN MATCHED AND s._action = 'update' THEN UPDATE SET {updates}
+            WHEN NOT MATCHED AND s._action = 'insert' THEN INSERT ({", ".join(columns)})
+                VALUES ({", ".join("s." + c for c in columns)})
             """
-        ),
+        )
+    finally:
+        spark.catalog.dropTempView(view)
+        delta.unpersist()
+    return Scd2Result(
+        target,
+        counts.get("insert", 0),
+        counts.get("update", 0),
+        counts.get("delete", 0),
+        current_snapshot_id(spark, target),
     )
 
 
@@ -232,8 +208,7 @@ def recompute(spark, catalog: str, spec: TableSpec, records, mode: str, keys=Non
     chosen = records.select(scd2.key).distinct() if keys is None else keys.select(scd2.key).distinct()
     if keys is not None:
         events = events.join(chosen, scd2.key, "left_semi")
-    base = current_snapshot_id(spark, spec.qualified(catalog))
-    return merge_scd2(spark, catalog, spec, history(events, spec), chosen, base)
+    return merge_scd2(spark, catalog, spec, history(events, spec), chosen)
 
 
 def with_retries(spark, target: str, attempt):

@@ -118,7 +118,7 @@ def apply_window(
         records = records.join(affected, key, "left_semi")
         versions, existing, cached = _rebuild(spark, spec, table, records, affected, mode, snapshots, held)
         try:
-            result = merge_scd2(spark, catalog, spec, versions, changes, base, existing=existing)
+            result = merge_scd2(spark, catalog, spec, versions, changes, existing=existing)
         finally:
             for frame in cached:
                 frame.unpersist()
