@@ -28,10 +28,12 @@ state).
 
 from __future__ import annotations
 
-from etr_assets.lake.branch_write import BROADCAST_ROWS, merge_matched, publish_on_branch
+import uuid
+
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform, local_frame
 from etr_assets.lake.scd2 import Scd2Method, Scd2Result
+from etr_assets.lake.side_by_side import run_side_by_side
 from etr_assets.lake.specs import (
     CURRENT_VERSIONS,
     MERGE_MODE,
@@ -43,6 +45,12 @@ from etr_assets.lake.specs import (
 )
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
+# Closes or picks sent whole to every task: narrow rows (a key, a time or two, a hash or two), tens of MB at most.
+BROADCAST_ROWS = 2_000_000
+# Spark's estimate of the cached closes, rows of every classified column: what the threshold must admit.
+BROADCAST_BYTES = 512 * 1024 * 1024
+_BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
+BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
 _VALID_FROM_METRICS = METRICS_COLUMN_PROPERTY.format("_valid_from")
 SIDE_BY_SIDE_PROPERTIES = (MERGE_MODE, _VALID_FROM_METRICS, METRICS_DEFAULT)  # what side_by_side reads
 
@@ -257,16 +265,34 @@ def _write(
     watermark: int,
     together: bool,
 ) -> None:
-    """Close versions (a MERGE of matched rows) and append new ones, published as one (`publish_on_branch`), only if
-    nobody committed to main since `base`, which the classification read. `together`: side by side, where the
-    MERGE's scan of a small table is one task, which leaves a core to the append, and each write's planning and
-    commit overlap the other's jobs."""
-    writes = []
-    if closes:
-        writes.append(lambda to: _close(spark, spec, to, classified, closes, watermark))
-    if versions is not None:
-        writes.append(lambda to: versions.writeTo(to).append())
-    publish_on_branch(spark, target, base, writes, together)
+    """Close versions (a MERGE of matched rows) and append new ones on a branch made at `base` (`together`: side
+    by side), then fast-forward main to it: both at once, and only if nobody committed to main since `base`, which
+    the classification read."""
+    if base is None:  # the table's first rows: nothing to close, and no snapshot to branch from
+        versions.writeTo(target).append()
+        return
+    branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+    on_branch = f"{target}.branch_{branch}"
+    iceberg_table(spark, target).manageSnapshots().createBranch(branch, base).commit()
+    try:
+        writes = []
+        if closes:
+            writes.append(lambda: _close(spark, spec, on_branch, classified, closes, watermark))
+        if versions is not None:
+            writes.append(lambda: versions.writeTo(on_branch).append())
+        # At once where the table allows it: the MERGE's scan of a small table is one task, which leaves a core
+        # to the append, and each write's planning and commit overlap the other's jobs (1M keys: 0.2-1 s less).
+        if together:
+            run_side_by_side(writes)
+        else:
+            for write in writes:
+                write()
+        # Fails if main moved since `base` (a commit conflict: the attempt reruns on fresh state).
+        iceberg_table(spark, target).manageSnapshots().fastForwardBranch("main", branch).removeBranch(branch).commit()
+    finally:
+        table = iceberg_table(spark, target)
+        if table.refs().get(branch) is not None:
+            table.manageSnapshots().removeBranch(branch).commit()
 
 
 def _close(spark, spec: TableSpec, target: str, classified, closes: int, watermark: int) -> None:
@@ -276,15 +302,21 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int, waterma
     staged = classified.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(
         key, F.col("_current_from").alias("_valid_from"), _CLOSE
     )
-    # `_valid_to IS NULL` keeps the scan to the current versions' partition. `_valid_from` up to the watermark
-    # (every current version the batch closes starts there: the classification checked) keeps the new versions
-    # out: the MERGE's conflict check tests files committed to the branch since its scan against these pushed
-    # filters, and the append's files, all starting after the watermark, fail them by their bounds.
-    merge_matched(
-        spark,
-        staged,
-        closes,
-        lambda view: (
+    view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
+    threshold = spark.conf.get(_BROADCAST_THRESHOLD) if closes <= BROADCAST_ROWS else None
+    staged.createOrReplaceTempView(view)
+    try:
+        # With the closes broadcast the MERGE reads the table once and shuffles none of its rows (a sort-merge join
+        # shuffled the whole table: 6.8 s instead of 3.7 s at 1M keys, 50% changed). MERGE ignores broadcast hints
+        # (apache/iceberg#10891), but Spark broadcasts a join side estimated under this threshold, and MERGE's
+        # target is never a candidate (its scan reports no size).
+        if threshold is not None:
+            spark.conf.set(_BROADCAST_THRESHOLD, str(BROADCAST_BYTES))
+        # `_valid_to IS NULL` keeps the scan to the current versions' partition. `_valid_from` up to the watermark
+        # (every current version the batch closes starts there: the classification checked) keeps the new
+        # versions out: the MERGE's conflict check tests files committed to the branch since its scan against these
+        # pushed filters, and the append's files, all starting after the watermark, fail them by their bounds.
+        spark.sql(
             f"""
             MERGE INTO {target} t
             USING {view} s
@@ -293,5 +325,8 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int, waterma
             WHEN MATCHED THEN UPDATE SET t._valid_to = s.{_CLOSE}, t._is_current = false,
                 t._ingested_at = current_timestamp()
             """
-        ),
-    )
+        )
+    finally:
+        if threshold is not None:  # the session's own value back
+            spark.conf.set(_BROADCAST_THRESHOLD, threshold)
+        spark.catalog.dropTempView(view)
