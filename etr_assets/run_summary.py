@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 
 from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
-from dagster._core.execution.plan.objects import ErrorSource
+
+from etr_assets.defs.dagster_private import USER_CODE_ERROR
 
 ROW_FIGURES = ("rows_written", "dagster/partition_row_count")  # the first a materialization has
 SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not stored (`lake/bronze.py`)
@@ -72,7 +73,7 @@ def failure_reason(data) -> str:
     """The first line of why a step failed: a `Failure`'s description, else the innermost error's message."""
     described = data.user_failure_data.description if data.user_failure_data else None
     error = data.error
-    if data.error_source == ErrorSource.USER_CODE_ERROR and error is not None and error.cause is not None:
+    if data.error_source == USER_CODE_ERROR and error is not None and error.cause is not None:
         error = error.cause  # Dagster's wrapper ("Error occurred while executing op ..."), the code's error inside
     text = described or (error.message if error is not None else "") or "no reason given"
     line = next((line.strip() for line in text.splitlines() if line.strip()), "no reason given")

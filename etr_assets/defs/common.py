@@ -11,15 +11,16 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     AssetKey,
-    AssetRecordsFilter,
     AssetSpec,
     BackfillPolicy,
+    BetaWarning,
     DailyPartitionsDefinition,
+    PreviewWarning,
     TimeWindowPartitionMapping,
     multi_asset,
 )
-from dagster._utils.warnings import BetaWarning, PreviewWarning
 
+from etr_assets.defs.dagster_private import materialization_of
 from etr_assets.defs.metadata import as_metadata, definition_metadata
 from etr_assets.lake.figures import check_figures
 from etr_assets.lake.quality import (
@@ -171,7 +172,7 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
         failed = getattr(metadata.pop("days_failed", None), "value", None)
         for day in days:
             if day not in targets:
-                targets[day] = _materialization_of(context, day)
+                targets[day] = materialization_of(context.instance, context.asset_key, day)
             passed = result.passed if failed is None else day not in failed
             figures = {**metadata, "day_figure": float(by_day.get(day, 0)), "run_days": f"{days[0]}...{days[-1]}"}
             yield AssetCheckEvaluation(
@@ -185,22 +186,6 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
                 blocking=specs[name].blocking,
                 partition=day,
             )
-
-
-def _materialization_of(context: AssetExecutionContext, day: str):
-    """The day's materialization a check evaluation is about (what Dagster links a one-day run's result to)."""
-    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-        AssetCheckEvaluationTargetMaterializationData,
-    )
-
-    found = context.instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[day]), limit=1
-    ).records
-    if not found:
-        return None
-    return AssetCheckEvaluationTargetMaterializationData(
-        storage_id=found[0].storage_id, run_id=found[0].event_log_entry.run_id, timestamp=found[0].timestamp
-    )
 
 
 def _on_days(check: AssetCheckSpec, partitions: DailyPartitionsDefinition | None) -> AssetCheckSpec:
@@ -224,8 +209,8 @@ def table_asset(
     """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
 
     A table with a day column has its checks partitioned by day too (a result per day's partition; a preview in
-    Dagster 1.13). `deps` without a partition mapping read the same day. A multi-asset of one asset, because only
-    there are check outputs optional: a range run records its per-day evaluations instead (`on_partitions`)."""
+    Dagster 1.13). `deps` without a partition mapping read the same day. A multi-asset of one asset, because `@asset`
+    requires every check output: a range run records per-day evaluations instead (`on_partitions`)."""
     partitions = daily_partitions(settings)
     checks = [
         _on_days(c, partitions if spec.day_column else None) for c in table_check_specs(spec) + list(extra_checks)

@@ -10,6 +10,7 @@ from dagster import (
     AssetChecksDefinition,
     AssetCheckSeverity,
     AssetObservation,
+    BetaWarning,
     Config,
     DagsterRunStatus,
     DefaultScheduleStatus,
@@ -34,7 +35,6 @@ from dagster import (
     op,
     sensor,
 )
-from dagster._utils.warnings import BetaWarning
 from pydantic import Field
 
 from etr_assets.defs.common import table_key, table_pool

@@ -116,7 +116,7 @@ class GuardedExecutor(Executor):
 @executor(
     name="in_process",
     config_schema=dagster_in_process_executor.config_schema,
-    requirements=dagster_in_process_executor._requirements_fn,  # noqa: SLF001 (the same as Dagster's own)
+    requirements=dagster_in_process_executor.get_requirements,
 )
 def in_process_executor(init_context) -> Executor:
     """Dagster's in-process executor, guarded: see the module docstring."""

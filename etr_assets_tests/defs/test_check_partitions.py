@@ -71,14 +71,16 @@ def test_a_range_run_records_each_days_verdict_on_its_partition_and_a_blocking_f
             data = event.event_specific_data
             assert data.target_materialization_data.run_id == result.run_id
             assert data.metadata["run_days"].value == f"{DAYS[0]}...{DAYS[-1]}"
-    history = instance.event_log_storage.get_asset_check_execution_history(
-        AssetCheckKey(KEY, "amounts_are_not_negative"), limit=10
-    )
+    check = AssetCheckKey(KEY, "amounts_are_not_negative")
+    history = instance.event_log_storage.get_asset_check_execution_history(check, limit=10)
     assert {(r.partition, r.status) for r in history} == {
         (DAYS[0], AssetCheckExecutionRecordStatus.SUCCEEDED),
         (DAYS[1], AssetCheckExecutionRecordStatus.FAILED),
         (DAYS[2], AssetCheckExecutionRecordStatus.SUCCEEDED),
     }
+    # What the UI shows per day: each result is of the day's latest materialization (else it drops it as stale).
+    infos = instance.event_log_storage.get_asset_check_partition_info([check])
+    assert {(i.partition_key, i.is_current) for i in infos} == {(day, True) for day in DAYS}
 
 
 def test_a_check_that_failed_without_a_day_to_blame_fails_every_day():
