@@ -28,6 +28,7 @@ from etr_assets.lake.quality import (
     Severity,
 )
 from etr_assets.lake.specs import WAP_ENABLED, TableSpec
+from etr_assets.pipeline.layers import layer_name
 from etr_assets.settings import Settings
 
 # BackfillPolicy is marked beta; single-run backfills are what `--partition-range` needs, so we accept it.
@@ -43,7 +44,7 @@ def daily_partitions(settings: Settings) -> DailyPartitionsDefinition:
 
 
 def table_key(spec: TableSpec) -> AssetKey:
-    return AssetKey([spec.namespace, spec.name])
+    return AssetKey.from_user_string(layer_name(spec))
 
 
 def previous_day(key: AssetKey) -> AssetDep:

@@ -2,24 +2,22 @@
 
 import datetime as dt
 
-from dagster import AssetKey, AssetSelection, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import AssetSelection, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
+from etr_assets.defs.common import table_key
 from etr_assets.defs.jobs import PIPELINE_GROUPS
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import RawZoneResource
 from etr_assets.settings import Settings
 from etr_assets.sources.fetch import ENDPOINTS, SOURCE
+from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS, TRANSACTIONS
+from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
-
-def _downstream_of_raw(endpoint: str) -> list[AssetKey]:
-    """What must run again for a day whose raw batch was not loaded."""
-    if endpoint == "transactions":
-        return [
-            AssetKey(["bronze", "bnpl_transactions_raw"]),
-            AssetKey(["silver", "bnpl_transactions_clean"]),
-            AssetKey(["gold", "bnpl_daily_summary"]),
-        ]
-    return [AssetKey(["bronze", f"bnpl_{endpoint}_raw"]), AssetKey(["landing", endpoint])]
+# What must run again for a day whose raw batch was not loaded.
+_RERUN_AFTER_RAW = {
+    TRANSACTIONS.endpoint: (TRANSACTIONS.bronze, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY),
+    **{feed.raw.endpoint: (feed.raw.bronze, feed.landing) for feed in (CUSTOMERS, MERCHANTS)},
+}
 
 
 def build_pending_batches_sensor(settings: Settings):
@@ -44,7 +42,7 @@ def build_pending_batches_sensor(settings: Settings):
                     f"{stale.batch.key} ({stale.age.total_seconds() / 3600:.1f} h, "
                     f"{'downloaded' if stale.sealed else 'download incomplete'})"
                 )
-                selection = _downstream_of_raw(endpoint)
+                selection = [table_key(spec) for spec in _RERUN_AFTER_RAW[endpoint]]
                 if not stale.sealed:
                     selection = [raw_key(endpoint), *selection]
                 requests.append(

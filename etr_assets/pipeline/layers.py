@@ -40,7 +40,7 @@ from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMA
 class LayerRequest:
     """What to build: plain JSON, so it travels in the Pipes context's extras to a remote job unchanged."""
 
-    layer: str  # an asset key, e.g. "silver/bnpl_transactions_clean"
+    layer: str  # layer_name(spec), e.g. "silver/bnpl_transactions_clean"
     days: list[str]
     audit_branch: str | None = None
     # Per layer: bronze's max_reject_rate and max_day_shrink, silver's cursors, full_refresh.
@@ -173,16 +173,24 @@ def _profiles(spark, catalog, raw, request) -> LayerResult:
     return entities.build_customer_profiles(spark, catalog, request.dates)
 
 
+def layer_name(spec: TableSpec) -> str:
+    """The one spelling of a table's asset key (`namespace/name`, as Dagster writes it), and its layer's name."""
+    return f"{spec.namespace}/{spec.name}"
+
+
 LAYERS: dict[str, Layer] = {
-    "bronze/bnpl_transactions_raw": Layer(BRONZE_TRANSACTIONS, _bronze_transactions),
-    "silver/bnpl_transactions_clean": Layer(SILVER_TRANSACTIONS, _silver_transactions),
-    "gold/bnpl_daily_summary": Layer(GOLD_DAILY_SUMMARY, _gold_summary),
-    "bronze/bnpl_customers_raw": Layer(BRONZE_CUSTOMERS, _entity_bronze(CUSTOMERS)),
-    "bronze/bnpl_merchants_raw": Layer(BRONZE_MERCHANTS, _entity_bronze(MERCHANTS)),
-    "landing/customers": Layer(LANDING_CUSTOMERS, _entity_history(CUSTOMERS)),
-    "landing/merchants": Layer(LANDING_MERCHANTS, _entity_history(MERCHANTS)),
-    "gold/customer_activity": Layer(GOLD_CUSTOMER_ACTIVITY, _activity),
-    "gold/customer_profiles": Layer(GOLD_CUSTOMER_PROFILES, _profiles),
+    layer_name(layer.spec): layer
+    for layer in (
+        Layer(BRONZE_TRANSACTIONS, _bronze_transactions),
+        Layer(SILVER_TRANSACTIONS, _silver_transactions),
+        Layer(GOLD_DAILY_SUMMARY, _gold_summary),
+        Layer(BRONZE_CUSTOMERS, _entity_bronze(CUSTOMERS)),
+        Layer(BRONZE_MERCHANTS, _entity_bronze(MERCHANTS)),
+        Layer(LANDING_CUSTOMERS, _entity_history(CUSTOMERS)),
+        Layer(LANDING_MERCHANTS, _entity_history(MERCHANTS)),
+        Layer(GOLD_CUSTOMER_ACTIVITY, _activity),
+        Layer(GOLD_CUSTOMER_PROFILES, _profiles),
+    )
 }
 
 
