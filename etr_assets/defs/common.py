@@ -30,6 +30,7 @@ from etr_assets.lake.quality import (
 from etr_assets.lake.specs import WAP_ENABLED, TableSpec
 from etr_assets.pipeline.layers import layer_name
 from etr_assets.settings import Settings
+from etr_assets.tables.feeds import RAW_FEEDS
 
 # BackfillPolicy is marked beta; single-run backfills are what `--partition-range` needs, so we accept it.
 warnings.filterwarnings("ignore", category=BetaWarning, message=".*backfill_policy.*")
@@ -64,78 +65,59 @@ def table_pool(settings: Settings, spec: TableSpec) -> str | None:
     return f"iceberg_{spec.namespace}_{spec.name}" if single_writer else None
 
 
-def table_check_specs(spec: TableSpec) -> list[AssetCheckSpec]:
-    """The checks a table asset reports with each materialization, derived from its spec.
+def table_check_specs(spec: TableSpec, days: DailyPartitionsDefinition) -> list[AssetCheckSpec]:
+    """The checks a table asset reports with each materialization, derived from its spec; by day (`days`) when the
+    table has a day column.
 
     Blocking (ERROR): each expectation and the unique key. Silver and gold evaluate them on the audit branch before
     publishing; other tables evaluate them after writing, and a failure stops downstream assets.
-    Non-blocking (WARN): each reference of the spec, and the row-count anomaly for tables with daily partitions.
+    Non-blocking (WARN): each reference of the spec, the row-count anomaly for tables with daily partitions, the
+    records a bronze refused into quarantine, and the rows a per-record expectation held back.
     """
-    key = table_key(spec)
+
+    def check(name: str, description: str, blocking: bool = False) -> AssetCheckSpec:
+        partitions = days if spec.day_column else None
+        return AssetCheckSpec(
+            name, asset=table_key(spec), description=description, blocking=blocking, partitions_def=partitions
+        )
+
     when = "before publishing" if spec.table_properties.get(WAP_ENABLED) == "true" else "after writing"
     specs = [
-        AssetCheckSpec(
+        check(
             c.name,
-            asset=key,
+            f"Per record, {when}: {c.description} (a row that breaks it is held back in quarantine; blocks only if "
+            "one got through)"
+            if c.per_record
+            else f"Blocking, {when}: {c.description}",
             blocking=True,
-            description=(
-                f"Per record, {when}: {c.description} (a row that breaks it is held back in quarantine; blocks only if "
-                "one got through)"
-                if c.per_record
-                else f"Blocking, {when}: {c.description}"
-            ),
         )
         for c in spec.expectations
     ]
     if spec.unique_key:
-        specs.append(
-            AssetCheckSpec(
-                f"{spec.unique_key}_is_unique",
-                asset=key,
-                blocking=True,
-                description=f"Blocking, {when}: {spec.unique_key} is unique in the whole table",
-            )
-        )
+        unique = f"Blocking, {when}: {spec.unique_key} is unique in the whole table"
+        specs.append(check(f"{spec.unique_key}_is_unique", unique, blocking=True))
     specs += [
-        AssetCheckSpec(
-            r.name,
-            asset=key,
-            description=f"Warns when a {r.column} names no {r.key} of {r.table} (it may arrive later)",
-        )
+        check(r.name, f"Warns when a {r.column} names no {r.key} of {r.table} (it may arrive later)")
         for r in spec.quality.references
     ]
     if spec.day_column:
         rules = spec.quality
         specs.append(
-            AssetCheckSpec(
+            check(
                 "row_count_anomaly",
-                asset=key,
-                description=f"Warns when a day's rows are more than {rules.row_count_tolerance:.0%} "
-                "away from the median of "
+                f"Warns when a day's rows are more than {rules.row_count_tolerance:.0%} away from the median of "
                 f"the {rules.row_count_window_days} days before it (no verdict with under "
                 f"{rules.row_count_min_history_days} days)",
             )
         )
+    if any(feed.bronze is spec for feed in RAW_FEEDS):  # bronze's own: the run fails above the limit
+        specs.append(check("quarantine_rate", "Warns when any received record was refused into quarantine"))
+    if per_record := [c.description for c in spec.expectations if c.per_record]:
+        rules = ", ".join(per_record)  # the rest of the day was published
+        specs.append(
+            check("records_quarantined", f"Warns when a row broke a per-record expectation ({rules}) and was held back")
+        )
     return specs
-
-
-def quarantine_check(spec: TableSpec) -> AssetCheckSpec:
-    """Bronze's own check: the share of received records refused into quarantine (the run fails above the limit)."""
-    return AssetCheckSpec(
-        "quarantine_rate",
-        asset=table_key(spec),
-        description="Warns when any received record was refused into quarantine",
-    )
-
-
-def record_quarantine_check(spec: TableSpec) -> AssetCheckSpec:
-    """Rows held back by the spec's per-record expectations (the rest of the day was published)."""
-    rules = ", ".join(c.description for c in spec.expectations if c.per_record)
-    return AssetCheckSpec(
-        "records_quarantined",
-        asset=table_key(spec),
-        description=f"Warns when a row broke a per-record expectation ({rules}) and was held back",
-    )
 
 
 def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:
@@ -189,23 +171,11 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
             )
 
 
-def _on_days(check: AssetCheckSpec, partitions: DailyPartitionsDefinition | None) -> AssetCheckSpec:
-    return AssetCheckSpec(
-        check.name,
-        asset=check.asset_key,
-        description=check.description,
-        blocking=check.blocking,
-        partitions_def=partitions,
-    )
-
-
 def table_asset(
     settings: Settings,
     spec: TableSpec,
     deps: list[AssetKey | AssetDep],
     description: str,
-    group: str | None = None,
-    extra_checks: tuple[AssetCheckSpec, ...] = (),
 ):
     """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
 
@@ -213,9 +183,7 @@ def table_asset(
     Dagster 1.13). `deps` without a partition mapping read the same day. A multi-asset of one asset, because `@asset`
     requires every check output: a range run records per-day evaluations instead (`on_partitions`)."""
     partitions = daily_partitions(settings)
-    checks = [
-        _on_days(c, partitions if spec.day_column else None) for c in table_check_specs(spec) + list(extra_checks)
-    ]
+    checks = table_check_specs(spec, partitions)
     key = table_key(spec)
     return multi_asset(
         name=key.to_python_identifier(),  # the step key, as an @asset of this key had
@@ -223,7 +191,7 @@ def table_asset(
             AssetSpec(
                 key,
                 deps=deps,
-                group_name=group or spec.namespace,
+                group_name=spec.namespace,
                 kinds={"iceberg", "spark"},
                 description=description,
                 metadata=definition_metadata(spec, settings.catalog),

@@ -12,7 +12,6 @@ from pydantic import Field
 
 from etr_assets.defs.common import (
     previous_day,
-    quarantine_check,
     table_asset,
     table_key,
 )
@@ -66,7 +65,6 @@ def _feed_assets(settings: Settings, feed: EntityFeed) -> list[AssetsDefinition]
         [raw_key(endpoint)],
         f"Every {endpoint} record of each day's snapshot, validated with the spec (refusals in "
         f"{feed.raw.quarantine.identifier}): the observations {landing.identifier}'s history is computed from.",
-        extra_checks=(quarantine_check(bronze),),
     )
     def load(context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner):
         yield from layer_runner.run(context, table_key(bronze).to_user_string(), lake, raw_zone)

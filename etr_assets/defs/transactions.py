@@ -16,8 +16,6 @@ from pydantic import Field
 
 from etr_assets.defs.common import (
     days_of,
-    quarantine_check,
-    record_quarantine_check,
     table_asset,
     table_key,
 )
@@ -41,7 +39,6 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         [raw_key("transactions")],
         "Each day's newest raw batch, validated with the spec: accepted records as received with lineage "
         "columns, refused ones in bronze.quarantine_transactions. Marks the batch complete once committed.",
-        extra_checks=(quarantine_check(BRONZE_TRANSACTIONS),),
     )
     def bronze_bnpl_transactions_raw(
         context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
@@ -56,7 +53,6 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         "the bronze rows appended since it was last built (or the whole day when bronze rewrote it), is replaced "
         "atomically on an audit branch, and is published only when the blocking checks pass. A transaction that breaks "
         "a per-record expectation waits in silver.quarantine_transactions; the rest of its day publishes.",
-        extra_checks=(record_quarantine_check(SILVER_TRANSACTIONS),),
     )
     def silver_bnpl_transactions_clean(
         context: AssetExecutionContext,

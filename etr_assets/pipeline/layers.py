@@ -40,7 +40,7 @@ from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMA
 class LayerRequest:
     """What to build: plain JSON, so it travels in the Pipes context's extras to a remote job unchanged."""
 
-    layer: str  # layer_name(spec), e.g. "silver/bnpl_transactions_clean"
+    layer: str  # layer_name(spec) of the table it builds
     days: list[str]
     audit_branch: str | None = None
     # Per layer: bronze's max_reject_rate and max_day_shrink, silver's cursors, full_refresh.
