@@ -1,16 +1,7 @@
-"""Create the lake's databases and every table from the specs, before any data arrives; safe to re-run.
-
-Requirement R2 found that Terraform cannot create Iceberg tables in Glue (an Iceberg-aware engine must write the first
-metadata.json): the application does it. Two ways, one result:
-
-- `bootstrap_with_spark`: `ensure_table` for each spec (create, or evolve to the spec) on the profile's Spark
-  catalog. Used in the local and s3 profiles, and inside a Glue/EMR job.
-- `bootstrap_catalog`: pyiceberg, no JVM: what the code location uses in the `aws` profile, where Spark's
-  GlueCatalog needs the AWS SDK v2 jars that only Glue and EMR ship. The schema, partitioning, write order and
-  properties are derived from the same specs (`iceberg_schema`, `partition_spec`, `sort_order`), and a test checks
-  they equal what Spark's DDL creates. A table that already exists is left as it is (`ensure_table` evolves it on
-  the next write), so running bootstrap twice changes nothing.
-"""
+"""Create the lake's databases and every table from the specs, before any data arrives; safe to re-run (Terraform
+cannot create Iceberg tables in Glue). `bootstrap_with_spark` runs `ensure_table` on the profile's catalog;
+`bootstrap_catalog` uses pyiceberg, for the `aws` profile's code location, where Spark's GlueCatalog needs jars only
+Glue and EMR ship (a test checks both create the same tables)."""
 
 from __future__ import annotations
 
@@ -52,7 +43,6 @@ def warehouse_location(warehouse: str, spec: TableSpec) -> str:
     return f"{namespace_location(warehouse, spec.namespace)}/{spec.name}"
 
 
-# --- spec -> pyiceberg ------------------------------------------------------------------------------------
 def iceberg_type(type_name: str, where: str):
     from pyiceberg import types as T
 
@@ -155,12 +145,10 @@ def sort_order(spec: TableSpec, schema):
 
 def table_properties(spec: TableSpec, format_version: int) -> dict[str, str]:
     """The spec's properties as the table is created with them: its own format version, else `format_version` (the
-    profile's; a creation argument, not a stored property). `ensure_table` also declares the write order as hash
-    distribution."""
+    profile's; a creation argument, not a stored property)."""
     return {FORMAT_VERSION: str(format_version), **spec.table_properties}
 
 
-# --- the two ways ---------------------------------------------------------------------------------------
 PYICEBERG_WRITES_UP_TO = 2  # pyiceberg 0.12 reads v3 tables but cannot write v3 metadata
 
 

@@ -1,17 +1,6 @@
-"""Raw batches -> bronze, for any endpoint: validate with the spec, quarantine what fails, replace the days.
-
-For each day, the newest fully downloaded batch defines that day. Its records are read with the bronze spec's
-schema; refused records go to the endpoint's quarantine table with the reason. A first load of a day is an
-append, a reload replaces the day. If a batch's reject rate passes
-the threshold, the run fails before writing anything, naming the batch, the count and the first reasons, and the
-batch stays pending. Otherwise bronze and quarantine replace the days (one commit each) and only then are the
-batches marked complete, so a crash at any point leaves them pending for the next run.
-
-Erased customers stay erased: the suppression list (`lake/erasure/suppression.py`, read once per load) drops every
-accepted or refused record naming one (its subject column, or an id inside a refused line) before anything is
-written, counts it (`records_suppressed`: received = accepted + quarantined + suppressed) and removes its lines from
-the loaded batches' raw files (as the erasure does) before the batches are marked complete.
-"""
+"""Raw batches -> bronze, for any endpoint: validate with the spec, quarantine what fails, replace the days
+(docs/raw-zone.md). Batches are marked complete only after both commits, so a crash leaves them pending; records
+of erased customers (the suppression list) are dropped before anything is written."""
 
 from __future__ import annotations
 
@@ -76,8 +65,7 @@ class _Dropped:
 
 
 def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated, _Dropped]:
-    """`result` without the records of suppressed customers, and what was dropped (two small jobs on the
-    persisted lines; none when the list is empty or the feed names no subject)."""
+    """`result` without the records of suppressed customers, and what was dropped."""
     from pyspark.sql import functions as F
 
     subject = feed.bronze.subject_column
@@ -103,8 +91,7 @@ def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated,
 
 
 def _erase_suppressed_lines(raw: RawZone, feed: RawFeed, chosen: dict, dropped: dict) -> int:
-    """Remove the suppressed customers' lines from the loaded batches' files (the erasure's rewrite, batch
-    manifests lowered): the raw zone keeps no record a load refused to store for this reason."""
+    """Remove the suppressed customers' lines from the loaded batches' files, as the erasure does."""
     from etr_assets.sources.raw_erasure import RawFeedSubject, erase_raw_records
 
     ids = {i for d in dropped.values() for i in d.ids}
@@ -131,17 +118,8 @@ def writers_for(spark, rows: int) -> int:
 
 
 def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date], loaded: dict, rows: int) -> CommitInfo:
-    """Append when none of the days holds rows yet (`loaded`: a first load), else replace them.
-
-    Appends let downstream tables read just the new rows (`etr_assets.lake.incremental`); an overwrite, even one
-    that deletes nothing, would force them to read the days whole. Two first loads of one day racing would both
-    append, so bronze tables have a writer pool in every profile (`etr_assets.defs.common.table_pool`).
-
-    The validated lines are read from local disk by `writers_for(rows)` tasks, each sorting its share in the table's
-    order and writing its own file per day, with no shuffle (distribution mode `none` for this write only): the
-    table's hash distribution gave a day one task, leaving the other cores idle while it sorted and wrote a day of a
-    million rows. A day of fewer than ROWS_PER_WRITER rows stays one file.
-    """
+    """Append when none of the days holds rows yet (a first load: downstream reads just the new rows), else replace
+    them. Written by `writers_for(rows)` tasks without a shuffle: the hash distribution gave a day one task."""
     df, options = df.coalesce(writers_for(spark, rows)), {"distribution-mode": "none"}
     if not any(loaded.get(day) for day in days):
         return append(spark, qualified, df, options)
@@ -193,14 +171,9 @@ def load_bronze_days(
     finish_pending: bool = False,
     max_day_shrink: float = DEFAULT_MAX_DAY_SHRINK,
 ) -> LayerResult:
-    """Load `days` (and, with `finish_pending`, every other day with a downloaded batch still pending).
-
-    A batch with too many refused records, or whose reload would leave a loaded day with fewer than
-    (1 - max_day_shrink) of its rows, is not loaded and stays pending: for a requested day the run fails before
-    writing anything, naming the batch; an earlier pending day is skipped (named in `extra` and the warnings), so
-    one refused batch never blocks the days after it. It is loaded once fixed (a new download, a run that allows
-    it) or closed with `abandon_batch`.
-    """
+    """Load `days` (and, with `finish_pending`, every other day with a downloaded batch still pending). A refused
+    batch (too many rejects, or a shrink) fails a requested day before anything is written; an earlier pending one
+    is skipped, so it never blocks the days after it."""
     from pyspark.sql import functions as F
 
     requested = set(days)
@@ -344,9 +317,7 @@ def load_bronze_days(
 def abandon_batch(
     spark, catalog: str, raw: RawZone, feed: RawFeed, batch_id: str, reason: str, audit: TableSpec, run_id: str = ""
 ) -> dict:
-    """Close a pending batch of `feed` without loading it (its source will not fix it), recorded in `audit`
-    (audit.table_changes: action ABANDON_BATCH, the batch and the reason). Its files stay as evidence; its day keeps
-    what bronze holds (an earlier batch, or nothing) and a later download of the day loads as usual."""
+    """Close a pending batch of `feed` without loading it (its source will not fix it), recorded in `audit`."""
     if not reason.strip():
         raise BadInputError(f"abandoning raw batch {batch_id} needs a reason")
     pending = {b.batch_id: b for b in raw.pending(feed.source, feed.endpoint)}

@@ -1,9 +1,5 @@
-"""Where a data subject's copies hide besides a table's live rows: files of a table's data folder that no snapshot
-references (orphans), manifest statistics (lower and upper bounds), and tables nobody declared a spec for.
-
-Erasure (`lake/erasure.py`) removes what it can and its proof scans all of it. Everything here works on any
-Hadoop-compatible file system the session reaches (local files, s3a) and on any Iceberg catalog Spark sees.
-"""
+"""Where a data subject's copies hide besides a table's live rows: orphan files of a table's data folder, manifest
+bounds, and tables nobody declared a spec for. Erasure removes what it can; its proof scans all of it."""
 
 from __future__ import annotations
 

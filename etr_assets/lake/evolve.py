@@ -1,18 +1,5 @@
-"""Create a table from its spec, or evolve the live table to match it, refusing what is unsafe before writing.
-
-What a spec change may do to a live table:
-
-- add a column (always nullable in an existing table: old rows have no value);
-- rename one, declared in the spec as `Column("new", ..., renamed_from="old")`;
-- widen a type: int -> bigint, float -> double, decimal(p,s) -> decimal(P,s) with P > p;
-- relax NOT NULL;
-- add or drop partition fields (old files keep their layout, new writes use the new one);
-- change table properties;
-- fill an SCD2 table's `_state_hash` (added, or hashed another way) before its property says it can be trusted.
-
-Anything else (narrowing, another type change, dropping a column, making a column NOT NULL) is refused with an
-error naming the table, the column, the change and what to do instead, and nothing is altered.
-"""
+"""Create a table from its spec, or evolve the live table to match it, refusing what is unsafe before anything is
+altered (what is allowed: docs/lifecycle.md#schema-and-partition-evolution)."""
 
 from __future__ import annotations
 
@@ -23,9 +10,8 @@ from etr_assets.lake.specs import STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableS
 from etr_assets.lake.writes import iceberg_table
 
 _WIDENINGS = {("int", "bigint"), ("float", "double")}
-# Tables this process already brought to a spec, with what identified their layout then. Every layer ensures its
-# tables before writing (about ten times a layer with the bookkeeping tables); a table still as it was needs one
-# metadata read instead of five catalog statements.
+# Tables this process already brought to a spec, with their layout then: a table still as it was needs one metadata
+# read instead of five catalog statements (every layer ensures its tables before writing).
 _MATCHED: dict[tuple[str, int], tuple[TableSpec, tuple]] = {}
 
 

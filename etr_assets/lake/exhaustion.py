@@ -1,16 +1,8 @@
-"""A Spark job that ran out of memory or disk, told in one line that names what to raise.
+"""A Spark job that ran out of memory or disk, told in one line that names what to raise (docs/production.md).
 
-Spark reports either as a Java stack trace: a Py4JJavaError, often a task's failure wrapped in a SparkException.
-Worse, a task's OutOfMemoryError makes a local JVM exit (with Spark's exit code 52) while Python still waits on it,
-so what reaches Python may be a refused connection, or the py4j error of a cleanup call after the first failure.
-`exhaustion` reads all of it, the exception, its causes and contexts, and the JVM's exit code, and returns a
-`ResourceExhausted` whose message names the setting or folder; None for any other failure. It needs no Dagster and
-no live JVM: the settings it names come from the conf the session was made from (`session.spark_conf`).
-
-Java's "No space left on device" names no file, so a full disk is told by the folder the error names (a Python
-OSError's file, Java's `FileNotFoundException: PATH (No space left on device)`) or else by measuring the folders the
-run writes to (`lake_folders`: Spark's scratch, the local warehouse, the raw zone): a failed write leaves its disk
-the fullest of them.
+A task's OutOfMemoryError makes a local JVM exit (code 52) while Python waits on it, so what reaches Python may be
+a refused connection: the exception's whole chain and the JVM's exit code are read. Java's "No space left on
+device" often names no file: then the fullest disk among the folders the run writes to is named.
 """
 
 from __future__ import annotations

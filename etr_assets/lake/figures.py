@@ -1,9 +1,5 @@
-"""What a materialization reports about a table write, as plain values (no Dagster import).
-
-The Dagster layer turns these into `MetadataValue`s (`etr_assets.defs.metadata.as_metadata`); a remote Glue or
-EMR job sends the same figures through Dagster Pipes (`etr_assets.remote.run_layer`). Values that need a special
-rendering are tagged: `Tagged("path" | "json" | "md", value)`.
-"""
+"""What a materialization reports about a table write, as plain values (no Dagster import), so a local run and a
+remote one (through Dagster Pipes) report the same; `Tagged` marks values rendered as a path, JSON or Markdown."""
 
 from __future__ import annotations
 
@@ -22,16 +18,10 @@ class Tagged:
 
 def layer_figures(result: LayerResult, location: str, unchanged_rows: RowCount | None = None) -> dict[str, object]:
     """Figures of one write: numbers plot over time in the UI; ids are strings (they exceed 32 bits).
-    `unchanged_rows`: the table's rows when the write committed nothing (its commit then has no figures).
-
-    The table's rows are `metadata.row_count`'s (what `SELECT count(*)` returns); when metadata cannot tell,
-    `dagster/row_count` and `table_rows` are left out and `table_rows_unknown` says why (never a wrong number).
-    `rows_written` is what the write added: a layer that is not written by day (an SCD2 history) says it in
-    `result.extra`, which overrides."""
+    `unchanged_rows`: the table's rows when the write committed nothing. Rows metadata cannot tell are left out,
+    `table_rows_unknown` saying why; `result.extra` overrides (an SCD2 history's `rows_written`)."""
     commit = result.commit
     rows = commit.table_rows if commit.snapshot_id is not None else (unchanged_rows or RowCount(0))
-    # Dagster's meanings: rows in the table, and rows of the partition materialized (one day only; a range run
-    # reports each day's own count as an observation of that partition, `partition_counts`).
     table_rows = {"dagster/row_count": rows.rows, "table_rows": rows.rows} if rows.rows is not None else {}
     figures: dict[str, object] = {
         **table_rows,

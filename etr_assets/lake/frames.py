@@ -77,10 +77,8 @@ def _json_value(value):
 
 
 def local_frame(spark: SparkSession, rows: Iterable[dict | tuple], schema: StructType | str) -> DataFrame:
-    """Rows made in this process (bookkeeping records, ids) as a one-partition DataFrame of `schema`.
-
-    `createDataFrame` of a list pickles it through a Python worker per core (about 0.3 s a write on two cores, and a
-    file per core); here the JVM parses one JSON literal, so a small write is one task and one file."""
+    """Rows made in this process (bookkeeping records, ids) as a one-partition DataFrame of `schema`: the JVM parses
+    one JSON literal, where `createDataFrame` pickles through a Python worker per core (and writes a file each)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -95,7 +93,6 @@ def local_frame(spark: SparkSession, rows: Iterable[dict | tuple], schema: Struc
 
 def conform(df: DataFrame, spec: TableSpec) -> DataFrame:
     """Select the spec's columns in its order, cast to its types: what the table expects, nothing else."""
-
     present = set(df.columns)  # each `df.columns` asks the JVM for the schema
     missing = [c.name for c in spec.columns if c.name not in present]
     if missing:

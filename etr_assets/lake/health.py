@@ -1,15 +1,5 @@
-"""Table health from metadata only: pyiceberg reads the manifest list and the manifests (file counts and sizes),
-never a data file and never a JVM, so sensors and checks answer in milliseconds.
-
-`table_health(settings, spec)` measures a table and judges it against the spec's `HealthThresholds`:
-
-- data files, their average size, and the share of *small* files: under 75% of the spec's
-  `write.target-file-size-bytes` (the size below which `rewrite_data_files` considers a file for compaction);
-- the share of *mergeable* small files: small files beyond the first in their partition, i.e. those compaction
-  can actually remove (a daily table of small days has one small file per day, and nothing to merge);
-- delete files (every read must apply them), snapshots and the age of the oldest, manifests, the size of the
-  current metadata.json (re-read by every query and commit).
-"""
+"""Table health from metadata only (pyiceberg, no data file, no JVM), so sensors and checks answer in milliseconds;
+the figures and thresholds: docs/maintenance.md."""
 
 from __future__ import annotations
 
@@ -99,11 +89,10 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
 def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
     metadata = table.metadata
     snapshot = table.current_snapshot()
-    # Manifests whose entries are all deleted are skipped by planning (the manifest list says so): not counted.
+    # a manifest whose entries are all deleted is skipped by planning: not counted
     manifests = (
         [m for m in snapshot.manifests(table.io) if m.has_added_files() or m.has_existing_files()] if snapshot else []
     )
-    # Manifests are independent files: read them side by side (they are remote objects on S3).
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(manifests)))) as pool:
         entries = list(pool.map(lambda m: (m, m.fetch_manifest_entry(table.io, discard_deleted=True)), manifests))
 

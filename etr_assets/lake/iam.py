@@ -1,20 +1,6 @@
-"""The least-privilege IAM policy of the pipeline, generated from the specs: nothing more than what it owns.
-
-What it grants, resource by resource, with named actions only (no `*` action, no `*` resource):
-
-- the raw zone `s3://<bucket>/raw/`: read and write objects (loading never deletes raw files), and delete only
-  in each endpoint's index of open batches `raw/<source>/<endpoint>/_pending/` (an entry goes once its batch is
-  complete: docs/raw-zone.md);
-- each table's folder `s3://<bucket>/warehouse/<db>.db/<table>/`: read, write and delete objects (commits
-  replace files; metadata cleanup, snapshot expiry and orphan removal delete them);
-- the job code and Pipes exchange prefixes `code/` (read) and `pipes/` (read/write) for Glue / EMR runs;
-- listing the bucket under those prefixes only (an `s3:prefix` condition);
-- in Glue: the databases and tables the specs declare, with the calls Iceberg's GlueCatalog makes (get, create,
-  update; never delete), plus launching and watching the one Glue job that runs the assets remotely.
-
-`etr iam-policy --bucket B --region R --account 123456789012` prints the policy for an account;
-`deployment/iam-policy.json` is this module's output for the defaults below (a test keeps them equal).
-"""
+"""The least-privilege IAM policy of the pipeline, generated from the specs: named actions on the prefixes and
+Glue tables it owns only (what each statement grants: docs/production.md). `deployment/iam-policy.json` is this
+module's output for the defaults below (a test keeps them equal)."""
 
 from __future__ import annotations
 

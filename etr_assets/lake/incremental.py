@@ -1,19 +1,6 @@
-"""Incremental reads of a day-partitioned table: per day, only what was appended since a cursor snapshot.
-
-A downstream day remembers the upstream snapshot it was built from (its cursor). The next build of that day
-plans one of three reads from the snapshots committed since:
-
-- `unchanged`: nothing since the cursor added or removed rows of the day: nothing to read or rewrite;
-- `incremental`: only appends touched the day: read just the appended rows (Iceberg's incremental append
-  scan, `start-snapshot-id` exclusive to `end-snapshot-id` inclusive) and merge them into what the day holds;
-- `full`: the day was never built, the cursor is gone from the table's history (expired, rolled back), the
-  downstream table was rolled back past the build, or a non-append snapshot (overwrite, delete) changed the
-  day. Iceberg's incremental scan silently skips such snapshots (docs/stack.md), so the day is read whole.
-
-Compaction (`replace`) snapshots change no rows and are ignored. Which days a non-append snapshot changed is
-read from the manifest entries it added or deleted (`all_entries`), so rewriting one day never forces a
-full read of another.
-"""
+"""Incremental reads of a day-partitioned table: per day, only what was appended since a cursor snapshot
+(the three plans: docs/lifecycle.md#incremental-silver). A day some non-append snapshot changed is read whole:
+Iceberg's incremental scan silently skips such snapshots (docs/stack.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +9,7 @@ import datetime as dt
 from collections.abc import Callable
 from enum import StrEnum
 
-from etr_assets.lake.writes import current_snapshot_id, iceberg_table  # noqa: F401 (the callers import it here)
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table  # noqa: F401 (tests import it here)
 
 
 class ReadMode(StrEnum):
@@ -109,12 +96,10 @@ def _head_and_lineage(spark, qualified: str):
 def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ...]) -> tuple[int | None, str | None]:
     """(current snapshot, None) if every snapshot after `since` is one of `operations` (e.g. append and replace:
     an append scan from `since` sees every change); else (current snapshot, why not)."""
-    table = iceberg_table(spark, qualified)
-    main = table.refs().get("main")
-    if main is None:
+    head, parent_of = _head_and_lineage(spark, qualified)
+    if head is None:
         return None, f"{qualified} has no snapshot"
-    head = int(main.snapshotId())
-    chain = lineage_since(snapshot_in_metadata(table), head, since)
+    chain = lineage_since(parent_of, head, since)
     if chain is None:
         return head, f"snapshot {since} of {qualified} is not an ancestor of its current one (rolled back, or expired)"
     others = [(sid, op) for sid, op in chain if op not in operations]
@@ -124,11 +109,8 @@ def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ..
 
 
 def days_changed_by(spark, qualified: str, snapshot_ids: list[int], day_column: str) -> dict[int, set[dt.date | None]]:
-    """Per snapshot, the days whose files it added or deleted (metadata only); None: unknown.
-
-    Read from each snapshot's own manifests (the data and delete files it added or removed), not the `all_entries`
-    metadata table, which reads every manifest of every snapshot the table keeps, a cost that grows with its history
-    whatever the few snapshots asked about."""
+    """Per snapshot, the days whose files it added or deleted (metadata only); None: unknown. Read from each
+    snapshot's own manifests: the `all_entries` table reads every manifest the table keeps."""
     from etr_assets.lake.session import java_class
 
     changed: dict[int, set[dt.date | None]] = {sid: set() for sid in snapshot_ids}
@@ -171,8 +153,6 @@ def plan_reads(
     full_refresh: bool = False,
 ) -> ReadPlan:
     """Decide, per day, how little of `upstream` a rebuild of that day in `downstream` must read."""
-    # Lineage is walked on each table's own metadata, a step per snapshot since a cursor and only for a day that has
-    # one (a first build has none): never a Spark job over every snapshot the table keeps.
     head, upstream_parent = _head_and_lineage(spark, upstream)
     downstream_head, downstream_parent = (
         _head_and_lineage(spark, downstream) if spark.catalog.tableExists(downstream) else (None, None)

@@ -1,18 +1,5 @@
-"""Table maintenance with Iceberg's Spark procedures, one table at a time, in this order:
-
-1. `rewrite_data_files`: bin-pack small files toward the spec's target size, and rewrite every data file that
-   has a delete file (`delete-file-threshold` 1), so deletes are applied; then, if the table had delete files,
-   `rewrite_position_delete_files` drops the ones that only pointed at rewritten files;
-2. `rewrite_manifests`: regroup manifests so planning reads few of them;
-3. `expire_snapshots`: drop snapshots older than the spec's `history.expire.max-snapshot-age-ms`, always keeping
-   `history.expire.min-snapshots-to-keep`; this is what physically deletes files no kept snapshot references;
-4. `remove_orphan_files`: delete files no snapshot references that are older than three days (leftovers of
-   failed writes), with the s3/s3a scheme handling of apache/iceberg #4346.
-
-A step that loses a commit race to a concurrent writer is re-run by `run_with_retries`. `maintain_table` measures
-the table's health before and after (from metadata), writes one row to `monitoring.table_maintenance_log` and
-returns the figures. Each step is a plain function, reusable alone (erasure expires snapshots right away).
-"""
+"""Table maintenance with Iceberg's Spark procedures: compaction, manifests, expiry, orphans (docs/maintenance.md).
+Each step is a plain function, reusable alone (erasure expires snapshots right away)."""
 
 from __future__ import annotations
 
@@ -31,9 +18,8 @@ from etr_assets.settings import Settings
 ORPHAN_MIN_AGE = dt.timedelta(days=3)
 # Iceberg refuses to look for orphans younger than this: a running write's files are not committed yet.
 ORPHAN_SAFETY_AGE = dt.timedelta(hours=24)
-# apache/iceberg #4346: metadata written through S3FileIO (Glue, EMR) says s3://, Hadoop's listing says s3a://
-# (or s3n://). Told they are one scheme, remove_orphan_files matches them; any other prefix mismatch (another
-# bucket, another authority) fails the call instead of deleting files that are in fact live.
+# apache/iceberg #4346: S3FileIO's metadata says s3://, Hadoop's listing s3a://; any other prefix mismatch fails
+# the call instead of deleting files that are in fact live.
 EQUAL_SCHEMES = {"s3a,s3n": "s3"}
 PREFIX_MISMATCH_MODE = "ERROR"
 
@@ -183,9 +169,7 @@ def compact(spark, catalog: str, spec: TableSpec, has_delete_files: bool = True,
         )
 
     compaction = run_with_retries(run, f"rewrite_data_files on {spec.qualified(catalog)}", attempts=attempts)
-    if has_delete_files:
-        # The rewritten files' position deletes still count as live until rewritten themselves: drop their
-        # entries for files that no longer exist (a delete file left with none is removed).
+    if has_delete_files:  # the rewritten files' position deletes stay live until rewritten themselves
         removed = rewrite_position_deletes(spark, catalog, spec, attempts)
         compaction = dataclasses.replace(compaction, removed_delete_files=compaction.removed_delete_files + removed)
     return compaction
@@ -324,9 +308,8 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "",
     return result
 
 
-# A write-audit-publish branch (`audit_<run>`) is dropped when its run publishes; one left behind is a failed audit
-# (kept for inspection) or a killed run's. So is the SCD2 daily path's branch (`scd2_apply_<id>`): one left behind is
-# a killed apply's. Older than this, no running write can still be using it.
+# An `audit_*` or `scd2_apply_*` branch left behind is a failed audit or a killed run's; older than this, no running
+# write can still be using it.
 AUDIT_BRANCH_GRACE = dt.timedelta(days=1)
 
 

@@ -1,8 +1,5 @@
-"""Light reads of table metadata through pyiceberg: no JVM, milliseconds, same catalog as Spark.
-
-Used where nothing needs computing: `etr tables`, run summaries, health checks and sensors. `row_count` is the
-one answer to "how many rows does the table hold" that every figure reports (`SELECT count(*)`, from metadata).
-"""
+"""Light reads of table metadata through pyiceberg (no JVM), where nothing needs computing: `etr tables`, run
+summaries, health checks and sensors."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ from urllib.parse import urlparse
 
 from etr_assets.errors import EtrError
 from etr_assets.lake.specs import TableSpec
-from etr_assets.settings import Settings
+from etr_assets.settings import Profile, Settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,18 +52,9 @@ PARTITION_SCOPED_UNKNOWN = (
 
 
 def row_count(summary: Mapping[str, str], files: SnapshotFiles) -> RowCount:
-    """The rows a `SELECT count(*)` of the snapshot returns, from its summary, and its manifests when it has
-    position deletes: the one place the project derives a table's rows from metadata.
-
-    `total-records` counts the rows of the live data files, `total-position-deletes` the positions of the live delete
-    files, a deletion vector's distinct positions included. Spark deletes only rows it reads with the deletes applied,
-    and Iceberg 1.10 folds a data file's earlier deletes into its new deletion vector (or file-scoped delete file) and
-    drops a deletion vector with its data file, so no position is counted twice and the difference is exact, except:
-    - equality deletes (`total-equality-deletes`): what they delete depends on the rows;
-    - a v2 position-delete file of a data file since rewritten (rewrite_data_files leaves it until
-      rewrite_position_delete_files drops it): its positions delete nothing, so they are not subtracted;
-    - a partition-scoped position-delete file: which of its data files are gone metadata does not say.
-    """
+    """The rows a `SELECT count(*)` of the snapshot returns, from its summary and, with position deletes, its
+    manifests: the one place the project derives a table's rows from metadata (why it is exact, and when it cannot
+    tell: docs/quality-and-health.md#row-counts-from-metadata)."""
 
     def num(key: str) -> int:
         return int(summary.get(key, 0) or 0)
@@ -197,18 +185,16 @@ def local_tables(settings: Settings) -> list[TableName]:
 
 def catalog_tables(settings: Settings) -> list[TableName]:
     """Every table the profile's catalog holds, whatever made it."""
-    if settings.profile == "local":
+    if settings.profile == Profile.LOCAL:
         return local_tables(settings)
     found = catalog(settings)
     return sorted(TableName(ns[-1], name) for ns in found.list_namespaces() for _, name in found.list_tables(ns))
 
 
 def load_table(settings: Settings, spec: TableSpec | TableName):
-    """The pyiceberg table for a spec (or a TableName), or None if the table was never created.
-
-    Raises MetadataUnreadable when the table exists but its current metadata cannot be read.
-    """
-    if settings.profile == "local":
+    """The pyiceberg table for a spec (or a TableName), or None if the table was never created; MetadataUnreadable
+    when it exists but its current metadata cannot be read."""
+    if settings.profile == Profile.LOCAL:
         from pyiceberg.table import StaticTable
 
         metadata = _local_metadata_file(settings, spec)
@@ -229,11 +215,11 @@ def load_table(settings: Settings, spec: TableSpec | TableName):
 
 def catalog(settings: Settings):
     """pyiceberg's view of the profile's catalog (s3: the JDBC catalog's database; aws: Glue)."""
-    if settings.profile == "s3":
+    if settings.profile == Profile.S3:
         from pyiceberg.catalog.sql import SqlCatalog
 
         return SqlCatalog(settings.catalog, **pyiceberg_s3_properties(settings))
-    if settings.profile == "aws":
+    if settings.profile == Profile.AWS:
         from pyiceberg.catalog.glue import GlueCatalog
 
         return GlueCatalog(settings.catalog, **pyiceberg_glue_properties(settings))

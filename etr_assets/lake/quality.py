@@ -1,14 +1,5 @@
-"""Data-quality checks of a table's days, and their figures kept in monitoring.data_quality_metrics.
-
-Each check gives a `CheckOutcome` with a figure per day (the asset's partitions), so the same outcome becomes a
-Dagster check result (with numbers the UI plots) and one metric row per day (so trends can be queried):
-
-- expectations: the spec's row rules (`Check` predicates: keys present, accepted values, amounts in range);
-- uniqueness of the spec's `unique_key`: the keys of the days written, against every row of the table;
-- references: every value of a column names a known row of another table (e.g. the customer of a transaction);
-- row-count anomaly: a day's rows against the median of the days before it;
-- freshness: hours since the table's newest commit (from metadata, no data read).
-"""
+"""Data-quality checks of a table's days (docs/quality-and-health.md): each `CheckOutcome` has a figure per day, so
+one outcome is both a Dagster check result and a metric row per day in monitoring.data_quality_metrics."""
 
 from __future__ import annotations
 
@@ -144,10 +135,8 @@ def record_quarantine_outcome(quarantine_df, day_column: str, days: list[dt.date
 
 
 def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[CheckOutcome]:
-    """Each of the spec's expectations over the rows of `days` (all rows when the table has no day column).
-
-    One Spark job counts every rule's broken rows per day (a job per rule cost seconds a layer); only a rule that
-    found some reads its examples."""
+    """Each of the spec's expectations over the rows of `days` (all rows when the table has no day column): one
+    Spark job counts every rule's broken rows per day; only a rule that found some reads its examples."""
     from pyspark.sql import functions as F
 
     checks, day_column = spec.expectations, spec.day_column
@@ -173,12 +162,9 @@ def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[Check
 def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
     """Keys of `days` held by more than one row anywhere in the table; per day, the repeated rows on that day.
 
-    A table with days checks only the keys its days hold, against the rows whose key lies between those keys'
-    least and greatest: a literal range Iceberg prunes data files by, so with keys that grow over time (provider
-    ids) a day reads its own files, not the whole history. A repeat between two other days was reported when
-    they were written. That range is planned once: the repeated keys (normally none, at most `LOOKUP_KEYS` kept)
-    come back in one job and the count, the examples and the rows per day are taken from them, since planning it
-    reads the bounds of every data file the table holds, a cost that grows with the table."""
+    Only rows whose key lies between the days' least and greatest are read: a literal range Iceberg prunes files by,
+    so with growing keys a day reads its own files. The range is planned once (planning reads every file's bounds):
+    the repeated keys come back in one job and every figure is taken from them."""
     from pyspark.sql import functions as F
 
     key, day_column = spec.unique_key, spec.day_column
@@ -211,11 +197,8 @@ def reference_outcome(
 ) -> CheckOutcome:
     """Rows of `days` whose `reference.column` names no `reference.key` of the referenced table (WARN).
 
-    `most_keys`: a filter of the referenced table that holds almost every key (a history's current versions). Keys
-    found there are known without reading the rest; the few others are looked up by value (a literal list Iceberg
-    skips files by), so a check of one day does not read a history that grows every day. The rows left unresolved
-    by `most_keys` come back in one job, per key and day: the rows `most_keys` selects are read once per check
-    (their files pile up between compactions of a history: one more each daily apply), not again for the figures."""
+    `most_keys`: a filter holding almost every key (a history's current versions); the few keys it lacks are looked
+    up by value (a literal list Iceberg skips files by), so one day's check does not read a whole history."""
     from pyspark.sql import functions as F
 
     column, day_column = reference.column, spec.day_column
@@ -331,9 +314,8 @@ def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.
 def post_write_outcomes(
     spark, catalog: str, spec: TableSpec, days: list[dt.date], expectations: bool, written_rows: str | None = None
 ) -> list[CheckOutcome]:
-    """The checks run after a table's days were written: expectations (unless already run on an audit branch),
-    references and the row-count anomaly, over what main now holds. `written_rows`: a filter selecting what the
-    write changed in a table without days (its expectations read only those; every row otherwise)."""
+    """Expectations (unless already run on an audit branch), references and the row-count anomaly over what main
+    now holds. `written_rows`: a filter of what the write changed in a table without days."""
     table = spark.table(spec.qualified(catalog))
     written = table.where(written_rows) if written_rows and not spec.day_column else table
     outcomes = expectation_outcomes(written, spec, days) if expectations else []

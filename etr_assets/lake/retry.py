@@ -1,10 +1,5 @@
-"""Re-running operations that lose an Iceberg commit race.
-
-Iceberg retries a losing append or overwrite itself (`commit.retry.num-retries` in every spec). A MERGE, UPDATE
-or DELETE whose files were changed underneath it fails validation instead (`ValidationException: Found
-conflicting files`): a real conflict that only re-reading and re-running can resolve. `run_with_retries` does
-that, boundedly, with backoff and jitter, and ends with an error naming the operation and the attempts.
-"""
+"""Re-running operations that lose an Iceberg commit race. Iceberg retries a losing append or overwrite itself; a
+MERGE, UPDATE or DELETE whose files changed underneath it fails validation, which only re-running resolves."""
 
 from __future__ import annotations
 

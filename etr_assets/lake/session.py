@@ -1,9 +1,5 @@
-"""Spark configuration per profile, and where the jars come from.
-
-`spark_conf(settings)` is a plain dict so it can be tested without a JVM (the `aws` profile cannot run here) and
-handed to dagster-pyspark's resource. `catalog_conf` is the part Spark reads lazily, so it can be applied to a
-session that already exists (PySparkResource's getOrCreate silently ignores later static config).
-"""
+"""Spark configuration per profile, and where the jars come from: `spark_conf` is a plain dict, testable without a
+JVM; `catalog_conf` is the part Spark reads lazily, so it applies to a session that already exists."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from etr_assets.errors import EtrError
-from etr_assets.settings import Settings
+from etr_assets.settings import Profile, Settings
 
 SCALA = "2.12"  # pyspark 3.5 is built for Scala 2.12
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -22,9 +18,8 @@ LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
 # Jars the `s3` profile needs beside Spark's hadoop-client 3.3.4 (docs/stack.md); setup fetches them here.
 S3A_JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
 POSTGRES_JDBC_GLOB = "/usr/share/java/postgresql*.jar"
-# Classes PySpark looks up by short name on nearly every DataFrame call (`sc._jvm.functions` for each F.col, ...).
-# py4j resolves a short name through the gateway's wildcard imports first, and each miss is a class lookup across
-# all of Spark's ~240 jars: imported by full name, a lookup costs half as much (0.26 ms against 0.6 ms).
+# Classes PySpark looks up by short name on nearly every DataFrame call: imported by full name, py4j skips the
+# wildcard imports' failed lookups across every jar (docs/benchmarks.md).
 HOT_CLASSES = (
     "org.apache.spark.sql.functions",
     "org.apache.spark.api.python.PythonUtils",
@@ -73,9 +68,9 @@ def jars_for(settings: Settings) -> list[str]:
     if settings.spark_jars:
         return list(settings.spark_jars)
     jars: list[str] = []
-    if not (settings.provided_iceberg or settings.spark_packages or settings.profile == "aws"):
+    if not (settings.provided_iceberg or settings.spark_packages or settings.profile == Profile.AWS):
         jars.append(iceberg_runtime_jar())
-    if settings.profile == "s3":
+    if settings.profile == Profile.S3:
         jars += s3_profile_jars()
     return jars
 
@@ -86,9 +81,9 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", "spark.sql.defaultCatalog": settings.catalog}
     # New tables get the profile's format version unless their spec pins one (specs.FORMAT_VERSIONS).
     conf[f"{prefix}.table-default.format-version"] = str(settings.format_version)
-    if settings.profile == "local":
+    if settings.profile == Profile.LOCAL:
         conf |= {f"{prefix}.type": "hadoop", f"{prefix}.warehouse": settings.warehouse}
-    elif settings.profile == "s3":
+    elif settings.profile == Profile.S3:
         conf |= {
             f"{prefix}.type": "jdbc",
             f"{prefix}.uri": settings.jdbc_url,
@@ -114,7 +109,7 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
 
 
 def s3a_conf(settings: Settings) -> dict[str, str]:
-    if settings.profile != "s3":
+    if settings.profile != Profile.S3:
         return {}
     conf = {
         "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
@@ -125,8 +120,7 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
     if settings.s3_endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https")).lower()
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        # Keys stay in the environment; S3A reads them there, so they never enter Spark's config.
+    if os.environ.get("AWS_ACCESS_KEY_ID"):  # S3A reads the keys there: they never enter Spark's config
         conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
             "com.amazonaws.auth.EnvironmentVariableCredentialsProvider"
         )
@@ -148,8 +142,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.driver.extraJavaOptions": java_opts,
-        # Executors get no path of this machine (on a cluster it may not exist there); in local mode the
-        # executor is the driver's JVM anyway. Their logs go to the worker's per-application stderr.
+        # no path of this machine: on a cluster it may not exist there
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.local.dir": str(scratch / "local"),
         "spark.sql.warehouse.dir": str(scratch / "spark-warehouse"),
@@ -209,8 +202,7 @@ def _import_hot_classes(spark) -> None:
 
 
 def java_class(spark, name: str):
-    """A JVM class by its full name, without a lookup: py4j resolves `jvm.org.apache...` one package at a time, each
-    package a failed class lookup across every jar (~1.5 ms a name)."""
+    """A JVM class by its full name, without a lookup: py4j resolves `jvm.org.apache...` a package at a time."""
     from py4j.java_gateway import JavaClass
 
     return JavaClass(name, spark.sparkContext._gateway._gateway_client)

@@ -47,10 +47,8 @@ DELETE_MODE = "write.delete.mode"
 UPDATE_MODE = "write.update.mode"
 MERGE_MODE = "write.merge.mode"
 FORMAT_VERSION = "format-version"
-# Row-level changes (MERGE, UPDATE, DELETE) write delete files instead of rewriting the data files they touch: a
-# change costs the rows changed, not the files holding them; reads apply the deletes until compaction merges them
-# (the health check warns on delete files, and maintenance runs). On a format v3 table the deletes are deletion
-# vectors (one Puffin blob per data file); on v2, Parquet position-delete files.
+# Row-level changes write delete files (v3: deletion vectors) instead of rewriting the files they touch: a change
+# costs the rows changed; compaction merges the deletes later.
 MERGE_ON_READ: Mapping[str, str] = MappingProxyType(
     {DELETE_MODE: "merge-on-read", UPDATE_MODE: "merge-on-read", MERGE_MODE: "merge-on-read"}
 )
@@ -60,17 +58,14 @@ BLOOM_FILTER_MAX_BYTES = "write.parquet.bloom-filter-max-bytes"
 
 def bloom_filter(column: str, ids_per_file: int) -> dict[str, str]:
     """Properties of a Parquet bloom filter on `column`, sized for `ids_per_file` distinct values at about 1% false
-    positives (10 bits a value, rounded up to a power of two). Left at Parquet's default every filter takes 1 MiB:
-    on day files of a few hundred KB that made a table 100 times larger and every lookup slower (docs/benchmarks.md)."""
+    positives: Parquet's default of 1 MiB a filter dwarfs small day files (docs/benchmarks.md)."""
     size = 1024
     while size < ids_per_file * 1.25:
         size *= 2
     return {BLOOM_FILTER_COLUMN.format(column): "true", BLOOM_FILTER_MAX_BYTES: str(size)}
 
 
-# The Iceberg format version a table gets when its spec names none: the profile's (Settings.format_version) through
-# the catalog's `table-default.format-version`. v3 (deletion vectors) where every reader reads it; v2 where Amazon
-# Athena must read the tables (it cannot read v3). A spec that needs one version pins it with `format_version`.
+# A spec without `format_version` gets the profile's (Settings.format_version): v2 where Athena must read it.
 FORMAT_VERSIONS = (2, 3)
 # Per-column metrics mode: `counts` keeps value and null counts but no lower/upper bound, so a manifest never
 # carries a personal value (truncate(n) never shortens an integer and keeps a string's first n characters).
@@ -183,8 +178,7 @@ class HealthThresholds:
     planning and commits are already slow. Small files only ever WARN (reads get slower, nothing breaks)."""
 
     max_small_file_share: float = 0.5  # share of data files compaction could merge (small, not alone in a partition)
-    # ... judged only once merging would matter: this many mergeable files, or small files filling a target file
-    # (a new table of four tiny files is not a problem to report).
+    # ... judged only from this many mergeable files (or small files filling a target file)
     min_mergeable_small_files: int = 16
     max_delete_files: int = 20  # position/equality delete files every read must apply
     max_snapshots: int = 100
@@ -238,11 +232,9 @@ SCD2_EXPECTATIONS = (
     Check("exactly the open versions are current", "_is_current = (_valid_to IS NULL)"),
 )
 
-# A history grows by every change, forever. Partitioned by the month a version closed, the current versions (NULL:
-# one partition) are all the daily apply reads, and an as-of read of a day skips every month closed before it.
+# By the month a version closed: the daily apply reads the current versions' one partition (docs/scd2.md).
 HISTORY_PARTITIONS = ("months(_valid_to)",)
-# The current versions as a filter Iceberg prunes by: it reads one partition, where `_is_current` (the same rows, by
-# the rule above) would read them all.
+# The current versions as a filter Iceberg prunes by (`_is_current` would read every partition).
 CURRENT_VERSIONS = "_valid_to IS NULL"
 
 
@@ -303,7 +295,6 @@ class TableSpec:
         if self.subject_column is None and self.pii_columns:
             raise SpecError(f"{where}: has personal data {self.pii_columns} but no subject column to erase by")
 
-    # --- derived ----------------------------------------------------------------------------------------
     @property
     def identifier(self) -> str:
         return f"{self.namespace}.{self.name}"
@@ -318,10 +309,6 @@ class TableSpec:
     @property
     def pii_columns(self) -> list[str]:
         return [c.name for c in self.columns if c.pii]
-
-    @property
-    def required_columns(self) -> list[str]:
-        return [c.name for c in self.columns if c.required]
 
     @property
     def holds_personal_data(self) -> bool:
@@ -362,9 +349,8 @@ class TableSpec:
 
     @property
     def state_hash_sql(self) -> str | None:
-        """SQL of the SCD2 state fingerprint: a 64-bit hash of the tracked columns, typed as the table types them,
-        NULL-safe (each value is preceded by whether it is NULL: Spark's hashes skip NULLs, which would make (x, NULL)
-        and (NULL, x) equal). Equal states hash equal; a changed state keeps its hash with a chance of 2^-64."""
+        """SQL of the SCD2 state fingerprint: a 64-bit hash of the typed tracked columns, each preceded by whether
+        it is NULL (Spark's hashes skip NULLs, which would make (x, NULL) and (NULL, x) equal)."""
         if self.scd2 is None:
             return None
         types = {c.name: c.type for c in self.columns}

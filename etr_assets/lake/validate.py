@@ -1,12 +1,5 @@
-"""Read raw JSON-lines with a spec's schema and split them into accepted rows and quarantined records.
-
-Every line is accounted for: received = accepted + quarantined (+ suppressed, once bronze drops the records of
-erased customers: `lake/bronze.py`). A refused record keeps its raw text, file, line
-and the first reason it failed: not a JSON object, text that cannot be encoded, a missing required field, a value
-of the wrong type (the text must be exactly a value of the column's type: `frames.parse_exactly`), a rule of the
-spec (`Check`), or a business day other than the batch's. Fields the spec does not know are counted (they stay
-in the raw zone; bronze keeps the declared columns).
-"""
+"""Read raw JSON-lines with a spec's schema and split them into accepted rows and quarantined records, each with
+the first reason it failed, so that every line is accounted for (docs/raw-zone.md#bad-input-and-quarantine)."""
 
 from __future__ import annotations
 
@@ -34,8 +27,7 @@ class Validated:
         return self.quarantined_count / self.received if self.received else 0.0
 
     def release(self) -> None:
-        """Drop the persisted lines. Called in cleanup: a JVM that died (of the error being raised) took them with it,
-        and its refused connection must not replace that error."""
+        """Drop the persisted lines; a JVM that died (of the error being raised) must not replace that error."""
         from py4j.protocol import Py4JError
 
         if self._cached is not None:
@@ -45,11 +37,8 @@ class Validated:
     _cached: object = None
 
 
-# A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or one of those not preceded by the first: JSON
-# allows it, but the text it stands for cannot be encoded (UTF-8, Parquet), so the record is refused alone. Matched on
-# the text with each escaped backslash (ESCAPED_BACKSLASH) made a plain character, so every backslash left starts an
-# escape, as a JSON parser reads it: `\\\uD800` is a backslash and a lone surrogate, `\\uD800` six plain characters,
-# and `\uD800\\\uDC00` no pair.
+# An unpaired UTF-16 surrogate escape: valid JSON, but no UTF-8 text, so the record is refused alone. Matched after
+# each escaped backslash (ESCAPED_BACKSLASH) is made plain, so every backslash left starts an escape.
 LONE_SURROGATE = (
     r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
     r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
@@ -65,7 +54,7 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
     rules = [
         F.when(F.col("_keys").isNull(), F.lit("not a JSON object")),
         F.when(
-            # The regex only where an escape is: run on every line it took most of the validation's time.
+            # the regex only where an escape is: it is the costly part
             F.col("raw_text").contains("\\u")
             & F.regexp_replace("raw_text", ESCAPED_BACKSLASH, "_").rlike(LONE_SURROGATE),
             F.lit("text that cannot be encoded: a lone UTF-16 surrogate (\\uD800-\\uDFFF)"),
@@ -116,8 +105,7 @@ def _session_conf(spark, key: str, value: str):
 
 @contextlib.contextmanager
 def _listed_by_the_driver(spark, files: list[str]):
-    """Spark lists more than 32 paths with a job of one task per path (1,030 for a day of a million transactions);
-    files on this machine the driver lists itself in a fraction of that. Object stores keep Spark's way."""
+    """Local files listed by the driver: Spark lists more than 32 paths with a job of a task per path."""
     if any("://" in path and not path.startswith("file:") for path in files):
         yield
         return
@@ -126,15 +114,13 @@ def _listed_by_the_driver(spark, files: list[str]):
 
 
 def _numbered_lines(spark, files: list[str]):
-    """Each line of `files` with its file and its number in it, read a file at a time (a raw file is one API page):
-    numbering lines as they are split needs no shuffle, where numbering rows read line by line needs a window over
-    each file. Lines end as Hadoop's text reader ends them: at \\n, \\r\\n or \\r."""
+    """Each line of `files` with its file and number, read a file at a time so numbering needs no shuffle. Lines
+    end as Hadoop's text reader ends them: at \\n, \\r\\n or \\r."""
     from pyspark.sql import functions as F
 
     with _listed_by_the_driver(spark, files):
         whole = spark.read.text(files, wholetext=True).select(F.input_file_name().alias("source_file"), "value")
-    # A file without a carriage return splits at the newline character itself: Java splits at one plain character
-    # without a regex, which took five times that CPU on a day of a million lines.
+    # Java splits at one plain character without a regex, much cheaper than the alternation
     text = F.col("value")
     lines = F.when(text.contains("\r"), F.split(text, "\\r\\n|\\r|\\n")).otherwise(F.split(text, "\n"))
     split = whole.select("source_file", F.posexplode(lines).alias("_index", "raw_text"))
@@ -161,10 +147,8 @@ def read_validated(
         lines = _numbered_lines(spark, files)
     else:
         lines = local_frame(spark, [], "raw_text string, source_file string, line_number bigint")
-    # One parse of each line where it suffices: every key with its value's text (a string's content, any other value
-    # as its JSON text). A line it cannot read as json_object_keys would (NaN and Infinity are no JSON numbers; not an
-    # object; malformed), or whose key is given twice (a map keeps both and a lookup finds the first value, where a
-    # JSON reader keeps the last), is read as before: its keys, then its fields. Such lines are rare.
+    # One parse into a map of each key's text; a line the map cannot take as json_object_keys would (not strict JSON,
+    # a key given twice: a map finds the first value, a JSON reader the last) is read by keys, then fields.
     whole_map = F.from_json("raw_text", T.MapType(T.StringType(), T.StringType()), STRICT_JSON)
     parsed = lines.where(F.trim("raw_text") != "").select(
         "raw_text", "source_file", "line_number", whole_map.alias("_map")
@@ -209,7 +193,7 @@ def read_validated(
         _reasons(columns, checks, day_column, day).alias("_reason"),
         F.array_except("_keys", known).alias("_unknown"),
     )
-    # Kept for the count and the writes: a refused line's text (what quarantine stores), not an accepted one's.
+    # only a refused line's text is kept (what quarantine stores)
     undeclared = F.col("_unknown")
     checked = checked.select(
         F.when(F.col("_reason").isNotNull(), F.col("raw_text")).alias("raw_text"),
@@ -219,11 +203,9 @@ def read_validated(
         "_reason",
         F.when(F.size(undeclared) > 0, undeclared).alias("_unknown"),
     )
-    # Counted first, then written (accepted and quarantined rows): parsed once, and kept on local disk in between
-    # rather than in the heap, where a day of a million records competed with the writes (and ran out at 1 GB).
-    # Uncompressed: Spark's columnar compression weighs every encoding value by value (a third of the validation's
-    # CPU) to shrink what is read back once or twice. Spark reads the setting where the cache is declared (in a
-    # copy of the session, with adaptive execution) or else where the count builds it: both happen inside.
+    # Counted, then written: kept on local disk in between (in the heap it competed with the writes), uncompressed
+    # (compression costs more CPU than a read or two saves); the setting is read both where the cache is declared
+    # and where the count builds it, so both happen inside.
     outcome = F.when(F.col("_reason").isNull(), "accepted").otherwise("quarantined")
     verdict = F.struct(F.lit(False).alias("unknown"), outcome.alias("name"))
     unknown_fields = F.transform(
@@ -254,8 +236,7 @@ def read_validated(
     quarantined = checked.where(F.col("_reason").isNotNull()).select(
         "source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *carried
     )
-    # A frame the count found empty is never read: limit 0 is an empty relation to Spark's optimizer, so writing it
-    # (a day's quarantine replaced by nothing) does not scan the persisted lines again.
+    # limit 0: an empty relation to the optimizer, so writing an empty side does not scan the persisted lines
     result = Validated(
         accepted=accepted if accepted_count else accepted.limit(0),
         quarantined=quarantined if quarantined_count else quarantined.limit(0),

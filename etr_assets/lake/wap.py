@@ -1,9 +1,5 @@
-"""Write-audit-publish: write to an Iceberg branch, check it, fast-forward main only if every check passes.
-
-When a check fails, main is unchanged and the branch stays for inspection
-(`SELECT ... FROM t VERSION AS OF '<branch>'`); the failure names it. Tables using it set
-`write.wap.enabled=true` in their spec (Iceberg requires it for branch writes of this kind).
-"""
+"""Write-audit-publish: write to an Iceberg branch, check it, fast-forward main only if every check passes; a
+failed audit leaves main unchanged and the branch for inspection. Its tables set `write.wap.enabled=true`."""
 
 from __future__ import annotations
 
@@ -11,11 +7,7 @@ import datetime as dt
 import re
 
 from etr_assets.errors import EtrError
-from etr_assets.lake.quality import (
-    CheckOutcome,
-    expectation_outcomes,
-    uniqueness_outcome,
-)
+from etr_assets.lake.quality import CheckOutcome, expectation_outcomes, uniqueness_outcome
 from etr_assets.lake.specs import TableSpec
 
 
@@ -61,9 +53,8 @@ def publish(spark, catalog: str, qualified: str, branch: str) -> None:
 
 
 def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, days: list[dt.date], write):
-    """`write(branch)` writes to the branch; check it; publish.
-
-    Returns (write's result, outcomes); raises AuditFailed."""
+    """`write(branch)` writes to the branch; check it; publish. Returns (write's result, outcomes); raises
+    AuditFailed."""
     qualified = spec.qualified(catalog)
     create_branch(spark, qualified, branch)
     result = write(branch)

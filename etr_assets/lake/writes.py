@@ -152,11 +152,9 @@ def replace_days(
 ) -> CommitInfo:
     """Atomically replace every row of `days` with `df` (one snapshot; empty `df` empties those days).
 
-    An explicit overwrite filter rather than dynamic partition overwrite: a day that now has no rows is
-    emptied too. Iceberg does not check the rows against the filter (a row of another day is appended beside
-    that day's rows), so `df` must hold rows of `days` only. With `branch`, the write goes to that branch
-    (Iceberg's `<table>.branch_<name>` identifier; no session-wide setting). `options`: Iceberg write options of
-    this write only (e.g. its distribution mode).
+    An explicit overwrite filter, so a day that now has no rows is emptied too. Iceberg does not check the rows
+    against it: `df` must hold rows of `days` only. `branch` writes to `<table>.branch_<name>` (no session-wide
+    setting); `options` are Iceberg write options of this write only.
     """
     from pyspark.sql import functions as F
 

@@ -17,25 +17,14 @@ from etr_assets.lake.bronze import (
 )
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import conform, count_by_day
-from etr_assets.lake.incremental import (
-    Cursor,
-    ReadMode,
-    current_snapshot_id,
-    plan_reads,
-    read_plan,
-)
+from etr_assets.lake.incremental import Cursor, ReadMode, plan_reads, read_plan
 from etr_assets.lake.quality import CheckOutcome, record_quarantine_outcome, split_by_record_rules
 from etr_assets.lake.wap import evaluate, write_audit_publish
-from etr_assets.lake.writes import CommitInfo, replace_days
+from etr_assets.lake.writes import CommitInfo, current_snapshot_id, replace_days
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.feeds import TRANSACTIONS
 from etr_assets.tables.quarantine import SILVER_QUARANTINE_TRANSACTIONS
-from etr_assets.tables.transactions import (
-    BRONZE_TRANSACTIONS,
-    GOLD_DAILY_SUMMARY,
-    SILVER_TRANSACTIONS,
-    STATUSES,
-)
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS, STATUSES
 
 __all__ = ["TRANSACTIONS", "BadInputError", "LayerResult", "build_gold", "build_silver", "load_bronze"]
 
@@ -54,7 +43,6 @@ def load_bronze(
     return load_bronze_days(spark, catalog, raw, TRANSACTIONS, days, max_reject_rate, max_day_shrink=max_day_shrink)
 
 
-# --- silver -------------------------------------------------------------------------------------------
 def clean_transactions(bronze_df):
     """Typed, validated, one row per transaction id: the latest update wins, deterministically."""
     from pyspark.sql import Window
@@ -207,7 +195,6 @@ def merge_latest(current_silver, new_rows):
     return both.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank", "_new")
 
 
-# --- gold ---------------------------------------------------------------------------------------------
 def daily_summary(silver_df):
     from pyspark.sql import functions as F
 

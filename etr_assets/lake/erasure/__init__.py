@@ -1,25 +1,6 @@
-"""GDPR erasure: remove customers from every personal-data table and the raw zone, expire history, prove it.
-
-Which tables: the specs a pipeline passes (this one's: `etr_assets.pipeline.erasure`), erased by its `subject_column`;
-tables with a `raw_text` column (quarantine) also match ids written inside the stored line, since a refused
-record may hold the id only there. Which raw files: every batch file of a feed whose bronze spec has a subject
-column (the rewriting itself is `sources/raw_erasure.py`). Ids are validated positive integers and never formatted
-into SQL: they travel as a temp view that the DELETE condition reads through a subquery.
-
-History: Iceberg keeps deleted rows in older snapshots until they expire, so each affected table then expires
-every snapshot older than now (keeping the current one). Refs would keep old snapshots alive: failed
-write-audit-publish branches (`audit_*`) are dropped (they are unpublished attempts, rebuilt by the next run),
-other branches are erased like main, and tags whose snapshot holds a customer are dropped (a tag cannot change).
-A branch with a snapshot retention of its own has it lowered for the expiry and restored after (audited).
-Manifests are then rewritten and expired again, so no kept manifest holds a DELETED entry whose bounds carry an
-erased id (personal-data columns are written with metrics `counts`: new files carry no bounds at all). Files in
-the table's data folder that no snapshot references (orphans) and that hold a customer are deleted, unless they
-are younger than ORPHAN_GRACE (a running write's, not committed yet): those are named and the proof fails.
-
-The proof reads the Parquet files themselves (every data file any remaining snapshot references, and every orphan
-in each table's data folder), the manifests' bounds, every raw file, each table as of the moment the erasure
-began, and every other table of the catalog with a column named like a subject column (a copy someone made).
-"""
+"""GDPR erasure: remove customers from every personal-data table and the raw zone, expire history, prove it
+(docs/gdpr-erasure.md). Ids are validated positive integers and never formatted into SQL: they travel as a temp
+view that the DELETE condition reads through a subquery."""
 
 from __future__ import annotations
 
@@ -47,7 +28,6 @@ from etr_assets.sources.raw_erasure import RawErasure
 from etr_assets.sources.raw_zone import RawZone
 
 
-# --- all of it, without Dagster ------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class ErasureReport:
     tables: tuple[TableErasure, ...]
@@ -64,7 +44,7 @@ def held_ids(tables, raw: RawErasure | None) -> set[int]:
     return held | ({i for i, n in raw.removed.items() if n} if raw is not None else set())
 
 
-# --- the sequence: each step does its work and records it; a job and erase_customers run the same steps -------
+# Each step does its work and records it; a job and erase_customers run the same steps.
 def erase_raw_step(spark, catalog: str, raw: RawZone, request: ErasureRequest, feeds) -> RawErasure:
     result = erase_raw_zone(raw, request, feeds)
     record_actions(spark, catalog, raw_audit_rows(request, result, raw.storage.uri("")))
@@ -114,37 +94,18 @@ def erase_customers(
     return ErasureReport(tuple(results), raw_result, proof)
 
 
+# re-exported for the pipeline, the Dagster layer and the tests
 __all__ = [
     "DELETE",
-    "ErasureError",
-    "ErasureReport",
-    "ErasureRequest",
-    "LAYER_ORDER",
     "LOCAL_AUDIT_KEY",
     "NOT_FOUND",
-    "Proof",
-    "RawErasure",
-    "TableErasure",
     "VERIFIED",
     "VERIFY",
-    "ids_frame",
+    "ErasureError",
     "audit_key",
-    "erase_customers",
-    "erase_raw_step",
-    "erase_table_step",
-    "erasure_stages",
-    "prove_step",
-    "erase_table",
-    "erasure_order",
-    "held_ids",
+    "ids_frame",
     "matches_by_id",
-    "proof_audit_rows",
-    "prove_erased",
     "scan_raw_zone",
-    "erase_raw_zone",
-    "raw_audit_rows",
-    "record_actions",
     "subject_hash",
-    "table_audit_rows",
     "validate_customer_ids",
 ]

@@ -10,12 +10,9 @@ from etr_assets.lake.erasure.proof import Proof
 from etr_assets.lake.erasure.request import DELETE, DONE, EXPIRE, FAILED, NOT_FOUND, VERIFIED, VERIFY, ErasureRequest
 from etr_assets.lake.erasure.tables import TableErasure
 from etr_assets.lake.maintenance import ExpireResult
-from etr_assets.sources.raw_erasure import (
-    RawErasure,
-)
+from etr_assets.sources.raw_erasure import RawErasure
 
 
-# --- the audit trail -----------------------------------------------------------------------------------------
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
@@ -64,17 +61,8 @@ def table_audit_rows(request: ErasureRequest, result: TableErasure) -> list[dict
             continue
         count = result.removed.get(customer_id, 0)
         where = "" if count else " (held only in older snapshots or refs)"
-        rows.append(
-            _row(
-                request,
-                customer_id,
-                DELETE,
-                result.table,
-                count,
-                DONE,
-                f"{count} row(s) deleted from main{where}{branches}",
-            )
-        )
+        deleted = f"{count} row(s) deleted from main{where}{branches}"
+        rows.append(_row(request, customer_id, DELETE, result.table, count, DONE, deleted))
         rows.append(_row(request, customer_id, EXPIRE, result.table, None, DONE, expired))
     return rows
 

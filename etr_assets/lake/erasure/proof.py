@@ -27,16 +27,10 @@ from etr_assets.lake.evolve import table_exists
 from etr_assets.lake.feeds import RawFeed
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.timetravel import NoSuchSnapshot, read_as_of
-from etr_assets.sources.raw_erasure import (
-    RawErasure,
-    RawFeedSubject,
-    erase_raw_records,
-    find_raw_records,
-)
+from etr_assets.sources.raw_erasure import RawErasure, RawFeedSubject, erase_raw_records, find_raw_records
 from etr_assets.sources.raw_zone import RawZone
 
 
-# --- the raw zone (sources/raw_erasure.py does the work; the feeds come from the pipeline) -------------------
 def raw_feeds_with_subjects(feeds: tuple[RawFeed, ...]) -> tuple[RawFeedSubject, ...]:
     """Raw endpoints holding personal data: the feeds whose bronze spec names a subject column."""
     return tuple(
@@ -54,7 +48,6 @@ def scan_raw_zone(
     return find_raw_records(raw, ids, raw_feeds_with_subjects(feeds))
 
 
-# --- the proof -----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Proof:
     passed: bool

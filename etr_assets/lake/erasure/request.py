@@ -13,9 +13,8 @@ from etr_assets.errors import EtrError
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.frames import local_frame
 from etr_assets.lake.specs import TableSpec, _sql_string
-from etr_assets.sources.raw_erasure import (
-    id_field_pattern,
-)
+from etr_assets.settings import Profile
+from etr_assets.sources.raw_erasure import id_field_pattern
 
 AUDIT_KEY_ENV = "ETR_AUDIT_KEY"
 # Development only: the local profile may run without a key; every other profile must set ETR_AUDIT_KEY.
@@ -31,7 +30,6 @@ class ErasureError(EtrError, ValueError):
     """A request that cannot be carried out as given; the message names the value and where it came from."""
 
 
-# --- the request ----------------------------------------------------------------------------------------------
 def validate_customer_ids(values, where: str = "customer_ids") -> tuple[int, ...]:
     """Positive integers (ints or digit strings), at least one; duplicates removed, order kept."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
@@ -65,7 +63,7 @@ def audit_key(profile: str, environ: dict[str, str] | None = None) -> bytes:
     key = env.get(AUDIT_KEY_ENV, "").strip()
     if key:
         return key.encode()
-    if profile == "local":
+    if profile == Profile.LOCAL:
         return LOCAL_AUDIT_KEY.encode()
     raise ErasureError(
         f"{AUDIT_KEY_ENV} is not set: the {profile} profile needs a secret key to hash customer ids in "
@@ -94,7 +92,6 @@ class ErasureRequest:
         return subject_hash(self.key, customer_id)
 
 
-# --- matching rows -------------------------------------------------------------------------------------------
 def subject_keys_sql(spec: TableSpec) -> str:
     """SQL array of the ids a row names: its subject column, plus ids inside the stored raw line (quarantine)."""
     keys = f"array(CAST({spec.subject_column} AS BIGINT))"

@@ -1,13 +1,6 @@
-"""Erasure requests waiting for the `gdpr_erasure` job: the ids live here, in the lake's own storage, never in Dagster.
-
-`etr erase --reference REF IDS...` records a request as one small JSON file in the raw zone's storage, under
-`_gdpr_requests/` (`$ETR_HOME/raw/_gdpr_requests/` on the local profile, `s3://<bucket>/raw/_gdpr_requests/` on s3
-and aws: the raw zone already holds personal data, and the pipeline's role may read and write there). No feed
-lists that folder: it is not a batch. The job is launched with the reference only and reads the ids from the file;
-once the proof passes, the file is rewritten with the keyed hashes only (status `done`): the ids are gone, and the
-same reference cannot be carried out twice. Until then (a failed run) the request stays pending, and a new run
-with the same reference picks it up again.
-"""
+"""Erasure requests waiting for the `gdpr_erasure` job: the ids live here, one JSON file per reference in the raw
+zone's storage (which already holds personal data), never in Dagster. Once the proof passes, the file keeps the
+keyed hashes only, so the same reference cannot be carried out twice (docs/gdpr-erasure.md)."""
 
 from __future__ import annotations
 
@@ -17,12 +10,7 @@ import hashlib
 import json
 from urllib.parse import quote
 
-from etr_assets.lake.erasure.request import (
-    ErasureError,
-    ErasureRequest,
-    validate_customer_ids,
-    validate_reference,
-)
+from etr_assets.lake.erasure.request import ErasureError, ErasureRequest, validate_customer_ids, validate_reference
 from etr_assets.sources.raw_zone import RawStorage
 
 REQUESTS_FOLDER = "_gdpr_requests"

@@ -1,12 +1,6 @@
-"""The suppression list: customers erased once stay erased. Ingestion drops their records at the raw-to-bronze
-boundary (`lake/bronze.py`), and the proof checks that nothing of theirs entered a table since.
-
-The list is what the audit already holds: every keyed hash (`subject_hash`) with an erasure row in
-`audit.gdpr_actions` (GDPR_DELETE, NOT_FOUND included: the customer asked to be forgotten; GDPR_EXPIRE; GDPR_VERIFY),
-unless a later `LIFT_SUPPRESSION` row for that hash lifts it (the customer signed up again and consented; a later
-erasure suppresses them again: the newest row wins). No id is ever stored: a record is matched by computing the
-same HMAC-SHA256 of its id in Spark (`subject_hash_column`) and looking it up among the hashes.
-"""
+"""The suppression list: customers erased once stay erased (docs/gdpr-erasure.md). It is the keyed hashes the
+audit already holds, newest row winning over a `LIFT_SUPPRESSION`; a record is matched by computing the same
+HMAC-SHA256 of its id in Spark, so no id is ever stored."""
 
 from __future__ import annotations
 
@@ -19,6 +13,7 @@ from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
 from etr_assets.lake.erasure.request import ErasureError, audit_key, subject_hash, subject_keys_sql
 from etr_assets.lake.evolve import table_exists
 from etr_assets.lake.specs import TableSpec
+from etr_assets.settings import Profile
 
 LIFT = "LIFT_SUPPRESSION"
 PROFILE_ENV = "ETR_PROFILE"
@@ -86,7 +81,7 @@ def _hashes(spark, catalog: str) -> frozenset[str]:
 
 def default_key() -> bytes:
     """The audit key of the profile this process runs (ETR_PROFILE, local when unset): the erasure's key."""
-    return audit_key(os.environ.get(PROFILE_ENV, "local") or "local")
+    return audit_key(os.environ.get(PROFILE_ENV) or Profile.LOCAL)
 
 
 def suppression_list(spark, catalog: str, key: bytes | None = None) -> Suppression:
@@ -108,9 +103,8 @@ def lift_suppression(
     spark, catalog: str, key: bytes, customer_id: int, reference: str, reason: str, run_id: str = "", by: str = ""
 ) -> dict:
     """Lift the suppression of one customer (they signed up again and consented): an audited LIFT_SUPPRESSION row
-    under the customer's hash, with the reference, who lifted it (`by`) and why, and when. Later loads store them
-    again; nothing erased comes back (only new records are kept). A later erasure suppresses them again. A customer
-    not on the list is refused: a lift with nothing to lift would only blur the audit."""
+    under their hash, with the reference, who (`by`) and why. A customer not on the list is refused: a lift with
+    nothing to lift would only blur the audit."""
     from etr_assets.lake.erasure.request import validate_customer_ids
 
     (customer_id,) = validate_customer_ids([customer_id])
@@ -140,9 +134,8 @@ def lift_suppression(
 
 
 def rows_of_suppressed(spark, catalog: str, specs, suppression: Suppression) -> dict[str, dict[str, int]]:
-    """Per suppressed hash, the rows naming that customer in each personal-data table now (current snapshots; the
-    proof reads every file and old snapshot for the request's own customers): {hash: {table: rows}}, every hash
-    listed, tables only where rows were found."""
+    """{hash: {table: rows}}: per suppressed hash, the rows naming that customer in each personal-data table's
+    current snapshot (every hash listed, tables only where rows were found)."""
     from pyspark.sql import functions as F
 
     found: dict[str, dict[str, int]] = {h: {} for h in sorted(suppression.hashes)}

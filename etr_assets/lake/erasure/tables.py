@@ -7,12 +7,7 @@ import dataclasses
 import datetime as dt
 import uuid
 
-from etr_assets.lake.copies import (
-    ORPHAN_GRACE,
-    delete_file,
-    normalized,
-    orphan_files,
-)
+from etr_assets.lake.copies import ORPHAN_GRACE, delete_file, normalized, orphan_files
 from etr_assets.lake.erasure.request import (
     ErasureError,
     ErasureRequest,
@@ -31,7 +26,6 @@ from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 
-# --- erasing a table -----------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class TableErasure:
     table: str  # namespace.name
@@ -166,7 +160,6 @@ def _erase_orphans(spark, holding) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(deleted), tuple(left)
 
 
-# --- branches with a snapshot retention of their own ------------------------------------------------------
 def _branch_retention(spark, qualified: str) -> dict[str, dict]:
     rows = spark.sql(
         f"SELECT name, snapshot_id, min_snapshots_to_keep, max_snapshot_age_in_ms, max_reference_age_in_ms "
