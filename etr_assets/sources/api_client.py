@@ -1,8 +1,5 @@
 """A small client for paginated JSON APIs: bearer token, timeouts, retries with backoff and jitter.
-
-Stdlib only. `iter_record_texts` returns each record as the exact text the API sent (its slice of the response
-body), so the raw zone keeps what arrived: duplicate keys, escapes and number spellings included.
-"""
+`iter_record_texts` gives each record's exact text as sent, so the raw zone keeps what arrived."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ from collections.abc import Iterator
 from etr_assets.errors import EtrError
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-# The largest synthetic day (999,999 transactions and their re-sent copies) is 1,030 pages of 1,000 records; an API
-# that never stops paging is a fault, not a big day.
+# About ten times the largest synthetic day's pages: an API that never stops paging is a fault, not a big day.
 MAX_PAGES = 10_000
 
 
@@ -120,11 +116,8 @@ class ApiClient:
             yield record_texts(text)
 
     def _pages(self, path: str, params: dict[str, object]) -> Iterator[tuple[dict, str]]:
-        """Each page's (document, body text) until the API says there is no next page.
-
-        `next_page` must move forward to a page not read yet, within `max_pages`: an API that points back, or
-        pages for ever, fails with an ApiError naming the endpoint and the page instead of looping.
-        """
+        """Each page's (document, body text) until the API says there is no next page; a `next_page` that points
+        back, or paging past `max_pages`, is an ApiError instead of a loop."""
         page, seen = 1, set()
         while True:
             seen.add(page)

@@ -21,13 +21,8 @@ ENDPOINTS = {
 
 
 def fetch_day(client: ApiClient, raw: RawZone, endpoint: str, day: dt.date) -> tuple[Batch, BatchManifest]:
-    """Fetch every page of `endpoint` for `day` into a new pending batch, then seal it.
-
-    If this dies midway the batch stays pending without a manifest and is never loaded; the next run
-    fetches the day again into a new batch, so nothing half-downloaded reaches Iceberg. Pages are written while the
-    next ones download (a local write waits for its fsync, an S3 one for its PUT); the manifest is written only
-    once every page is stored.
-    """
+    """Fetch every page of `endpoint` for `day` into a new pending batch, then seal it once every page is stored
+    (a batch cut off midway is never loaded). Pages are written while the next ones download."""
     if endpoint not in ENDPOINTS:
         raise ValueError(f"unknown endpoint {endpoint!r}; known: {', '.join(ENDPOINTS)}")
     path, day_param = ENDPOINTS[endpoint]
@@ -36,7 +31,6 @@ def fetch_day(client: ApiClient, raw: RawZone, endpoint: str, day: dt.date) -> t
     records = 0
     with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix=f"raw-{endpoint}") as writers:
         writing: collections.deque[Future] = collections.deque()
-        # Each record's text as the API sent it: the raw zone is the evidence of what arrived.
         for number, page in enumerate(client.iter_record_texts(path, {day_param: day.isoformat()}), start=1):
             if page:
                 writing.append(writers.submit(raw.write_lines, batch, number, page))

@@ -1,11 +1,7 @@
 """Erasing data subjects from the raw zone, and finding them there (plain Python on `RawZone`: local or S3).
 
-A record names a subject when its line holds the feed's subject field with that id, as a number or as digit text
-(`"customer_id": 123`, `"customer_id":"123"`). Each line is parsed as JSON first, so a key or value written with
-escapes (`"customer\u005fid"`, which every JSON reader takes for `customer_id`) is found, at any depth; the text
-pattern also runs on every line, so a line that is not JSON (refused lines count too) is still matched.
-Files are rewritten whole and atomically (`RawStorage.write_bytes`); markers are never touched, so a pending
-batch stays pending and loadable; a manifest keeps its file list and its record count drops by what was removed.
+A line names a subject when its JSON holds the subject field with that id at any depth (escapes decoded), or, for
+a line that is not JSON, when the text pattern finds it. Markers are never touched: a pending batch stays loadable.
 """
 
 from __future__ import annotations
@@ -14,13 +10,7 @@ import dataclasses
 import json
 import re
 
-from etr_assets.sources.raw_zone import (
-    COMPLETE,
-    MANIFEST,
-    PENDING,
-    BatchManifest,
-    RawZone,
-)
+from etr_assets.sources.raw_zone import COMPLETE, MANIFEST, PENDING, BatchManifest, RawZone
 
 _MARKERS = {PENDING, MANIFEST, COMPLETE}
 
@@ -106,13 +96,8 @@ def _raw_pattern(feed: RawFeedSubject) -> re.Pattern:
 
 
 def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, ...], batch_keys=None) -> RawErasure:
-    """Rewrite each raw file naming a customer without those lines (atomically), then fix its batch manifest.
-    `batch_keys`: only those batches (a load removing the lines of suppressed customers); default every batch.
-
-    Markers are left as they are: a pending batch stays pending (and loadable), a complete one complete. The
-    file list of a manifest never changes (an emptied file stays, empty); its record count drops by the lines
-    removed, and is written after the files so a crash between the two leaves the data erased.
-    """
+    """Rewrite each raw file naming a customer without those lines (atomically), then lower its batch manifest's
+    record count (after the files: a crash between leaves the data erased). `batch_keys`: only those batches."""
     ids = set(customer_ids)
     rewritten: list[str] = []
     removed: dict[int, int] = {}

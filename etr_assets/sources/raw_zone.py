@@ -1,22 +1,6 @@
-"""The raw zone: API responses kept as they arrived, one folder per batch, with state markers.
-
-Layout: ``{root}/{source}/{endpoint}/{batch_id}/`` holding ``part-NNNNN.jsonl`` files and markers:
-
-- ``.pending``       written first: the batch exists but is not yet in Iceberg;
-- ``_manifest.json`` written after the last part: the download finished (files, record count);
-- ``.complete``      written only after the batch's rows are committed to Iceberg.
-
-A batch that is pending without a manifest was cut off mid-download and must be fetched again; one with a
-manifest but no ``.complete`` is loaded by the next run. Raw files are never modified or deleted by loading.
-Batch ids start with the business day, then the UTC time of the fetch, so names sort oldest first.
-
-Open batches are also indexed, so that what a day costs does not grow with the batches ever fetched:
-``{root}/{source}/{endpoint}/_pending/{batch_id}`` is an empty entry created before the batch's first marker and
-removed after its ``.complete``. `RawZone.pending` lists that folder only and checks each entry's ``.complete``
-(an entry a crash left behind is removed there); ``_pending/_index.json`` says the index holds every open batch,
-and where it is missing (a raw zone written before the index) the first `pending` builds the index once from a
-listing of every batch. A day's batches are listed by the day's name prefix, never by listing the endpoint.
-"""
+"""The raw zone: API responses kept as they arrived, one folder per batch, with state markers written last so a
+crash at any point loses nothing; an index of open batches keeps a day's cost from growing with the batches ever
+fetched (layout, markers and crash points: docs/raw-zone.md)."""
 
 from __future__ import annotations
 
@@ -160,7 +144,6 @@ class RawZone:
     def __init__(self, storage: RawStorage):
         self.storage = storage
 
-    # --- writing ------------------------------------------------------------------------------------
     def start_batch(self, source: str, endpoint: str, day: dt.date, now: dt.datetime | None = None) -> Batch:
         now = now or dt.datetime.now(dt.UTC)
         batch = Batch(source, endpoint, f"{day.isoformat()}_{now:%Y%m%dT%H%M%S%fZ}_{secrets.token_hex(3)}")
@@ -218,12 +201,8 @@ class RawZone:
         return json.loads(self.storage.read_bytes(f"{batch.key}/{COMPLETE}")).get("outcome", "loaded")
 
     def pending(self, source: str, endpoint: str) -> list[Batch]:
-        """Batches not yet committed (sealed or not), oldest first.
-
-        Read from the index of open batches: one listing of `_pending/`, then one `.complete` check per entry,
-        however many batches the endpoint ever had. An entry whose batch is complete (a crash between `.complete`
-        and the entry's removal, or a rebuild racing a load) is removed here. Without the index's `_index.json`
-        (a raw zone written before the index), the index is first built from every batch, once."""
+        """Batches not yet committed (sealed or not), oldest first, from the index of open batches (built first,
+        once, where `_index.json` is missing); an entry whose batch is complete is removed here."""
         folder = _index_folder(source, endpoint)
         names = self.storage.list_children(folder)
         if INDEX_BUILT not in names:
@@ -242,11 +221,7 @@ class RawZone:
 
     def rebuild_index(self, source: str, endpoint: str) -> int:
         """Index every batch of the endpoint that is not complete, then write `_index.json`; returns how many.
-
-        Lists every batch and checks each one: done once per endpoint, by the first `pending()` on a raw zone
-        written before the index existed (or whose `_index.json` was lost). Safe at any time, alongside running
-        loads: it only adds entries, and one for a batch completed meanwhile is removed by the next `pending()`.
-        Batches started meanwhile index themselves."""
+        Safe alongside running loads: it only adds entries, and `pending()` removes those of complete batches."""
         open_batches = [b for b in self.batches(source, endpoint) if not self.is_complete(b)]
         for batch in open_batches:
             self.storage.touch(_index_key(batch))
@@ -271,7 +246,6 @@ class RawZone:
         stamp = batch.batch_id.split("_")[1]
         return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.UTC)
 
-    # --- reading ------------------------------------------------------------------------------------
     def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:
         """The batch folders of an endpoint, oldest first; of one `day`, listed by the day's name prefix only
         (without `day`, every batch ever fetched: for tools that must see them all, such as erasure)."""

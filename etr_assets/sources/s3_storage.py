@@ -1,9 +1,5 @@
-"""The raw zone on S3 (the `s3` and `aws` profiles): one object per raw file, markers included.
-
-A PUT is atomic in S3 (a reader sees the whole object or none), so there is no write-then-rename as on a local
-disk. Keys are ``{prefix}/{key}``; Spark reads them through ``uri()``: ``s3a://`` in the `s3` profile (Hadoop's
-S3A), ``s3://`` on Glue and EMR. No Dagster here: the client is any boto3 S3 client the caller builds.
-"""
+"""The raw zone on S3 (the `s3` and `aws` profiles): one object per raw file, markers included. A PUT is atomic,
+so no write-then-rename; Spark reads ``uri()``: ``s3a://`` in the `s3` profile, ``s3://`` on Glue and EMR."""
 
 from __future__ import annotations
 
@@ -76,10 +72,7 @@ class S3Storage(RawStorage):
         names: set[str] = set()
         paginator = self.client.get_paginator("list_objects_v2")
         pages = paginator.paginate(
-            Bucket=self.bucket,
-            Prefix=folder + starting,
-            Delimiter="/",
-            PaginationConfig={"PageSize": self.page_size},
+            Bucket=self.bucket, Prefix=folder + starting, Delimiter="/", PaginationConfig={"PageSize": self.page_size}
         )
         try:
             for page in pages:

@@ -1,15 +1,7 @@
-"""A deterministic synthetic BNPL API on loopback, for local runs and tests: the HTTP server.
+"""A deterministic synthetic BNPL API on loopback, for local runs and tests: the HTTP server (docs/raw-zone.md).
 
-Every response is a pure function of (config, day): the same request returns byte-identical JSON from any
-server instance in any process. The records come from ``synthetic_data`` (re-exported here) and the fault logic
-from ``synthetic_faults``; the command line, ``synthetic_cli``, imports this module and never the reverse.
-
-Run on its own with ``etr api`` or ``python -m etr_assets.sources.synthetic_cli --port 8765``. Stdlib only, on purpose:
-the pipeline and the tests start it without Dagster or Spark.
-
-Fault switches (``ApiFaults``, logic in ``synthetic_faults``) make it fail, stall, corrupt records, drift its
-schema or cut pages off, for tests of ingestion robustness: pass ``faults=`` to ``serve``, call
-``RunningApi.set_faults``, or ``POST /admin/faults`` to a server in another process.
+Every response is a pure function of (config, day), so any server instance in any process answers a request
+byte for byte the same. Stdlib only: the pipeline and the tests start it without Dagster or Spark.
 """
 
 from __future__ import annotations
@@ -286,10 +278,7 @@ class RunningApi:
 
 
 def serve(
-    config: ApiConfig = ApiConfig(),
-    host: str = "127.0.0.1",
-    port: int = 0,
-    faults: ApiFaults = ApiFaults(),
+    config: ApiConfig = ApiConfig(), host: str = "127.0.0.1", port: int = 0, faults: ApiFaults = ApiFaults()
 ) -> RunningApi:
     """Start the server in a daemon thread and return once it accepts connections (port 0: any free port)."""
     server = _Server((host, port), config, faults)  # bound and listening here: connections queue until served

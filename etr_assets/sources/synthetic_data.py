@@ -1,10 +1,6 @@
-"""Deterministic synthetic BNPL data: customers, merchants and the daily transaction feed.
-
-Every record is a pure function of (config, day): the same call returns equal records in any process.
-Randomness comes only from ``random.Random`` seeded with strings (seeded via SHA-512, so PYTHONHASHSEED
-cannot change it), never from the global generator or ``hash()``. Stdlib only; ``synthetic_api`` serves
-these records over HTTP.
-"""
+"""Deterministic synthetic BNPL data: customers, merchants and the daily transaction feed, each record a pure
+function of (config, day). Randomness comes only from ``random.Random`` seeded with strings (PYTHONHASHSEED cannot
+change it), never from the global generator or ``hash()``."""
 
 from __future__ import annotations
 
@@ -41,65 +37,18 @@ class ApiConfig:
             raise ValueError("transactions need at least one base customer and one merchant")
 
 
-# --- shared helpers ----------------------------------------------------------------------------------------
-
 _STATUSES = ("PENDING", "APPROVED", "PROCESSED", "DECLINED", "REFUNDED")
 _STATUS_WEIGHTS = (3, 46, 44, 4, 3)
-_FIRST = (
-    "Aisyah",
-    "Ahmad",
-    "Mei Ling",
-    "Wei Jie",
-    "Priya",
-    "Arjun",
-    "Nurul",
-    "Hafiz",
-    "Siti",
-    "Jun Hao",
-    "Kavitha",
-    "Daniel",
-    "Farah",
-    "Ravi",
-    "Li Ting",
-    "Amir",
-    "Sarah",
-    "Hui Min",
-    "Zul",
-    "Chloe",
+_FIRST = tuple(
+    "Aisyah,Ahmad,Mei Ling,Wei Jie,Priya,Arjun,Nurul,Hafiz,Siti,Jun Hao,Kavitha,Daniel,Farah,Ravi,"
+    "Li Ting,Amir,Sarah,Hui Min,Zul,Chloe".split(",")
 )
-_LAST = (
-    "Abdullah",
-    "Tan",
-    "Lim",
-    "Lee",
-    "Wong",
-    "Ng",
-    "Rahman",
-    "Ismail",
-    "Kumar",
-    "Raj",
-    "Chua",
-    "Goh",
-    "Hassan",
-    "Ong",
-    "Yusof",
-    "Teo",
-    "Pillai",
-    "Chan",
-    "Koh",
-    "Aziz",
+_LAST = tuple(
+    "Abdullah,Tan,Lim,Lee,Wong,Ng,Rahman,Ismail,Kumar,Raj,Chua,Goh,Hassan,Ong,Yusof,Teo,Pillai,Chan,Koh,Aziz".split(",")
 )
 _CITIES = {
-    "MY": (
-        "Kuala Lumpur",
-        "Petaling Jaya",
-        "Shah Alam",
-        "George Town",
-        "Johor Bahru",
-        "Ipoh",
-        "Kota Kinabalu",
-        "Kuching",
-        "Melaka",
+    "MY": tuple(
+        "Kuala Lumpur,Petaling Jaya,Shah Alam,George Town,Johor Bahru,Ipoh,Kota Kinabalu,Kuching,Melaka".split(",")
     ),
     "SG": ("Singapore", "Tampines", "Jurong West", "Woodlands", "Ang Mo Kio", "Bedok"),
 }
@@ -119,8 +68,8 @@ def _day_text(ordinal: int) -> str:
 
 
 class _Weighted:
-    """``rng.choices(values, weights)[0]`` with the cumulative weights summed once: the same draw from the same
-    ``rng.random()`` call (choices sums them on every call, a third of a million-transaction day's cost)."""
+    """``rng.choices(values, weights)[0]`` with the cumulative weights summed once (choices sums them on every
+    call): the same draw from the same ``rng.random()`` call."""
 
     def __init__(self, values: tuple, weights: tuple) -> None:
         self.values, self.cumulative = values, list(itertools.accumulate(weights))
@@ -141,15 +90,12 @@ def _check_day(day: datetime.date) -> None:
         raise ValueError(f"day {day} is outside {EPOCH}..{LAST_DAY}")
 
 
-# --- slowly changing entities: an initial record plus change events on a few days --------------------------
+# Slowly changing entities: an initial record plus change events on a few days.
 
 
 class _Timeline:
-    """One entity's history, drawn lazily from its own Random so a far day costs only that entity's events.
-
-    Draw order is fixed (gap, then per event: time, change, next gap), so extending in any number of steps
-    gives the same events: results never depend on which days were asked for first.
-    """
+    """One entity's history, drawn lazily from its own Random so a far day costs only that entity's events. The
+    draw order is fixed, so results never depend on which days were asked for first."""
 
     def __init__(self, rng: random.Random, initial: dict, start: int, mean_gap: float, mutate) -> None:
         self.initial, self.days, self.changes = initial, [], []

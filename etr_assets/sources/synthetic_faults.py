@@ -1,13 +1,6 @@
 """Fault switches for the synthetic BNPL API: failures, delays, malformed records, schema drift, cut-off pages.
-
-They exist to test ingestion robustness against a real HTTP server. Everything here is stdlib only and
-knows nothing about HTTP routing: ``synthetic_api`` asks this module whether to fail, delay or cut off a
-request and how to alter the records it serves.
-
-Record faults are deterministic, like the data: which records are corrupted, and how, depends only on the
-seed, the entity, the day and the record's index in the full feed (never on paging, timing or global
-random state), so ``synthetic_api.transactions_served`` gives tests the exact truth without HTTP.
-"""
+Record faults are deterministic like the data (seed, entity, day and index, never paging or timing), so
+``synthetic_api.transactions_served`` gives tests the exact truth without HTTP."""
 
 from __future__ import annotations
 
@@ -62,10 +55,8 @@ class ApiFaults:
 
     @classmethod
     def from_json(cls, document: str | bytes | dict) -> ApiFaults:
-        """Faults from a JSON object of field names; missing fields take their defaults.
-
-        Raises ValueError naming the field for an unknown field, a wrong type or a value out of range.
-        """
+        """Faults from a JSON object of field names (missing ones take their defaults); a ValueError names the
+        field for an unknown field, a wrong type or a value out of range."""
         if isinstance(document, (str, bytes)):
             try:
                 document = json.loads(document)
@@ -97,7 +88,7 @@ def _check_float(faults: ApiFaults, name: str, low: float, high: float) -> None:
     object.__setattr__(faults, name, float(value))  # frozen: normalise 1 -> 1.0 so JSON round-trips
 
 
-# --- request faults: the live, thread-safe state of one server ---------------------------------------------
+# Request faults: the live, thread-safe state of one server.
 
 
 class FaultSwitch:
@@ -155,7 +146,7 @@ def truncates(faults: ApiFaults, path: str, page: int) -> bool:
     return n > 0 and page > n and path.startswith(faults.fail_path_prefix)
 
 
-# --- record faults: deterministic corruption and schema drift ----------------------------------------------
+# Record faults: deterministic corruption and schema drift.
 
 ENTITIES = ("transaction", "customer", "merchant")
 MALFORMED_KINDS = {  # kinds cycle in this order over the corrupted records of one feed
@@ -227,11 +218,8 @@ def _malformed(record: dict, entity: str, kind: str, round_: int, day: datetime.
 
 
 def malformed_kind(record: object) -> str | None:
-    """Which malformed kind a served record is (see MALFORMED_KINDS), or None for a well-formed record.
-
-    Exact for records this API serves (with or without drift); the entity is recognised by its fields
-    (transactions have "instalments", merchants "mcc", customers "first_name").
-    """
+    """Which malformed kind a served record is (see MALFORMED_KINDS), or None for a well-formed record; the entity
+    is recognised by its fields (transactions have "instalments", merchants "mcc", customers "first_name")."""
     if not isinstance(record, dict):
         return "not_an_object"
     if "instalments" in record:
