@@ -55,18 +55,19 @@ class LayerRunner(ConfigurableResource):
     def run(
         self,
         context: AssetExecutionContext,
-        layer: str,
         lake: LakeResource,
-        raw_zone: RawZoneResource,
+        raw_zone: RawZoneResource | None = None,
         options: dict | None = None,
     ):
-        """Build and finish `layer` for the run's days, here or in a remote job; yields the materialization and the
-        check results. The raw zone's (run) config travels with the request, so a remote bronze obeys it too."""
+        """Build and finish the asset's layer (named by its key) for the run's days, here or in a remote job; yields
+        the materialization and the check results. Bronze's raw zone (run) config travels with the request, so a
+        remote bronze obeys it too."""
+        layer = context.asset_key.to_user_string()
         request = LayerRequest(
             layer,
             [d.isoformat() for d in days_of(context)],
             branch_name(context.run.run_id),
-            {**raw_zone.policy(), **(options or {})},
+            {**(raw_zone.policy() if raw_zone else {}), **(options or {})},
         )
         if not self.remote:
             yield from self._run_here(context, lake, raw_zone, request)
@@ -93,10 +94,11 @@ class LayerRunner(ConfigurableResource):
             yield result
         yield from on_partitions(context, checks)
 
-    def _run_here(self, context, lake: LakeResource, raw_zone: RawZoneResource, request: LayerRequest):
+    def _run_here(self, context, lake: LakeResource, raw_zone: RawZoneResource | None, request: LayerRequest):
         spark, spec = lake.session(), LAYERS[request.layer].spec
         try:
-            finished = run_layer(spark, lake.catalog, raw_zone.zone, request, context.run.run_id)
+            zone = raw_zone.zone if raw_zone else None
+            finished = run_layer(spark, lake.catalog, zone, request, context.run.run_id)
         except AuditFailed as failed:  # the failed figures matter most: recorded and reported before the run fails
             record_metrics(spark, lake.catalog, metrics_of(spec, failed.results), context.run.run_id)
             yield from on_partitions(context, check_results(failed.results))
@@ -109,7 +111,7 @@ class LayerRunner(ConfigurableResource):
             doing = f"building {spec.identifier} for {request.days[0]}" + (
                 f"..{request.days[-1]}" if len(request.days) > 1 else ""
             )
-            folders = {raw_zone.root: "the raw zone"}  # with the conf's scratch and warehouse: where a disk fills
+            folders = {raw_zone.root: "the raw zone"} if raw_zone else {}  # with the conf's scratch and warehouse
             exhausted = exhaustion(failed, doing, lake.spark.spark_config or {}, folders=folders)
             if exhausted is None:
                 raise

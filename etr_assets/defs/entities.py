@@ -37,10 +37,8 @@ def build_entity_assets(settings: Settings) -> list[AssetsDefinition]:
         "Each customer's transactions, approved amount and latest transaction up to the end of the day: the day "
         "before's figures plus the day's silver rows (a day never reads all of silver).",
     )
-    def gold_customer_activity(
-        context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
-    ):
-        yield from layer_runner.run(context, "gold/customer_activity", lake, raw_zone)
+    def gold_customer_activity(context: AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
+        yield from layer_runner.run(context, lake)
 
     @table_asset(
         settings,
@@ -48,10 +46,8 @@ def build_entity_assets(settings: Settings) -> list[AssetsDefinition]:
         [table_key(LANDING_CUSTOMERS), table_key(GOLD_CUSTOMER_ACTIVITY)],
         "Each customer as of the end of the day (the SCD2 version valid then) with their activity up to it.",
     )
-    def gold_customer_profiles(
-        context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
-    ):
-        yield from layer_runner.run(context, "gold/customer_profiles", lake, raw_zone)
+    def gold_customer_profiles(context: AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
+        yield from layer_runner.run(context, lake)
 
     return assets + [gold_customer_activity, gold_customer_profiles]
 
@@ -67,7 +63,7 @@ def _feed_assets(settings: Settings, feed: EntityFeed) -> list[AssetsDefinition]
         f"{feed.raw.quarantine.identifier}): the observations {landing.identifier}'s history is computed from.",
     )
     def load(context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner):
-        yield from layer_runner.run(context, table_key(bronze).to_user_string(), lake, raw_zone)
+        yield from layer_runner.run(context, lake, raw_zone)
 
     @table_asset(
         settings,
@@ -79,15 +75,8 @@ def _feed_assets(settings: Settings, feed: EntityFeed) -> list[AssetsDefinition]
         f"changes, from the days since its change; a full refresh recomputes from every observation (metadata "
         f"`history_method` and `history_reason` say which and why).",
     )
-    def history(
-        context: AssetExecutionContext,
-        config: HistoryConfig,
-        lake: LakeResource,
-        raw_zone: RawZoneResource,
-        layer_runner: LayerRunner,
-    ):
-        options = {"full_refresh": config.full_refresh}
-        yield from layer_runner.run(context, table_key(landing).to_user_string(), lake, raw_zone, options)
+    def history(context: AssetExecutionContext, config: HistoryConfig, lake: LakeResource, layer_runner: LayerRunner):
+        yield from layer_runner.run(context, lake, options={"full_refresh": config.full_refresh})
 
     return [load, history]
 

@@ -43,7 +43,7 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
     def bronze_bnpl_transactions_raw(
         context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
     ):
-        yield from layer_runner.run(context, "bronze/bnpl_transactions_raw", lake, raw_zone)
+        yield from layer_runner.run(context, lake, raw_zone)
 
     @table_asset(
         settings,
@@ -55,17 +55,13 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         "a per-record expectation waits in silver.quarantine_transactions; the rest of its day publishes.",
     )
     def silver_bnpl_transactions_clean(
-        context: AssetExecutionContext,
-        config: SilverConfig,
-        lake: LakeResource,
-        raw_zone: RawZoneResource,
-        layer_runner: LayerRunner,
+        context: AssetExecutionContext, config: SilverConfig, lake: LakeResource, layer_runner: LayerRunner
     ):
         options = {
             "cursors": cursor_options(silver_cursors(context, days_of(context))),
             "full_refresh": config.full_refresh,
         }
-        yield from layer_runner.run(context, "silver/bnpl_transactions_clean", lake, raw_zone, options)
+        yield from layer_runner.run(context, lake, options=options)
 
     @table_asset(
         settings,
@@ -74,10 +70,8 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
         "Daily summary per currency: counts by outcome, approved and refunded amounts, distinct customers; "
         "published through write-audit-publish.",
     )
-    def gold_bnpl_daily_summary(
-        context: AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
-    ):
-        yield from layer_runner.run(context, "gold/bnpl_daily_summary", lake, raw_zone)
+    def gold_bnpl_daily_summary(context: AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
+        yield from layer_runner.run(context, lake)
 
     return [bronze_bnpl_transactions_raw, silver_bnpl_transactions_clean, gold_bnpl_daily_summary]
 

@@ -12,6 +12,7 @@ import yaml
 from dagster import AssetKey, DefaultScheduleStatus, Definitions
 
 from etr_assets.definitions import build_definitions, defs
+from etr_assets.pipeline.layers import LAYERS
 from etr_assets.settings import Settings
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
@@ -51,6 +52,20 @@ def test_definitions_load_with_the_expected_assets_and_groups():
         AssetKey(["landing", "customers"]),
         AssetKey(["gold", "customer_activity"]),
     }
+
+
+def test_each_table_asset_builds_the_layer_of_its_key_and_no_key_is_spelled_out():
+    """A table's key is derived from its TableSpec (`layer_name`): a literal of it elsewhere in the package is a
+    second spelling, which a renamed spec would leave behind."""
+    assert {key for key in asset_specs() if not key.startswith("raw/")} == set(LAYERS)
+    literals = {f'"{key}"' for key in LAYERS} | {str(key.split("/")).replace("'", '"') for key in LAYERS}
+    spelled = {
+        f"{path.relative_to(ROOT)}: {literal}"
+        for path in (ROOT / "etr_assets").rglob("*.py")
+        for literal in literals
+        if literal in path.read_text()
+    }
+    assert spelled == set()
 
 
 def test_each_dependency_is_declared_with_the_partitions_its_code_reads():
