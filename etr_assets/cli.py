@@ -1,15 +1,5 @@
-"""`etr`: the lake from a terminal.
-
-    etr sql "SELECT ..." [--json] [--limit N]   Spark SQL on the profile's catalog (time travel included)
-    etr tables [--json]                          every table of the catalog: rows, snapshots, files, size
-    etr api [--port 8765] ...                    the synthetic BNPL API on its own
-    etr run-summary [RUN_ID]                     what a Dagster run wrote and how its checks came out
-    etr erase --reference REF ID... | -          record a GDPR erasure request for the gdpr_erasure job
-    etr lift-suppression --reference REF --reason TEXT ID | -
-                                                 let an erased customer be stored again (audited, keyed hash only)
-
-Errors are one line on stderr and a non-zero exit, never a Java stack trace.
-"""
+"""`etr`: the lake from a terminal (`etr --help` lists the commands). Errors are one line on stderr and a non-zero
+exit, never a Java stack trace."""
 
 from __future__ import annotations
 
@@ -22,16 +12,8 @@ from pathlib import Path
 
 from etr_assets.errors import EtrError
 from etr_assets.lake import iam
+from etr_assets.lake.exhaustion import human_size
 from etr_assets.settings import Settings
-
-
-def _human_bytes(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 def render_table(header: list[str], rows: list[list[object]]) -> str:
@@ -137,7 +119,7 @@ def _table_row(s) -> list:
     if not s.exists:
         return [name, "-", "-", "-", "-", "not created yet"]
     rows = "unknown" if s.rows is None else s.rows
-    return [name, rows, s.snapshots, s.data_files, _human_bytes(s.bytes), f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"]
+    return [name, rows, s.snapshots, s.data_files, human_size(s.bytes), f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"]
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:

@@ -1,11 +1,6 @@
-"""Prepare a Dagster instance for this code location: `etr prepare-instance` (what `./dev` runs).
-
-1. `$DAGSTER_HOME/dagster.yaml`: the laptop settings shipped with the package (`etr_assets/conf/dagster.yaml`:
-   two runs at once, one slot per table pool, run monitoring) when the instance has none; an existing file is kept.
-2. The instance's storage, created or migrated to this Dagster version (`dagster instance migrate`).
-3. Every table pool of the code location, at the instance's default limit. Dagster creates a pool lazily, on the
-   first claim, and two runs claiming a new pool at the same moment can both get through.
-"""
+"""Prepare a Dagster instance for this code location (`etr prepare-instance`): 1. the laptop dagster.yaml when it
+has none, 2. its storage migrated, 3. every table pool created up front: Dagster creates a pool on its first
+claim, and two runs claiming a new pool at the same moment can both get through."""
 
 from __future__ import annotations
 

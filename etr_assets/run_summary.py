@@ -1,13 +1,5 @@
-"""What a run did, in three lines: at the end of every run's log, and `etr run-summary` (the end of `./dev demo`).
-
-Read from the Dagster instance's event log: the assets the run materialized (raw batches and tables), the rows it
-wrote to them (an SCD2 history: the versions it inserted and those it closed), and its asset checks by outcome
-(passed, warned = a failed WARN check, failed = a failed ERROR check). Records of erased customers a bronze load
-dropped (`records_suppressed`: the suppression list, docs/gdpr-erasure.md) are counted on the rows line. A run with a
-failed step gets a line more: the first failure's one-line reason (a full disk names the disk and what to do),
-and which other steps failed, never a stack trace. An erasure run (`gdpr_erasure`) gets its proof's outcome and the
-suppression list's statement: that nothing of any erased customer entered a table since.
-"""
+"""What a run did, in three lines, read from the instance's event log: at the end of every run's log, and
+`etr run-summary`. A failed run gets the first failure's one-line reason, an erasure run its proof."""
 
 from __future__ import annotations
 
@@ -111,7 +103,6 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
             materialization = event.event_specific_data.materialization
             metadata = materialization.metadata
-            # Rows the run wrote (`lake.figures.layer_figures`: an SCD2 history's versions inserted and closed).
             written = next((metadata[k] for k in ROW_FIGURES if k in metadata), None)
             # A range run materializes each day with the same figures (the whole run's): count them once.
             rows.setdefault(

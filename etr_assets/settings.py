@@ -1,8 +1,5 @@
-"""Where the lake lives and how to reach it, read once from the environment.
-
-Every setting is an ``ETR_*`` environment variable (docs/production.md lists them). Nothing here imports Dagster or
-starts a JVM, so the library, the CLI and the Dagster layer all read the same object.
-"""
+"""Where the lake lives and how to reach it, read once from ``ETR_*`` variables (docs/production.md). Nothing here
+imports Dagster or starts a JVM, so the library, the CLI and the Dagster layer all read the same object."""
 
 from __future__ import annotations
 
@@ -107,7 +104,6 @@ class Settings:
             raise SettingsError(f"ETR_CATALOG={self.catalog!r} must be a plain identifier")
         object.__setattr__(self, "home", Path(self.home).absolute())
 
-    # --- derived locations -------------------------------------------------------------------------
     @property
     def warehouse(self) -> str:
         """The Iceberg warehouse root, in the scheme the profile's file IO expects."""
@@ -138,9 +134,8 @@ class Settings:
 
     @property
     def format_version(self) -> int:
-        """The Iceberg format version of new tables (unless their spec pins one): ETR_TABLE_FORMAT_VERSION, else 3
-        (deletion vectors) on the local and s3 profiles and 2 on aws, where Amazon Athena (which cannot read v3)
-        queries the tables."""
+        """The Iceberg format version of new tables (unless their spec pins one): ETR_TABLE_FORMAT_VERSION, else 3,
+        but 2 on aws, where Amazon Athena (which cannot read v3) queries the tables."""
         return self.table_format_version or (2 if self.profile == Profile.AWS else 3)
 
     @property
@@ -165,9 +160,8 @@ class Settings:
         return cls(**{**defaults, **values})
 
 
-# The driver heap when ETR_SPARK_DRIVER_MEMORY is unset: a quarter of the machine, so that the two runs the instance
-# allows at once, each a JVM with its heap and about 1 GB beside it, leave the rest to Dagster, Python and the page
-# cache; never below Spark's own default, and no more than a day of a million transactions can use (docs/production.md).
+# The driver heap when ETR_SPARK_DRIVER_MEMORY is unset: a quarter of the machine leaves room for a second run,
+# Dagster and the page cache (docs/production.md#driver-memory).
 DRIVER_MEMORY_SHARE = 0.25
 DRIVER_MEMORY_FLOOR_MB = 1024
 DRIVER_MEMORY_CAP_MB = 8192

@@ -105,7 +105,7 @@ def _where(named: str | None, folders: dict[str, str]) -> str:
         return f"free space on the disk of {_named(path, places)}, {todo}"
     device, free, total = min(disks.values(), key=lambda space: space[1])
     on_it = _listed([_named(path, places) for path, space in sorted(disks.items()) if space[0] == device])
-    return f"the disk of {on_it} has {_size(free)} free of {_size(total)}: free space there, {todo}"
+    return f"the disk of {on_it} has {human_size(free)} free of {human_size(total)}: free space there, {todo}"
 
 
 def _named(path: str, places: dict[str, str]) -> str:
@@ -133,7 +133,7 @@ def _space(path: str) -> tuple[int, int, int] | None:
     return None
 
 
-def _size(size: int) -> str:
+def human_size(size: int) -> str:
     if size < 1024:
         return f"{size} B"
     value, units = size / 1024, ["KiB", "MiB", "GiB", "TiB"]
