@@ -91,15 +91,9 @@ class MaintenanceResult:
             "status_after": str(after.status),
             "reasons_before": "; ".join(before.reasons) or None,
         }
-        for figure, column in (
-            ("data_files", "data_files"),
-            ("small_files", "small_files"),
-            ("delete_files", "delete_files"),
-            ("snapshots", "snapshots"),
-            ("manifests", "manifests"),
-            ("metadata_file_bytes", "metadata_bytes"),
-            ("data_bytes", "data_bytes"),
-        ):
+        figures = ("data_files", "small_files", "delete_files", "snapshots", "manifests", "metadata_file_bytes")
+        for figure in (*figures, "data_bytes"):
+            column = "metadata_bytes" if figure == "metadata_file_bytes" else figure
             row[f"{column}_before"] = getattr(before, figure)
             row[f"{column}_after"] = getattr(after, figure)
         return row | {

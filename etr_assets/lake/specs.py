@@ -112,12 +112,9 @@ class Column:
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """A rule every row satisfies: a SQL predicate over the typed columns (NULL passes).
-
-    As an expectation, `per_record` says what a violation means. Per record: that one record is wrong; it goes to
-    the table's record quarantine and the rest of the day publishes (the check then confirms none got through).
-    Otherwise the *day* is wrong and the blocking check stops it (nothing published).
-    """
+    """A rule every row satisfies: a SQL predicate over the typed columns (NULL passes). As an expectation,
+    `per_record` sends a breaking record to the table's record quarantine and publishes the rest of its day;
+    otherwise the blocking check stops the whole day."""
 
     description: str
     predicate: str

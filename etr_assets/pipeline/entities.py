@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from etr_assets.lake.bronze import (
-    DEFAULT_MAX_DAY_SHRINK,
-    DEFAULT_MAX_REJECT_RATE,
-    LayerResult,
-    load_bronze_days,
-)
+from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult, load_bronze_days
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import EntityFeed, FeedMode
 from etr_assets.lake.frames import conform, count_by_day, local_frame, spark_type
@@ -54,14 +49,8 @@ def scd2_records(bronze_df, feed: EntityFeed):
 
 
 def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], full_refresh: bool = False) -> Scd2Result:
-    """Bring the SCD2 table in line with every observation in bronze, in one MERGE.
-
-    History is applied from the bronze rows changed since the last build (`scd2_log.apply_log`): a day after it
-    against the current rows, a late, repeated or reloaded day to the keys it changes, reading bronze's days since
-    the change (a snapshot's time is the end of its `_as_of` day); an erasure or a rollback recompute from every
-    observation. `days` are the partitions being built; the rows read are whatever bronze gained, so days loaded by
-    other runs count too.
-    """
+    """Bring the SCD2 table in line with every observation in bronze (how: docs/scd2.md). `days` are the partitions
+    being built; the rows read are whatever bronze gained since the last build, days loaded by other runs too."""
     ensure_table(spark, catalog, feed.landing)
     bronze = feed.raw.bronze.qualified(catalog)
     to_records = lambda rows: scd2_records(rows, feed)  # noqa: E731

@@ -1,8 +1,5 @@
-"""The transaction pipeline: raw batches -> bronze -> silver -> gold, one function per layer.
-
-Each function takes the days to (re)build and replaces exactly those days in one Iceberg commit, so running a
-day again gives the same rows, never duplicates, and a failure leaves the table as it was.
-"""
+"""The transaction pipeline: raw batches -> bronze -> silver -> gold, one function per layer, each replacing exactly
+the days it builds in one Iceberg commit, so running a day again gives the same rows and a failure changes nothing."""
 
 from __future__ import annotations
 
@@ -69,9 +66,7 @@ def clean_transactions(bronze_df):
     )
     # Ties on updated_at are broken by later batch, then by row content, so reruns pick the same row.
     newest_first = Window.partitionBy("transaction_id").orderBy(
-        F.col("updated_at").desc(),
-        F.col("_batch_id").desc(),
-        F.xxhash64(*[c.name for c in API_COLUMNS]).desc(),
+        F.col("updated_at").desc(), F.col("_batch_id").desc(), F.xxhash64(*[c.name for c in API_COLUMNS]).desc()
     )
     latest = valid.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
     return latest.withColumn("_processed_at", F.current_timestamp())
@@ -97,14 +92,9 @@ def build_silver(
     cursors: dict[dt.date, Cursor | None] | None = None,
     full_refresh: bool = False,
 ) -> LayerResult:
-    """Rebuild `days` of silver, reading only the bronze rows each day needs (see `etr_assets.lake.incremental`).
-
-    Without `cursors` every day is read whole. A day read incrementally merges the appended bronze rows into what
-    silver (and its record quarantine) holds for it (the newest update per transaction wins, as in a full rebuild); a
-    day nothing touched since its cursor is not rewritten. `extra["bronze_snapshot_id"]` is the cursor for the next
-    build. A transaction whose newest update breaks a per-record expectation is held back in
-    silver.quarantine_transactions (replaced with its day, before silver) and the rest of its day publishes.
-    """
+    """Rebuild `days` of silver, reading only the bronze rows each day needs (docs/lifecycle.md#incremental-silver;
+    without `cursors`, every day whole). `extra["bronze_snapshot_id"]` is the next build's cursor. A transaction
+    breaking a per-record expectation waits in silver.quarantine_transactions; the rest of its day publishes."""
     from pyspark.sql import functions as F
 
     bronze_table, silver_table = BRONZE_TRANSACTIONS.qualified(catalog), SILVER_TRANSACTIONS.qualified(catalog)
@@ -181,10 +171,8 @@ def build_silver(
 
 
 def merge_latest(current_silver, new_rows):
-    """Silver rows of some days plus newly cleaned rows: one row per transaction id, the newest update winning.
-
-    Ties on `updated_at` go to the later batch, then to the new row, so a merge equals a full rebuild.
-    """
+    """Silver rows of some days plus newly cleaned rows: one row per transaction id, the newest update winning (ties
+    to the later batch, then to the new row, so a merge equals a full rebuild)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 

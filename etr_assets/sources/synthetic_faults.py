@@ -21,11 +21,8 @@ _MAX_SECONDS = 3600.0
 
 @dataclasses.dataclass(frozen=True)
 class ApiFaults:
-    """What the server should get wrong. The default (all off) serves the plain deterministic data.
-
-    ``fail_requests`` is a live counter: the server counts it down by one per failed request, so
-    ``RunningApi.faults`` / ``GET /admin/faults`` show how many failures are left.
-    """
+    """What the server should get wrong (the default: nothing). ``fail_requests`` is counted down per failed
+    request, so ``RunningApi.faults`` / ``GET /admin/faults`` show how many failures are left."""
 
     fail_requests: int = 0  # the next N data requests (matching fail_path_prefix) answer fail_status
     fail_status: int = 503  # 400..599; 429 also sends Retry-After: retry_after_seconds
@@ -168,13 +165,9 @@ def malformed_count(total: int, rate: float) -> int:
 def apply_record_faults(
     records: list, *, seed: int, entity: str, day: datetime.date, malformed_rate: float, drift: bool
 ) -> list:
-    """The records as served with these faults; the input list and its dicts are left untouched.
-
-    Drift is applied first (to every record), then ``malformed_count`` records are replaced. The corrupted
-    positions are the records with the lowest SHA-256 of (seed, entity, day, index): the same for any page
-    size, and a higher rate corrupts a superset. The k-th corrupted position (in that order) gets kind
-    ``MALFORMED_KINDS[entity][k % len(kinds)]``, so every kind appears as soon as enough records are corrupted.
-    """
+    """The records as served with these faults (the input is left untouched): drift first, then the
+    ``malformed_count`` records with the lowest SHA-256 of (seed, entity, day, index) replaced, so any page size
+    sees the same and a higher rate corrupts a superset; kinds cycle in ``MALFORMED_KINDS`` order."""
     if entity not in ENTITIES:
         raise ValueError(f"entity must be one of {ENTITIES}, got {entity!r}")
     served = [_drifted(record, seed, entity) for record in records] if drift else list(records)

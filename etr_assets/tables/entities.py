@@ -1,8 +1,5 @@
-"""Customers and merchants: as received (bronze), and their history as SCD2 (landing).
-
-The API serves each as a full list as of a day; bronze keeps every received record per day (the observation
-log SCD2 history is computed from), landing keeps one version per change.
-"""
+"""Customers and merchants: every received record per snapshot day (bronze, the observation log), and their
+history as SCD2 (landing, one version per change)."""
 
 from etr_assets.lake.specs import (
     HISTORY_PARTITIONS,

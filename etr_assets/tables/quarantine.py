@@ -5,11 +5,8 @@ from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 
 def quarantine_spec(endpoint: str, subject_column: str | None = None, key_column: str | None = None) -> TableSpec:
-    """`bronze.quarantine_<endpoint>`; raw text may hold personal data, so it is erasable by subject.
-
-    `key_column`: the endpoint's entity key, kept when it could be read: a full snapshot's refused record still says
-    its key was in the snapshot, so SCD2 keeps the key's current version instead of closing it.
-    """
+    """`bronze.quarantine_<endpoint>`, erasable by subject (raw text may hold personal data). `key_column`: kept
+    when readable, since a refused record of a full snapshot still says its key was in it (SCD2 keeps the key)."""
     subject = (
         (Column(subject_column, "bigint", "Data subject, when it could be read from the record", pii=True),)
         if subject_column

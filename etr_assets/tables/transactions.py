@@ -81,9 +81,8 @@ SILVER_TRANSACTIONS = TableSpec(
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "customer_id"),
     subject_column="customer_id",
-    # Written to an audit branch, published when checks pass. A bloom filter on customer_id per day file (sized for
-    # 10,000 customers a day, as benchmark 1 sized it): a one-customer lookup (erasure, support) reads 0.19 of a
-    # full scan's bytes; files grow 7-9% and full scans do not slow down.
+    # Written to an audit branch, published when checks pass. The bloom filter speeds up one-customer lookups
+    # (erasure, support) at no cost to full scans (docs/benchmarks.md, benchmark 1).
     properties={WAP_ENABLED: "true", **bloom_filter("customer_id", ids_per_file=10_000)},
     # Per record: a transaction that breaks one goes to silver.quarantine_transactions and its day publishes without
     # it. Per day (blocking): transaction_id unique in the whole table.
