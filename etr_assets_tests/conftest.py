@@ -55,6 +55,7 @@ LONGEST_FIRST = (
     "defs/test_erasure.py",
     "lake/test_incremental.py",
     "remote/test_pipes.py",
+    "defs/test_compute.py",
 )
 
 

@@ -1,7 +1,7 @@
 """Where a table layer runs: in the run's own Spark (`ETR_COMPUTE=local`), or as a Glue 5.0 / EMR Serverless job
-through Dagster Pipes. Either way the layer is built and finished by `etr_assets.pipeline.layers.run_layer` (in the
-job: `etr_assets/remote/run_layer.py`), and the asset gets the same materialization and check results. Every table
-asset's body is `yield from layer_runner.run(...)`: the runner alone decides where.
+through Dagster Pipes. Either way `etr_assets.pipeline.report.report_layer` runs it (in the job:
+`etr_assets/remote/run_layer.py`, which sends the report back) and `show` records the report. Every table asset's
+body is `yield from layer_runner.run(...)`: the runner alone decides where.
 
 `Compute.SUBPROCESS` runs the job script in a child process on this machine (its own JVM): what the tests use
 to exercise the whole protocol without AWS.
@@ -9,23 +9,15 @@ to exercise the whole protocol without AWS.
 
 import sys
 
-from dagster import (
-    AssetCheckResult,
-    AssetExecutionContext,
-    ConfigurableResource,
-    Failure,
-    MaterializeResult,
-    MetadataValue,
-)
+from dagster import AssetExecutionContext, ConfigurableResource, Failure, MaterializeResult
 from pydantic import Field
 
 from etr_assets.defs.common import check_results, days_of, on_partitions
 from etr_assets.defs.metadata import as_metadata, log_partition_counts
 from etr_assets.defs.resources import LakeResource, RawZoneResource
-from etr_assets.lake.exhaustion import exhaustion
-from etr_assets.lake.quality import metrics_of, record_metrics
-from etr_assets.lake.wap import AuditFailed, branch_name
-from etr_assets.pipeline.layers import LAYERS, LayerRequest, run_layer
+from etr_assets.lake.wap import branch_name
+from etr_assets.pipeline.layers import LayerRequest
+from etr_assets.pipeline.report import Report, report_layer
 from etr_assets.remote import jobs
 from etr_assets.settings import Compute, Settings
 
@@ -70,7 +62,9 @@ class LayerRunner(ConfigurableResource):
             {**(raw_zone.policy() if raw_zone else {}), **(options or {})},
         )
         if not self.remote:
-            yield from self._run_here(context, lake, raw_zone, request)
+            spark, conf = lake.session(), lake.spark.spark_config or {}
+            zone, root = (raw_zone.zone, raw_zone.root) if raw_zone else (None, "")
+            yield from show(context, report_layer(spark, lake.catalog, zone, request, context.run.run_id, conf, root))
             return
         extras = request.to_extras() | {"settings": self.settings_env, "platform": self.compute.value}
         context.log.info(f"running {layer} on {self.compute} for {', '.join(request.days)}")
@@ -84,62 +78,12 @@ class LayerRunner(ConfigurableResource):
             invocation = self._aws_pipes_client().run(
                 context=context, start_job_run_params=dict(self.start_job_run_params), extras=extras
             )
-        checks = []
-        for result in invocation.get_results():
-            if isinstance(result, AssetCheckResult):
-                checks.append(result)  # after the materialization: a range run's per-day results point at it
-                continue
-            if isinstance(result, MaterializeResult):
-                log_partition_counts(context, dict(result.metadata or {}))
-            yield result
-        yield from on_partitions(context, checks)
-
-    def _run_here(self, context, lake: LakeResource, raw_zone: RawZoneResource | None, request: LayerRequest):
-        spark, spec = lake.session(), LAYERS[request.layer].spec
-        try:
-            zone = raw_zone.zone if raw_zone else None
-            finished = run_layer(spark, lake.catalog, zone, request, context.run.run_id)
-        except AuditFailed as failed:  # the failed figures matter most: recorded and reported before the run fails
-            record_metrics(spark, lake.catalog, metrics_of(spec, failed.results), context.run.run_id)
-            yield from on_partitions(context, check_results(failed.results))
-            inspect = f"`etr sql \"SELECT * FROM {spec.identifier} VERSION AS OF '{failed.branch}'\"`"
-            raise Failure(
-                description=str(failed),
-                metadata={"audit_branch": failed.branch, "inspect": MetadataValue.md(inspect)},
-            ) from None
-        except Exception as failed:  # out of memory or disk: one line naming the setting, not Java's stack
-            doing = f"building {spec.identifier} for {request.days[0]}" + (
-                f"..{request.days[-1]}" if len(request.days) > 1 else ""
-            )
-            folders = {raw_zone.root: "the raw zone"} if raw_zone else {}  # with the conf's scratch and warehouse
-            exhausted = exhaustion(failed, doing, lake.spark.spark_config or {}, folders=folders)
-            if exhausted is None:
-                raise
-            raise Failure(description=str(exhausted)) from None
-        figures = finished.figures
-        context.log.info(
-            f"{spec.identifier}: {figures['rows_written']} rows written, "
-            f"{figures.get('dagster/row_count', 'an unknown number of rows')} in the table; "
-            + (
-                f"{figures['operation']} snapshot {figures['snapshot_id']} "
-                f"(+{figures['files_added']}/-{figures['files_removed']} files)"
-                if figures["snapshot_id"] != "none"
-                else "nothing committed"
-            )
-        )
-        for warning in finished.warnings:
-            context.log.warning(warning)
-        log_partition_counts(context, figures)
-        yield MaterializeResult(metadata=as_metadata(figures))
-        yield from on_partitions(context, check_results(finished.outcomes))
+        [report] = invocation.get_custom_messages()  # the job's one message; a job that failed raised above
+        yield from show(context, Report.from_json(report))
 
     def _aws_pipes_client(self):
         import boto3
-        from dagster_aws.pipes import (
-            PipesEMRServerlessClient,
-            PipesGlueClient,
-            PipesS3ContextInjector,
-        )
+        from dagster_aws.pipes import PipesEMRServerlessClient, PipesGlueClient, PipesS3ContextInjector
 
         s3 = boto3.client("s3", region_name=self.region, endpoint_url=self.s3_endpoint or None)
         injector = PipesS3ContextInjector(bucket=self.bucket, client=s3, key_prefix=PIPES_PREFIX)
@@ -148,6 +92,18 @@ class LayerRunner(ConfigurableResource):
         if self.compute == Compute.GLUE:
             return PipesGlueClient(context_injector=injector, message_reader=reader, client=client)
         return PipesEMRServerlessClient(client=client, context_injector=injector, message_reader=reader)
+
+
+def show(context: AssetExecutionContext, report: Report):
+    """The report as the run records it: its log lines, the materialization, the check results, then the failure."""
+    for level, message in report.logs:
+        context.log.log(level, message)
+    if report.failure is None:
+        log_partition_counts(context, report.figures)
+        yield MaterializeResult(metadata=as_metadata(report.figures))
+    yield from on_partitions(context, check_results(report.outcomes))
+    if report.failure is not None:
+        raise Failure(description=report.failure, metadata=as_metadata(report.failure_figures))
 
 
 def prefixed_message_reader(**kwargs):

@@ -1,6 +1,2 @@
-"""Running the Spark layers away from the Dagster run: a Glue 5.0 or EMR Serverless job launched through Dagster Pipes.
-
-`layers` names the layers a job can run (the same library functions the assets call), `run_layer` is the job's
-entry script, and `jobs` builds the start-job parameters. Nothing here imports Dagster: the job has only
-`dagster-pipes`.
-"""
+"""The Glue 5.0 / EMR Serverless job that runs a layer away from the Dagster run, through Dagster Pipes: `run_layer`
+is its entry script, `jobs` builds its parameters. No Dagster here: the job has only `dagster-pipes`."""

@@ -1,9 +1,10 @@
-"""Entry script of a remote job (Glue 5.0, EMR Serverless): build one layer, report back through Dagster Pipes.
+"""Entry script of a remote job (Glue 5.0, EMR Serverless): run one layer, send its report through Dagster Pipes.
 
 The Dagster side (`etr_assets.defs.compute.LayerRunner`) puts a `LayerRequest` and the lake's settings in the Pipes
-context's extras; this script runs the layer with `etr_assets.pipeline.layers.run_layer`, exactly what the runner
-runs in process, and reports the materialization's figures and every check outcome. A blocking check that fails
-reports its outcomes, then fails the job with the audit branch's name (main is untouched), as in process.
+context's extras; this script runs the layer with `etr_assets.pipeline.report.report_layer`, as the runner does in
+process, and sends the `Report` as one custom message, which the runner records as it records its own. A failure
+the report describes (a failed audit, memory or disk exhausted) ends the job normally: the Pipes clients drop
+every message of a job that fails.
 
 Glue passes the Pipes bootstrap parameters as job arguments (`--dagster-pipes-context ...`); a local subprocess
 gets them as environment variables. The context and messages travel through S3 when the launcher uses S3
@@ -12,23 +13,18 @@ gets them as environment variables. The context and messages travel through S3 w
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from functools import partial
 
-from etr_assets.lake.figures import Tagged, check_figures
-from etr_assets.pipeline.layers import LayerRequest, run_layer
+from etr_assets.pipeline.layers import LayerRequest
+from etr_assets.pipeline.report import report_layer
 from etr_assets.settings import Settings
 from etr_assets.sources.s3_storage import open_raw_zone
 
 PLATFORM_EXTRA = "platform"  # where the job runs: on these, the platform configures the Spark session
 MANAGED_PLATFORMS = ("glue", "emr-serverless")
-
-
-def pipes_metadata(figures: dict[str, object]) -> dict[str, object]:
-    return {
-        key: {"raw_value": value.value, "type": value.kind} if isinstance(value, Tagged) else value
-        for key, value in figures.items()
-    }
 
 
 def open_pipes():
@@ -44,8 +40,7 @@ def open_pipes():
 
     cli = any(arg.startswith("--dagster-pipes") for arg in sys.argv)
     params = PipesCliArgsParamsLoader() if cli else PipesEnvVarParamsLoader()
-    on_s3 = "bucket" in params.load_context_params()
-    if on_s3:
+    if "bucket" in params.load_context_params():
         import boto3
 
         s3 = boto3.client("s3")
@@ -68,40 +63,20 @@ def session(settings: Settings, platform: str):
     return attach_catalog(SparkSession.builder.getOrCreate(), settings)
 
 
-def run(pipes) -> None:
-    from etr_assets.lake.wap import AuditFailed
-
-    extras = dict(pipes.extras)
-    request = LayerRequest.from_extras(extras)
-    settings = Settings.from_env({**os.environ, **(extras.get("settings") or {}), "ETR_COMPUTE": "local"})
-    spark = session(settings, extras.get(PLATFORM_EXTRA, "local"))
-    pipes.log.info(f"building {request.layer} for {', '.join(request.days)} on {settings.profile}/{settings.catalog}")
-
-    def raw():
-        scheme = "s3a" if settings.profile == "s3" else "s3"
-        return open_raw_zone(
-            settings.raw_root, s3_endpoint=settings.s3_endpoint, region=settings.region, uri_scheme=scheme
-        )
-
-    try:
-        finished = run_layer(spark, settings.catalog, raw, request, pipes.run_id)
-    except AuditFailed as failed:
-        report_checks(pipes, failed.results)
-        raise
-    report_checks(pipes, finished.outcomes)
-    pipes.report_asset_materialization(metadata=pipes_metadata(finished.figures))
-
-
-def report_checks(pipes, outcomes) -> None:
-    for o in outcomes:
-        pipes.report_asset_check(
-            o.name, o.passed, severity=o.severity.upper(), metadata=pipes_metadata(check_figures(o))
-        )
-
-
 def main() -> None:
     with open_pipes() as pipes:
-        run(pipes)
+        extras = dict(pipes.extras)
+        request = LayerRequest.from_extras(extras)
+        settings = Settings.from_env({**os.environ, **(extras.get("settings") or {}), "ETR_COMPUTE": "local"})
+        spark = session(settings, extras.get(PLATFORM_EXTRA, "local"))
+        pipes.log.info(
+            f"building {request.layer} for {', '.join(request.days)} on {settings.profile}/{settings.catalog}"
+        )
+        s3 = {"s3_endpoint": settings.s3_endpoint, "region": settings.region}
+        raw = partial(open_raw_zone, settings.raw_root, **s3, uri_scheme="s3a" if settings.profile == "s3" else "s3")
+        conf = dict(spark.sparkContext.getConf().getAll())
+        report = report_layer(spark, settings.catalog, raw, request, pipes.run_id, conf, settings.raw_root)
+        pipes.report_custom_message(dataclasses.asdict(report))
 
 
 if __name__ == "__main__":
