@@ -59,6 +59,23 @@ class Scd2Result:
         return bool(self.inserted or self.updated or self.deleted)
 
 
+@dataclasses.dataclass(frozen=True)
+class Applied:
+    """An incremental apply done: its result and the watermark (latest observation time, micros) after it."""
+
+    result: Scd2Result
+    watermark: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Declined:
+    """The daily path cannot place these records (`reason`); `batches`: the new rows' (`_batch_id`, snapshot micros,
+    latest sequence micros) when it read them, so the window need not read them again."""
+
+    reason: str
+    batches: tuple[tuple[str, int, int], ...] = ()
+
+
 def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_snapshot_at", held=None):
     """Per (key, batch) the latest record, plus absence markers of full snapshots.
 

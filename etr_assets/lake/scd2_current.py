@@ -1,30 +1,7 @@
-"""The daily SCD2 case: one new batch, every record of it after everything the table has seen, compared with the
-table's *current rows only*.
-
-`scd2_log.apply_log` tries this first when the observation log gained exactly one batch since its cursor. One join
-of the batch's latest record per key with the current rows classifies every key, NULL-safely:
-
-- same state as its current version: a repeat (a full snapshot re-sends unchanged records), nothing to do;
-- a different state, or a key without a current row, with a sequence after the watermark: its current version (if
-  any) closes at the record's time and a new version opens;
-- in a full snapshot, a current key the snapshot neither contains nor holds (sent but refused): closed at the
-  snapshot's time (deleted);
-- anything else (a changed or unknown key at or before the watermark): this path cannot place it; the caller falls
-  back to the general extend or the recompute, which give the order-independent history.
-
-Those are exactly the versions the recompute (`scd2.history`) gives for this batch, lineage included: a closed version
-keeps the batch that started it.
-
-Why it is shaped this way (docs/benchmarks.md, benchmark 2): the classification moves only narrow rows (key, time,
-source file, the state's hash), never whole records, and of the current rows it reads the key, the start and the hash
-every version stores (`_state_hash`), not the tracked columns; the records of new versions are picked from the batch
-afterwards by a broadcast join. The closes are a MERGE with matched rows only, so Spark broadcasts the closes and
-reads the table once without shuffling it (a MERGE that also inserts must keep every source row: an outer join that
-shuffles and sorts the whole table); the new versions are an append. Both are written to a branch made at the
-snapshot the classification read and published with one fast-forward of main, so a reader sees both or neither, and
-a writer that committed to main since that snapshot makes the publish fail as a commit conflict (retried on fresh
-state).
-"""
+"""The daily SCD2 case: one new batch after everything the table has seen, classified against the current rows only
+(by the state hash each version stores), then written as a MERGE that closes versions and an append of new ones, on a
+branch published with one fast-forward of main. Whatever it cannot place is declined, for the window or the recompute
+(docs/scd2.md, "The daily path")."""
 
 from __future__ import annotations
 
@@ -32,17 +9,8 @@ import uuid
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform, local_frame
-from etr_assets.lake.scd2 import Scd2Method, Scd2Result
-from etr_assets.lake.side_by_side import run_side_by_side
-from etr_assets.lake.specs import (
-    CURRENT_VERSIONS,
-    MERGE_MODE,
-    METRICS_COLUMN_PROPERTY,
-    METRICS_DEFAULT,
-    STATE_HASH_COLUMN,
-    STATE_HASH_PROPERTY,
-    TableSpec,
-)
+from etr_assets.lake.scd2 import Applied, Declined, Scd2Method, Scd2Result
+from etr_assets.lake.specs import CURRENT_VERSIONS, STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 # Closes or picks sent whole to every task: narrow rows (a key, a time or two, a hash or two), tens of MB at most.
@@ -51,15 +19,13 @@ BROADCAST_ROWS = 2_000_000
 BROADCAST_BYTES = 512 * 1024 * 1024
 _BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
-_VALID_FROM_METRICS = METRICS_COLUMN_PROPERTY.format("_valid_from")
-SIDE_BY_SIDE_PROPERTIES = (MERGE_MODE, _VALID_FROM_METRICS, METRICS_DEFAULT)  # what side_by_side reads
 
 
 def apply_current(
     spark, catalog: str, spec: TableSpec, records, mode: str, watermark: int, base: int | None, held=None
-) -> tuple[Scd2Result | None, str, int | None]:
-    """(result, why this path, new watermark), or (None, why not, None) when some record is not after the watermark
-    and is not a repeat of its key's current state. `records` hold one batch (scd2.observations' input); `base` is
+) -> Applied | Declined:
+    """Applied, or Declined (why not) when some record is not after the watermark and is not a repeat of its key's
+    current state. `records` hold one batch (scd2.observations' input); `base` is
     the table's snapshot the caller checked (None: the table is still empty): the current rows are read there, and
     the writes publish only if main is still there."""
     from pyspark.sql import functions as F
@@ -69,14 +35,20 @@ def apply_current(
     # One batch when the least and greatest (batch, snapshot time) agree: a plain aggregate, one job without a shuffle
     # (counting distinct pairs took three); the count is only for the message. It also lists the batch's files.
     micros = F.unix_micros("_snapshot_at")
-    low_batch, batch_id, low_micros, snapshot_micros, files = records.agg(
-        F.min("_batch_id"), F.max("_batch_id"), F.min(micros), F.max(micros), F.collect_set("_source_file")
+    low_batch, batch_id, low_micros, snapshot_micros, latest, files = records.agg(
+        F.min("_batch_id"),
+        F.max("_batch_id"),
+        F.min(micros),
+        F.max(micros),
+        F.max(F.unix_micros(scd2.sequence)),
+        F.collect_set("_source_file"),
     ).first()
     if snapshot_micros is None or (low_batch, low_micros) != (batch_id, snapshot_micros):
         batches = records.select("_batch_id", "_snapshot_at").dropna().distinct().count()
-        return None, f"{batches} new batches (this path takes one)", None
+        return Declined(f"{batches} new batches (this path takes one)")
     if mode == FeedMode.FULL and snapshot_micros <= watermark:
-        return None, "the new snapshot is not newer than the watermark (a day arrived late, or again)", None
+        reason = "the new snapshot is not newer than the watermark (a day arrived late, or again)"
+        return Declined(reason, ((batch_id, snapshot_micros, latest),))
 
     present = latest_per_key(records, spec, file_ranks(spark, files))
     # Only the key, the start and the state's hash are read and shuffled from the current rows: the stored one when
@@ -84,9 +56,7 @@ def apply_current(
     table = (
         spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
-    table_properties = iceberg_table(spark, target).properties()  # a Java map: one round trip a key read
-    properties = {name: table_properties.get(name) for name in (STATE_HASH_PROPERTY, *SIDE_BY_SIDE_PROPERTIES)}
-    stored = properties.get(STATE_HASH_PROPERTY) == spec.state_hash_sql
+    stored = iceberg_table(spark, target).properties().get(STATE_HASH_PROPERTY) == spec.state_hash_sql
     state = F.col(STATE_HASH_COLUMN) if stored else F.expr(spec.state_hash_sql)
     current = table.where(CURRENT_VERSIONS).select(key, "_valid_from", state.alias("_state"))
     how = "full_outer" if mode == FeedMode.FULL else "left"
@@ -135,16 +105,14 @@ def apply_current(
             F.count_if(F.unix_micros("_current_from") > F.lit(watermark)).alias("late_current"),
         ).first()
         if stats["unhashed"]:
-            return None, f"{stats['unhashed']} current row(s) without a {STATE_HASH_COLUMN}", None
-        if stats["late_current"]:  # the closes' MERGE reads `_valid_from` up to the watermark only (see _close)
-            return None, f"{stats['late_current']} current version(s) starting after the watermark", None
+            return Declined(f"{stats['unhashed']} current row(s) without a {STATE_HASH_COLUMN}")
+        if stats["late_current"]:  # a record before such a version's start would close it before it began
+            return Declined(f"{stats['late_current']} current version(s) starting after the watermark")
         if stats["older"]:
             example = stats["example"]
-            return (
-                None,
+            return Declined(
                 f"{stats['older']} record(s) at or before the watermark that change their key's current state, e.g. "
-                f"{key} {example[0]} at {example[1]}",
-                None,
+                f"{key} {example[0]} at {example[1]}"
             )
         watermark_after = max(v for v in (watermark, stats["latest"], snapshot_micros) if v is not None)
         if mode != FeedMode.FULL:
@@ -155,14 +123,11 @@ def apply_current(
         )
         closes, opens = stats["changed"] + stats["vanished"], stats["new"]
         if not (closes or opens):
-            return Scd2Result(target, 0, 0, 0, None, Scd2Method.CURRENT, reason), reason, watermark_after
+            return Applied(Scd2Result(target, 0, 0, 0, None, Scd2Method.CURRENT, reason), watermark_after)
         versions = _new_versions(records, spec, classified, opens, stats["shared"] > 0, stats["tied"] > 0)
-        # Not when the picks are too many to broadcast: the append would be planned while _close has raised the
-        # session's join threshold, and could broadcast them anyway.
-        together = side_by_side(properties) and opens <= BROADCAST_ROWS
-        _write(spark, spec, target, base, classified, closes, versions if opens else None, watermark, together)
+        _write(spark, spec, target, base, classified, closes, versions if opens else None)
         result = Scd2Result(target, opens, closes, 0, current_snapshot_id(spark, target), Scd2Method.CURRENT, reason)
-        return result, reason, watermark_after
+        return Applied(result, watermark_after)
     finally:
         classified.unpersist()
 
@@ -246,14 +211,6 @@ def _new_versions(records, spec: TableSpec, classified, opens: int, shared: bool
     return conform(versions, spec)
 
 
-def side_by_side(properties: dict[str, str]) -> bool:
-    """Whether a table with these Iceberg properties can take the closes' MERGE and the append at once: its MERGE
-    writes deletes (a copy-on-write MERGE refuses a table changed since its scan) and its manifests keep
-    `_valid_from`'s bounds (what tells the MERGE's conflict check that the appended files hold none of its rows)."""
-    metrics = properties.get(_VALID_FROM_METRICS) or properties.get(METRICS_DEFAULT)
-    return properties.get(MERGE_MODE) == "merge-on-read" and metrics not in ("none", "counts")
-
-
 def _write(
     spark,
     spec: TableSpec,
@@ -262,12 +219,9 @@ def _write(
     classified,
     closes: int,
     versions,
-    watermark: int,
-    together: bool,
 ) -> None:
-    """Close versions (a MERGE of matched rows) and append new ones on a branch made at `base` (`together`: side
-    by side), then fast-forward main to it: both at once, and only if nobody committed to main since `base`, which
-    the classification read."""
+    """Close versions (a MERGE of matched rows) and append new ones on a branch made at `base`, then fast-forward
+    main to it: both at once, and only if nobody committed to main since `base`, which the classification read."""
     if base is None:  # the table's first rows: nothing to close, and no snapshot to branch from
         versions.writeTo(target).append()
         return
@@ -275,18 +229,10 @@ def _write(
     on_branch = f"{target}.branch_{branch}"
     iceberg_table(spark, target).manageSnapshots().createBranch(branch, base).commit()
     try:
-        writes = []
         if closes:
-            writes.append(lambda: _close(spark, spec, on_branch, classified, closes, watermark))
+            _close(spark, spec, on_branch, classified, closes)
         if versions is not None:
-            writes.append(lambda: versions.writeTo(on_branch).append())
-        # At once where the table allows it: the MERGE's scan of a small table is one task, which leaves a core
-        # to the append, and each write's planning and commit overlap the other's jobs (1M keys: 0.2-1 s less).
-        if together:
-            run_side_by_side(writes)
-        else:
-            for write in writes:
-                write()
+            versions.writeTo(on_branch).append()
         # Fails if main moved since `base` (a commit conflict: the attempt reruns on fresh state).
         iceberg_table(spark, target).manageSnapshots().fastForwardBranch("main", branch).removeBranch(branch).commit()
     finally:
@@ -295,7 +241,7 @@ def _write(
             table.manageSnapshots().removeBranch(branch).commit()
 
 
-def _close(spark, spec: TableSpec, target: str, classified, closes: int, watermark: int) -> None:
+def _close(spark, spec: TableSpec, target: str, classified, closes: int) -> None:
     from pyspark.sql import functions as F
 
     key = spec.scd2.key
@@ -312,16 +258,12 @@ def _close(spark, spec: TableSpec, target: str, classified, closes: int, waterma
         # target is never a candidate (its scan reports no size).
         if threshold is not None:
             spark.conf.set(_BROADCAST_THRESHOLD, str(BROADCAST_BYTES))
-        # `_valid_to IS NULL` keeps the scan to the current versions' partition. `_valid_from` up to the watermark
-        # (every current version the batch closes starts there: the classification checked) keeps the new
-        # versions out: the MERGE's conflict check tests files committed to the branch since its scan against these
-        # pushed filters, and the append's files, all starting after the watermark, fail them by their bounds.
+        # `_valid_to IS NULL` keeps the scan to the current versions' partition.
         spark.sql(
             f"""
             MERGE INTO {target} t
             USING {view} s
             ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND t.{CURRENT_VERSIONS}
-                AND t._valid_from <= timestamp_micros({int(watermark)})
             WHEN MATCHED THEN UPDATE SET t._valid_to = s.{_CLOSE}, t._is_current = false,
                 t._ingested_at = current_timestamp()
             """

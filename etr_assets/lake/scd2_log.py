@@ -25,7 +25,7 @@ import json
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.incremental import changed_only_by, days_changed_by, lineage_since, snapshot_in_metadata
-from etr_assets.lake.scd2 import Scd2Method, Scd2Result, recompute, with_retries
+from etr_assets.lake.scd2 import Declined, Scd2Method, Scd2Result, recompute, with_retries
 from etr_assets.lake.scd2_current import apply_current
 from etr_assets.lake.scd2_window import LogWindow, apply_window
 from etr_assets.lake.specs import TableSpec
@@ -116,7 +116,7 @@ def apply_log(
                 # a removed record they still send changes nothing.
                 beside = sorted({d + offset for d in reloaded for offset in (-ONE_DAY, ONE_DAY)} - reloaded)
                 still_sent = to_records(at_head.where(F.col(snapshot_day).isin(beside)))
-                result, watermark = apply_window(
+                applied = apply_window(
                     spark,
                     catalog,
                     spec,
@@ -130,20 +130,31 @@ def apply_log(
                     still_sent,
                 )
                 days = ", ".join(str(day) for day in sorted(reloaded))
-                result = dataclasses.replace(result, reason=f"{result.reason} (reloaded day(s): {days})")
-                _advance(spark, target, result, head, watermark)
+                result = dataclasses.replace(
+                    applied.result, reason=f"{applied.result.reason} (reloaded day(s): {days})"
+                )
+                _advance(spark, target, result, head, applied.watermark)
                 return result
             new_records = to_records(appended)
-            result, why, watermark = apply_current(
-                spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, held
-            )
-            if result is None:
-                result, watermark = apply_window(
-                    spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, window, held
+            applied = apply_current(spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, held)
+            if isinstance(applied, Declined):
+                declined = applied
+                applied = apply_window(
+                    spark,
+                    catalog,
+                    spec,
+                    new_records,
+                    mode,
+                    cursor.watermark_micros,
+                    base,
+                    window,
+                    held,
+                    batches=list(declined.batches),
                 )
-                result = dataclasses.replace(result, reason=f"{result.reason} (not by current rows: {why})")
-            _advance(spark, target, result, head, watermark)
-            return result
+                reason = f"{applied.result.reason} (not by current rows: {declined.reason})"
+                applied = dataclasses.replace(applied, result=dataclasses.replace(applied.result, reason=reason))
+            _advance(spark, target, applied.result, head, applied.watermark)
+            return applied.result
         records = to_records(
             spark.read.format("iceberg").option("snapshot-id", head).load(log) if head else spark.table(log)
         )

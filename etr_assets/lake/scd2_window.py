@@ -39,7 +39,7 @@ import datetime as dt
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
-from etr_assets.lake.scd2 import Scd2Method, Scd2Result, history, in_snapshot, merge_scd2, observations
+from etr_assets.lake.scd2 import Applied, Scd2Method, Scd2Result, history, in_snapshot, merge_scd2, observations
 from etr_assets.lake.specs import SCD2_COLUMNS, STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec
 from etr_assets.lake.writes import iceberg_table
 
@@ -73,17 +73,19 @@ def apply_window(
     held=None,
     removed_records=None,
     still_sent=None,
-) -> tuple[Scd2Result, int]:
-    """Apply the log's new rows (`new_records`, scd2.observations' input) to the keys they change: (result, new
-    watermark). `base`: the table's snapshot the caller checked (None: still empty), whose versions are compared and
-    rewritten; `watermark`: the latest observation time applied before, in microseconds. `removed_records`: the
-    rows the log no longer holds (days it replaced), as records; `new_records` then holds every row of those days;
-    `still_sent`: other rows the log holds that may send the removed records again (the days beside)."""
+    batches: list[tuple] | None = None,
+) -> Applied:
+    """Apply the log's new rows (`new_records`, scd2.observations' input) to the keys they change. `base`: the
+    table's snapshot the caller checked (None: still empty), whose versions are compared and rewritten; `watermark`:
+    the latest observation time applied before, in microseconds. `removed_records`: the rows the log no longer holds
+    (days it replaced), as records; `new_records` then holds every row of those days; `still_sent`: other rows the
+    log holds that may send the removed records again (the days beside); `batches`: (`_batch_id`, snapshot micros,
+    latest sequence micros) of `new_records`, when the caller has them."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
     key, target = scd2.key, spec.qualified(catalog)
-    batches = [
+    batches = batches or [
         (row["_batch_id"], row["_snapshot"], row["_latest"])
         for row in new_records.groupBy("_batch_id", F.unix_micros("_snapshot_at").alias("_snapshot"))
         .agg(F.max(F.unix_micros(scd2.sequence)).alias("_latest"))
@@ -95,18 +97,19 @@ def apply_window(
         spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
     state = _state(spark, spec, target)
-    changes = affected_keys(
-        spark, spec, table, state, new_records, mode, batches, held, removed_records, still_sent
-    ).cache()
+    # Both the records' and the absences' classification read the new rows' latest records: ranked once.
+    present = _latest_records(spec, new_records).drop("_source_file").cache()
+    changes = affected_keys(spec, table, state, present, mode, batches, held, removed_records, still_sent).cache()
     gained = f"{len(batches)} new batch(es)"
     if removed_records is not None:
         gone = removed_records.select("_batch_id").distinct().count()
         gained = f"{gained} replacing {gone} removed one(s)"
     try:
         stats = changes.agg(F.count("*").alias("keys"), F.min(F.unix_micros("_lo")).alias("lo")).first()
+        present.unpersist()
         if not stats["keys"]:
             reason = f"{gained} whose every observation the versions already imply"
-            return Scd2Result(target, 0, 0, 0, None, Scd2Method.WINDOW, reason), watermark_after
+            return Applied(Scd2Result(target, 0, 0, 0, None, Scd2Method.WINDOW, reason), watermark_after)
         lo = stats["lo"]
         affected = F.broadcast(changes) if stats["keys"] <= BROADCAST_KEYS else changes
         if lo > watermark:  # every observation at or after `lo` arrived in the new rows
@@ -123,17 +126,17 @@ def apply_window(
             for frame in cached:
                 frame.unpersist()
         reason = f"{gained} change {stats['keys']} key(s) from {_when(lo)} on; read {source}"
-        return dataclasses.replace(result, method=Scd2Method.WINDOW, reason=reason), watermark_after
+        return Applied(dataclasses.replace(result, method=Scd2Method.WINDOW, reason=reason), watermark_after)
     finally:
+        present.unpersist()
         changes.unpersist()
 
 
 def affected_keys(
-    spark,
     spec: TableSpec,
     table,
     state,
-    new_records,
+    present,
     mode: str,
     batches: list[tuple],
     held=None,
@@ -141,28 +144,16 @@ def affected_keys(
     still_sent=None,
 ):
     """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does (module
-    docstring). `table`: the SCD2 table's rows to compare with, `state` their state hash; `batches`: (`_batch_id`,
+    docstring). `table`: the SCD2 table's rows to compare with, `state` their state hash; `present`: the new rows'
+    latest record per key and batch (`_latest_records`); `batches`: (`_batch_id`,
     snapshot micros, ...) of the new rows; `removed_records`: rows the log no longer holds (None: it only gained);
     `still_sent`: other rows it still holds, which may send removed records again."""
     from pyspark.sql import functions as F
 
-    scd2 = spec.scd2
+    spark, scd2 = present.sparkSession, spec.scd2
     key = scd2.key
     versions = table.select(key, "_valid_from", "_valid_to", state.alias("_state"), _others(spec).alias("_others"))
-    present = _latest_records(spec, new_records)
-    p, v = present.alias("p"), versions.alias("v")
-    covers = (F.col(f"p.{key}") == F.col(f"v.{key}")) & (F.col("v._valid_from") <= F.col("p._seq"))
-    covers = covers & (F.col("v._valid_to").isNull() | (F.col("p._seq") < F.col("v._valid_to")))
-    # At the version's very start the two records tie: implied only if they agree on every compared column.
-    implied = (F.col("v._state") == F.col("p._state")) & (
-        (F.col("p._seq") > F.col("v._valid_from")) | (F.col("v._others") == F.col("p._others"))
-    )
-    records = (
-        p.join(v, covers, "left")
-        .where(~F.coalesce(implied, F.lit(False)))  # no covering version, another state, or a version without hash
-        .select(F.col(f"p.{key}").alias(key), F.col("p._seq").alias("_at"))
-    )
-    changed = [records]
+    changed = [_changed_by_new_rows(spec, versions, present, mode, batches, held)]
     if removed_records is not None:
         # A removed record changes nothing while the same record (time, state, other columns) is still some batch's
         # latest: the reloaded day's or one beside it. (A record of another content at that very time in another
@@ -173,20 +164,65 @@ def affected_keys(
             sent = sent.unionByName(_latest_records(spec, still_sent).select(*same))
         removed = _latest_records(spec, removed_records).join(sent, same, "left_anti")
         changed.append(removed.select(key, F.col("_seq").alias("_at")))
-    if mode == FeedMode.FULL:
-        # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
-        spanning = versions.crossJoin(F.broadcast(_snapshots(spark, batches))).where(
-            (F.col("_valid_from") < F.col("_at")) & (F.col("_valid_to").isNull() | (F.col("_at") < F.col("_valid_to")))
-        )
-        changed.append(
-            spanning.join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti").select(key, "_at")
-        )
     if mode == FeedMode.FULL and removed_records is not None:
         changed.append(_removed_absences(spark, spec, versions, present, removed_records, batches, held))
     union = changed[0]
     for frame in changed[1:]:
         union = union.unionByName(frame)
     return union.groupBy(key).agg(F.min("_at").alias("_lo"))
+
+
+def _changed_by_new_rows(spec: TableSpec, versions, present, mode: str, batches: list[tuple], held=None):
+    """(key, `_at`): each key a new record or a new snapshot's absence changes, and the earliest time one does.
+
+    The versions and the new rows' latest records meet in one shuffle by key (a union, grouped), and each key's
+    lists are compared in place: joining them took two joins, one per kind of observation, each sorting both sides."""
+    from pyspark.sql import functions as F
+
+    key = spec.scd2.key
+    time_type = dict(present.dtypes)["_seq"]
+    fields = {"_from": time_type, "_to": time_type, "_seq": time_type, "_batch_id": "string"}
+    fields |= {"_state": "bigint", "_others": "bigint"}
+
+    def tagged(frame, *named):
+        return frame.select(key, *[F.col(n) if n in named else F.lit(None).cast(t).alias(n) for n, t in fields.items()])
+
+    rows = tagged(
+        versions.withColumnsRenamed({"_valid_from": "_from", "_valid_to": "_to"}), "_from", "_to", "_state", "_others"
+    ).unionByName(tagged(present, "_seq", "_batch_id", "_state", "_others"))
+    if held is not None and mode == FeedMode.FULL:  # sent but unreadable: in its snapshot, though no record
+        rows = rows.unionByName(tagged(held, "_batch_id"))
+    per_key = rows.groupBy(key).agg(
+        F.collect_list(F.when(F.col("_from").isNotNull(), F.struct("_from", "_to", "_state", "_others"))).alias("v"),
+        F.collect_list(F.when(F.col("_seq").isNotNull(), F.struct("_seq", "_state", "_others"))).alias("r"),
+        F.collect_set("_batch_id").alias("sent"),
+    )
+
+    def covers(v, at, strictly: bool):
+        starts = v["_from"] < at if strictly else v["_from"] <= at
+        return starts & (v["_to"].isNull() | (at < v["_to"]))
+
+    # A record is implied by the version covering its time with its state; at the version's very start only if the
+    # other compared columns agree too (the two records tie there). A version without a hash implies nothing.
+    def implied(r):
+        def same(v):
+            return (v["_state"] == r["_state"]) & ((r["_seq"] > v["_from"]) | (v["_others"] == r["_others"]))
+
+        return F.exists("v", lambda v: F.coalesce(covers(v, r["_seq"], False) & same(v), F.lit(False)))
+
+    at = [F.array_min(F.transform(F.filter("r", lambda r: ~implied(r)), lambda r: r["_seq"]))]
+    if mode == FeedMode.FULL and batches:
+        # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
+        snapshots = F.array(
+            *[F.struct(F.lit(b[0]).alias("b"), F.timestamp_micros(F.lit(b[1])).alias("at")) for b in batches]
+        )
+        absent = F.filter(
+            snapshots,
+            lambda s: ~F.array_contains("sent", s["b"]) & F.exists("v", lambda v: covers(v, s["at"], True)),
+        )
+        at.append(F.array_min(F.transform(absent, lambda s: s["at"])))
+    first = F.least(*at) if len(at) > 1 else at[0]
+    return per_key.select(key, first.alias("_at")).where(F.col("_at").isNotNull())
 
 
 def _latest_records(spec: TableSpec, records):
@@ -243,8 +279,8 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     scd2 = spec.scd2
     key = scd2.key
     carried = [c.name for c in spec.columns if c.name not in _VERSION_COLUMNS] + list(_LINEAGE)
-    # Both are read several times below and hold the affected keys only: kept, not read again from the tables.
-    kept = table.join(affected, key).cache()
+    # Each is read several times below and holds the affected keys only: kept, not read again from the tables.
+    kept, records = table.join(affected, key).cache(), records.cache()
     anchors = kept.groupBy(key).agg(
         F.max(F.when(F.col("_valid_from") < F.col("_lo"), F.col("_valid_from"))).alias("_anchor_from"),
         F.min("_valid_from").alias("_first"),
@@ -278,7 +314,7 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     union = events[0]
     for frame in events[1:]:
         union = union.unionByName(frame, allowMissingColumns=True)
-    return history(union, spec), existing, (kept, present)
+    return history(union, spec), existing, (kept, records, present)
 
 
 def _window_records(spark, spec: TableSpec, window: LogWindow, mode: str, since_micros: int):

@@ -11,7 +11,6 @@ import dataclasses
 import datetime as dt
 import random
 import re
-import time
 
 import pytest
 
@@ -19,13 +18,13 @@ from etr_assets.lake import scd2_current
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
-from etr_assets.lake.scd2 import Scd2Method
+from etr_assets.lake.scd2 import Declined, Scd2Method
 from etr_assets.lake.scd2_log import (
     apply_log,
     read_cursor,
 )
 from etr_assets.lake.specs import MERGE_ON_READ, STATE_HASH_PROPERTY
-from etr_assets.lake.writes import current_snapshot_id, iceberg_table, replace_days
+from etr_assets.lake.writes import current_snapshot_id, replace_days
 from etr_assets_tests.lake.test_scd2 import (
     RECORD_SCHEMA,
     SPEC,
@@ -414,10 +413,8 @@ def test_a_current_version_without_a_stored_state_hash_is_not_compared(lake, set
     cursor = read_cursor(lake, table)
     records = local_frame(lake, batches[1]["rows"], RECORD_SCHEMA)
     base = current_snapshot_id(lake, table)
-    result, why, _ = scd2_current.apply_current(
-        lake, catalog, SPEC, records, FeedMode.FULL, cursor.watermark_micros, base
-    )
-    assert unhashed and result is None and why == f"{unhashed} current row(s) without a _state_hash", why
+    declined = scd2_current.apply_current(lake, catalog, SPEC, records, FeedMode.FULL, cursor.watermark_micros, base)
+    assert unhashed and declined == Declined(f"{unhashed} current row(s) without a _state_hash"), declined
 
 
 @pytest.mark.slow
@@ -430,10 +427,10 @@ def test_a_current_version_starting_after_the_watermark_is_not_closed_by_the_dai
     lake.sql(f"UPDATE {table} SET _valid_from = TIMESTAMP'2999-01-01 00:00:00' WHERE _is_current AND id = {key}")
     cursor = read_cursor(lake, table)
     records = local_frame(lake, batches[1]["rows"], RECORD_SCHEMA)
-    result, why, _ = scd2_current.apply_current(
+    declined = scd2_current.apply_current(
         lake, catalog, SPEC, records, FeedMode.FULL, cursor.watermark_micros, current_snapshot_id(lake, table)
     )
-    assert result is None and why == "1 current version(s) starting after the watermark", why
+    assert declined == Declined("1 current version(s) starting after the watermark"), declined
 
 
 def merge_plans_since(spark, first_execution: int) -> list[str]:
@@ -466,41 +463,15 @@ def test_the_daily_paths_merge_broadcasts_its_closes_whatever_the_sessions_join_
 MERGE_ON_READ_SPEC = dataclasses.replace(SPEC, name="things_mor", properties={**SPEC.properties, **MERGE_ON_READ})
 
 
-def test_only_a_merge_on_read_table_that_keeps_valid_from_bounds_takes_both_writes_at_once():
-    mor = dict(MERGE_ON_READ)
-    assert scd2_current.side_by_side(mor)
-    assert scd2_current.side_by_side({**mor, "write.metadata.metrics.default": "truncate(16)"})
-    assert not scd2_current.side_by_side({})  # Iceberg's default MERGE copies on write
-    assert not scd2_current.side_by_side({**mor, "write.merge.mode": "copy-on-write"})
-    assert not scd2_current.side_by_side({**mor, "write.metadata.metrics.default": "counts"})
-    assert not scd2_current.side_by_side({**mor, "write.metadata.metrics.column._valid_from": "none"})
-
-
 @pytest.mark.slow
-def test_on_a_merge_on_read_table_the_closes_and_the_new_versions_are_written_at_once(lake, settings, monkeypatch):
-    """The closes' MERGE and the append of new versions run side by side on the apply's branch. Here the MERGE
-    waits until the append has committed to the branch (it never would if they ran one after the other), so it
-    reads a branch holding the new versions, which its `_valid_from` bound must leave alone; history stays the
-    model's and the recompute's."""
+def test_the_daily_path_on_a_merge_on_read_table_gives_the_models_history(lake, settings):
+    """Landing tables are merge-on-read: the closes' MERGE writes deletes there, and the append follows it on the
+    apply's branch; history stays the model's and the recompute's, and no branch is left."""
     catalog, table = settings.catalog, MERGE_ON_READ_SPEC.qualified(settings.catalog)
     reference = dataclasses.replace(REFERENCE, properties=MERGE_ON_READ_SPEC.properties)
     for spec in (MERGE_ON_READ_SPEC, reference):
         ensure_table(lake, catalog, spec)
     log = make_log(lake, catalog)
-    close_on_branch, overlapped = scd2_current._close, []
-
-    def close_after_the_append(spark, spec, target, classified, *args):
-        branch = target.rsplit(".branch_", 1)[1]
-        if classified.where("_kind = 'new'").count():  # the batch opens versions: the append runs meanwhile
-            base = iceberg_table(spark, table).refs().get(branch).snapshotId()
-            deadline = time.monotonic() + 60
-            while iceberg_table(spark, table).refs().get(branch).snapshotId() == base:
-                assert time.monotonic() < deadline, "the append did not commit while the closes waited"
-                time.sleep(0.05)
-            overlapped.append(branch)
-        close_on_branch(spark, spec, target, classified, *args)
-
-    monkeypatch.setattr(scd2_current, "_close", close_after_the_append)
     batches = scenario(11, FeedMode.FULL, (12, 30, 45, 59))
     for number, batch in enumerate(batches):
         append(lake, log, batch)
@@ -510,7 +481,6 @@ def test_on_a_merge_on_read_table_the_closes_and_the_new_versions_are_written_at
         check_invariants(rows)
         got = {(r["id"], r["a"], r["b"], r["_valid_from"], r["_valid_to"]) for r in rows}
         assert got == model(batches[: number + 1], FeedMode.FULL)
-    assert overlapped, "no daily apply both closed and opened versions"
     apply_log(lake, catalog, reference, log, lambda rows: rows, FeedMode.FULL, full_refresh=True)
     assert rows_without_ingest_time(lake, table) == rows_without_ingest_time(lake, reference.qualified(catalog))
     assert [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()] == ["main"]
