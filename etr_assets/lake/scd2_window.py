@@ -97,8 +97,8 @@ def apply_window(
         spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
     state = _state(spark, spec, target)
-    # Both the records' and the absences' classification read the new rows' latest records: ranked once.
-    present = _latest_records(spec, new_records).drop("_source_file").cache()
+    # Not cached: the two classifications that read it run at once, each scan on a core of its own.
+    present = _latest_records(spec, new_records)
     changes = affected_keys(spec, table, state, present, mode, batches, held, removed_records, still_sent).cache()
     gained = f"{len(batches)} new batch(es)"
     if removed_records is not None:
@@ -106,7 +106,6 @@ def apply_window(
         gained = f"{gained} replacing {gone} removed one(s)"
     try:
         stats = changes.agg(F.count("*").alias("keys"), F.min(F.unix_micros("_lo")).alias("lo")).first()
-        present.unpersist()
         if not stats["keys"]:
             reason = f"{gained} whose every observation the versions already imply"
             return Applied(Scd2Result(target, 0, 0, 0, None, Scd2Method.WINDOW, reason), watermark_after)
@@ -128,7 +127,6 @@ def apply_window(
         reason = f"{gained} change {stats['keys']} key(s) from {_when(lo)} on; read {source}"
         return Applied(dataclasses.replace(result, method=Scd2Method.WINDOW, reason=reason), watermark_after)
     finally:
-        present.unpersist()
         changes.unpersist()
 
 
@@ -153,7 +151,19 @@ def affected_keys(
     spark, scd2 = present.sparkSession, spec.scd2
     key = scd2.key
     versions = table.select(key, "_valid_from", "_valid_to", state.alias("_state"), _others(spec).alias("_others"))
-    changed = [_changed_by_new_rows(spec, versions, present, mode, batches, held)]
+    p, v = present.alias("p"), versions.alias("v")
+    covers = (F.col(f"p.{key}") == F.col(f"v.{key}")) & (F.col("v._valid_from") <= F.col("p._seq"))
+    covers = covers & (F.col("v._valid_to").isNull() | (F.col("p._seq") < F.col("v._valid_to")))
+    # At the version's very start the two records tie: implied only if they agree on every compared column.
+    implied = (F.col("v._state") == F.col("p._state")) & (
+        (F.col("p._seq") > F.col("v._valid_from")) | (F.col("v._others") == F.col("p._others"))
+    )
+    records = (
+        p.join(v, covers, "left")
+        .where(~F.coalesce(implied, F.lit(False)))  # no covering version, another state, or a version without hash
+        .select(F.col(f"p.{key}").alias(key), F.col("p._seq").alias("_at"))
+    )
+    changed = [records]
     if removed_records is not None:
         # A removed record changes nothing while the same record (time, state, other columns) is still some batch's
         # latest: the reloaded day's or one beside it. (A record of another content at that very time in another
@@ -164,65 +174,20 @@ def affected_keys(
             sent = sent.unionByName(_latest_records(spec, still_sent).select(*same))
         removed = _latest_records(spec, removed_records).join(sent, same, "left_anti")
         changed.append(removed.select(key, F.col("_seq").alias("_at")))
+    if mode == FeedMode.FULL:
+        # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
+        spanning = versions.crossJoin(F.broadcast(_snapshots(spark, batches))).where(
+            (F.col("_valid_from") < F.col("_at")) & (F.col("_valid_to").isNull() | (F.col("_at") < F.col("_valid_to")))
+        )
+        changed.append(
+            spanning.join(in_snapshot(present, held, key), [key, "_batch_id"], "left_anti").select(key, "_at")
+        )
     if mode == FeedMode.FULL and removed_records is not None:
         changed.append(_removed_absences(spark, spec, versions, present, removed_records, batches, held))
     union = changed[0]
     for frame in changed[1:]:
         union = union.unionByName(frame)
     return union.groupBy(key).agg(F.min("_at").alias("_lo"))
-
-
-def _changed_by_new_rows(spec: TableSpec, versions, present, mode: str, batches: list[tuple], held=None):
-    """(key, `_at`): each key a new record or a new snapshot's absence changes, and the earliest time one does.
-
-    The versions and the new rows' latest records meet in one shuffle by key (a union, grouped), and each key's
-    lists are compared in place: joining them took two joins, one per kind of observation, each sorting both sides."""
-    from pyspark.sql import functions as F
-
-    key = spec.scd2.key
-    time_type = dict(present.dtypes)["_seq"]
-    fields = {"_from": time_type, "_to": time_type, "_seq": time_type, "_batch_id": "string"}
-    fields |= {"_state": "bigint", "_others": "bigint"}
-
-    def tagged(frame, *named):
-        return frame.select(key, *[F.col(n) if n in named else F.lit(None).cast(t).alias(n) for n, t in fields.items()])
-
-    rows = tagged(
-        versions.withColumnsRenamed({"_valid_from": "_from", "_valid_to": "_to"}), "_from", "_to", "_state", "_others"
-    ).unionByName(tagged(present, "_seq", "_batch_id", "_state", "_others"))
-    if held is not None and mode == FeedMode.FULL:  # sent but unreadable: in its snapshot, though no record
-        rows = rows.unionByName(tagged(held, "_batch_id"))
-    per_key = rows.groupBy(key).agg(
-        F.collect_list(F.when(F.col("_from").isNotNull(), F.struct("_from", "_to", "_state", "_others"))).alias("v"),
-        F.collect_list(F.when(F.col("_seq").isNotNull(), F.struct("_seq", "_state", "_others"))).alias("r"),
-        F.collect_set("_batch_id").alias("sent"),
-    )
-
-    def covers(v, at, strictly: bool):
-        starts = v["_from"] < at if strictly else v["_from"] <= at
-        return starts & (v["_to"].isNull() | (at < v["_to"]))
-
-    # A record is implied by the version covering its time with its state; at the version's very start only if the
-    # other compared columns agree too (the two records tie there). A version without a hash implies nothing.
-    def implied(r):
-        def same(v):
-            return (v["_state"] == r["_state"]) & ((r["_seq"] > v["_from"]) | (v["_others"] == r["_others"]))
-
-        return F.exists("v", lambda v: F.coalesce(covers(v, r["_seq"], False) & same(v), F.lit(False)))
-
-    at = [F.array_min(F.transform(F.filter("r", lambda r: ~implied(r)), lambda r: r["_seq"]))]
-    if mode == FeedMode.FULL and batches:
-        # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
-        snapshots = F.array(
-            *[F.struct(F.lit(b[0]).alias("b"), F.timestamp_micros(F.lit(b[1])).alias("at")) for b in batches]
-        )
-        absent = F.filter(
-            snapshots,
-            lambda s: ~F.array_contains("sent", s["b"]) & F.exists("v", lambda v: covers(v, s["at"], True)),
-        )
-        at.append(F.array_min(F.transform(absent, lambda s: s["at"])))
-    first = F.least(*at) if len(at) > 1 else at[0]
-    return per_key.select(key, first.alias("_at")).where(F.col("_at").isNotNull())
 
 
 def _latest_records(spec: TableSpec, records):
@@ -279,8 +244,8 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     scd2 = spec.scd2
     key = scd2.key
     carried = [c.name for c in spec.columns if c.name not in _VERSION_COLUMNS] + list(_LINEAGE)
-    # Each is read several times below and holds the affected keys only: kept, not read again from the tables.
-    kept, records = table.join(affected, key).cache(), records.cache()
+    # Both are read several times below and hold the affected keys only: kept, not read again from the tables.
+    kept = table.join(affected, key).cache()
     anchors = kept.groupBy(key).agg(
         F.max(F.when(F.col("_valid_from") < F.col("_lo"), F.col("_valid_from"))).alias("_anchor_from"),
         F.min("_valid_from").alias("_first"),
@@ -314,7 +279,7 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     union = events[0]
     for frame in events[1:]:
         union = union.unionByName(frame, allowMissingColumns=True)
-    return history(union, spec), existing, (kept, records, present)
+    return history(union, spec), existing, (kept, present)
 
 
 def _window_records(spark, spec: TableSpec, window: LogWindow, mode: str, since_micros: int):
