@@ -14,6 +14,7 @@ from etr_assets.defs.common import SINGLE_RUN, daily_partitions, days_of
 from etr_assets.defs.metadata import log_partition_counts
 from etr_assets.defs.resources import BnplApiResource, RawZoneResource
 from etr_assets.lake.exhaustion import exhaustion
+from etr_assets.lake.figures import Tagged
 from etr_assets.settings import Settings
 from etr_assets.sources.fetch import ENDPOINTS, SOURCE, fetch_day
 
@@ -47,8 +48,7 @@ def _raw_asset(settings: Settings, endpoint: str) -> AssetsDefinition:
             batches[day.isoformat()] = batch.key
             records[day.isoformat()] = manifest.records
             context.log.info(f"{day}: {manifest.records} records in {len(manifest.files)} file(s) -> {batch.key}")
-        if len(records) > 1:
-            log_partition_counts(context, {"rows_by_day": records})
+        log_partition_counts(context, {"rows_by_day": Tagged("json", records)})
         return MaterializeResult(
             metadata={
                 "records_fetched": sum(records.values()),

@@ -53,19 +53,13 @@ def layer_figures(result: LayerResult, location: str, unchanged_rows: RowCount |
 
 def partition_counts(figures: dict[str, object]) -> dict[str, int]:
     """Per day, the rows a range run wrote for it (empty for a one-day run, whose figures already say)."""
-    by_day = figures.get("rows_by_day")
-    counts = getattr(by_day, "value", by_day) or {}  # Tagged here, Dagster's JSON value after Pipes
-    return dict(counts) if isinstance(counts, dict) and len(counts) > 1 else {}
+    counts = figures["rows_by_day"].value
+    return dict(counts) if len(counts) > 1 else {}
 
 
 def written_days(figures: dict[str, object]) -> set[str]:
     """Every day a write touched: the days it counted rows for, and those a history applied (`days_applied`)."""
-    days = set()
-    for key in ("rows_by_day", "days_applied"):
-        value = figures.get(key)
-        value = getattr(value, "value", value) or ()  # Tagged here, Dagster's JSON value after Pipes
-        days |= {str(day) for day in value}
-    return days
+    return {day for key in ("rows_by_day", "days_applied") if key in figures for day in figures[key].value}
 
 
 def check_figures(outcome: CheckOutcome) -> dict[str, object]:
