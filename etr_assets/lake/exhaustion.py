@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -22,6 +23,7 @@ OUT_OF_MEMORY = re.compile(r"(?:java\.lang\.|org\.apache\.spark\.memory\.Spark)O
 NO_SPACE = re.compile(r"(?:[\w.$]+(?:Exception|Error): )?No space left on device")
 NAMED_PATH = re.compile(r"(/[^\s:()]+) \(No space left on device\)")  # Java names the file it could not open
 WAREHOUSE_KEY = re.compile(r"spark\.sql\.catalog\.[^.]+\.warehouse")
+SCRATCH = "Spark's scratch folder"
 JVM_OUT_OF_MEMORY_EXIT = 52  # SparkExitCode.OOM: how an executor's JVM (the driver's, in local mode) ends on one
 JVM_EXIT_WAIT_SECONDS = 5.0  # a JVM that hung up on Python may still be running its shutdown hooks
 
@@ -52,9 +54,15 @@ def exhaustion(
         return ResourceExhausted(
             f"the Spark driver ran out of memory ({memory}) while {doing}: raise ETR_SPARK_DRIVER_MEMORY (now {heap})"
         )
-    disk = _python_no_space(failure) or next((m.group(0) for text in texts if (m := NO_SPACE.search(text))), None)
+    # A Python write that found its disk full, else Java's words for it.
+    full = [e for e in _chain(failure) if isinstance(e, OSError) and e.errno == errno.ENOSPC]
+    if full:
+        disk = f"{type(full[0]).__name__}: [Errno {full[0].errno}] {full[0].strerror or os.strerror(full[0].errno)}"
+    else:
+        disk = next((m.group(0) for text in texts if (m := NO_SPACE.search(text))), None)
     if disk is not None:
-        named = _named_path(failure, texts)
+        named = next((os.fsdecode(e.filename) for e in full if e.filename), None)
+        named = named or next((m.group(1) for text in texts if (m := NAMED_PATH.search(text))), None)
         return ResourceExhausted(
             f"a disk ran out of space ({disk}) while {doing}: {_where(named, lake_folders(spark_conf, folders))}"
         )
@@ -64,61 +72,34 @@ def exhaustion(
 def lake_folders(spark_conf: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
     """The local folders a run writes to, each with what it holds: Spark's scratch, every local Iceberg warehouse,
     and `extra` (the raw zone's root). Object-store locations (s3://) are left out: they do not fill."""
-    folders = {d: "Spark's scratch folder, spark.local.dir" for d in spark_conf.get("spark.local.dir", "").split(",")}
+    folders = {d: f"{SCRATCH}, spark.local.dir" for d in spark_conf.get("spark.local.dir", "").split(",")}
     for key, value in spark_conf.items():
         if WAREHOUSE_KEY.fullmatch(key):
             folders[value] = "the Iceberg warehouse"
-    folders |= extra or {}
-    return {path: what for location, what in folders.items() if (path := _local_path(location))}
-
-
-def _local_path(location: str) -> str | None:
-    parsed = urlparse(location)
-    if parsed.scheme not in ("", "file") or not (parsed.path or "").startswith("/"):
-        return None
-    return parsed.path.rstrip("/") or "/"
-
-
-def _python_no_space(failure: BaseException) -> str | None:
-    """A Python write that found its disk full (an OSError of errno ENOSPC), as `OSError: [Errno 28] ...`."""
-    for current in _chain(failure):
-        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
-            return f"{type(current).__name__}: [Errno {current.errno}] {current.strerror or os.strerror(current.errno)}"
-    return None
-
-
-def _named_path(failure: BaseException, texts: list[str]) -> str | None:
-    for current in _chain(failure):
-        if isinstance(current, OSError) and current.errno == errno.ENOSPC and current.filename:
-            return os.fsdecode(current.filename)
-    return next((m.group(1) for text in texts if (m := NAMED_PATH.search(text))), None)
+    local = {}
+    for location, what in (folders | (extra or {})).items():
+        parsed = urlparse(location)
+        if parsed.scheme in ("", "file") and (parsed.path or "").startswith("/"):
+            local[parsed.path.rstrip("/") or "/"] = what
+    return local
 
 
 def _where(named: str | None, folders: dict[str, str]) -> str:
     """Which disk filled, and what to do. With no path in the error, the disk with the least space left of those the
     run writes to: a write that failed for space leaves its disk full. Every folder of the run on it is named."""
-    places = {named: _holder(named, folders)} if named else folders
+    if named:  # what the folder holding it holds ("the raw zone"), or nothing for a path outside them
+        places = {named: next((w for f, w in folders.items() if named == f or named.startswith(f"{f}/")), "")}
+    else:
+        places = folders
+    label = lambda path: f"{path} ({places[path]})" if places.get(path) else path
     disks = {path: space for path in places if (space := _space(path))}
     todo = "or point ETR_HOME at a larger disk, then run it again"
     if not disks:
-        path = next(iter(places), "Spark's scratch folder")
-        return f"free space on the disk of {_named(path, places)}, {todo}"
+        return f"free space on the disk of {label(next(iter(places), SCRATCH))}, {todo}"
     device, free, total = min(disks.values(), key=lambda space: space[1])
-    on_it = _listed([_named(path, places) for path, space in sorted(disks.items()) if space[0] == device])
-    return f"the disk of {on_it} has {human_size(free)} free of {human_size(total)}: free space there, {todo}"
-
-
-def _named(path: str, places: dict[str, str]) -> str:
-    return f"{path} ({places[path]})" if places.get(path) else path
-
-
-def _holder(path: str, folders: dict[str, str]) -> str:
-    """What the folder holding `path` holds ("the raw zone"), or "" for a path outside them."""
-    return next((what for folder, what in folders.items() if path == folder or path.startswith(f"{folder}/")), "")
-
-
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+    on_it = [label(path) for path, space in sorted(disks.items()) if space[0] == device]
+    listed = on_it[0] if len(on_it) == 1 else f"{', '.join(on_it[:-1])} and {on_it[-1]}"
+    return f"the disk of {listed} has {human_size(free)} free of {human_size(total)}: free space there, {todo}"
 
 
 def _space(path: str) -> tuple[int, int, int] | None:
@@ -174,8 +155,6 @@ def _is_hang_up(text: str) -> bool:
 
 def spark_jvm_exit_code() -> int | None:
     """How this process's Spark JVM ended (None: still running, or no JVM was started here)."""
-    import subprocess
-
     try:
         from pyspark import SparkContext
     except ImportError:

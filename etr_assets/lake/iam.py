@@ -24,30 +24,16 @@ OBJECT_READ = ["s3:GetObject"]
 OBJECT_WRITE = ["s3:PutObject", "s3:AbortMultipartUpload"]
 OBJECT_DELETE = ["s3:DeleteObject"]
 GLUE_CATALOG_ACTIONS = [
-    "glue:GetDatabase",
-    "glue:GetDatabases",
-    "glue:CreateDatabase",
-    "glue:GetTable",
-    "glue:GetTables",
-    "glue:CreateTable",
-    "glue:UpdateTable",
+    f"glue:{action}"
+    for action in "GetDatabase GetDatabases CreateDatabase GetTable GetTables CreateTable UpdateTable".split()
 ]
 GLUE_JOB_ACTIONS = ["glue:StartJobRun", "glue:GetJobRun", "glue:GetJobRuns", "glue:BatchStopJobRun"]
 
 
-def table_prefix(spec: TableSpec) -> str:
-    """The table's folder under the bucket: `warehouse/<db>.db/<table>` (bootstrap's and GlueCatalog's layout)."""
-    return f"{WAREHOUSE_PREFIX}/{spec.namespace}.db/{spec.name}"
-
-
-def open_batch_index(endpoint: str) -> str:
-    """An endpoint's index of open batches: the one place under `raw/` the pipeline deletes (an entry per batch,
-    removed once the batch is complete)."""
-    return f"{RAW_PREFIX}/{SOURCE}/{endpoint}/{OPEN_INDEX}"
-
-
-def owned_prefixes(specs: Iterable[TableSpec]) -> list[str]:
-    return [RAW_PREFIX, CODE_PREFIX, PIPES_PREFIX] + [table_prefix(s) for s in specs]
+def _allow(sid: str, actions: list[str], resources: list[str], **condition) -> dict:
+    return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resources} | (
+        {"Condition": condition} if condition else {}
+    )
 
 
 def iam_policy(
@@ -57,62 +43,31 @@ def iam_policy(
     account: str = "*",
     glue_job: str = DEFAULT_GLUE_JOB,
 ) -> dict:
-    """The policy document for the pipeline's role (the code location's and the Glue job's)."""
+    """The policy document for the pipeline's role (the code location's and the Glue job's). A table's folder is
+    `warehouse/<db>.db/<table>` (bootstrap's and GlueCatalog's layout); the one place under `raw/` the pipeline
+    deletes is each endpoint's index of open batches (an entry per batch, removed once the batch is complete)."""
     specs = sorted(specs, key=lambda s: s.identifier)
-    bucket_arn = f"arn:aws:s3:::{bucket}"
-    glue = f"arn:aws:glue:{region}:{account}"
-    tables = [f"{bucket_arn}/{table_prefix(s)}/*" for s in specs]
-    prefixes = owned_prefixes(specs)
+    s3, glue = f"arn:aws:s3:::{bucket}", f"arn:aws:glue:{region}:{account}"
+    tables = [f"{WAREHOUSE_PREFIX}/{s.namespace}.db/{s.name}" for s in specs]
+    prefixes = [RAW_PREFIX, CODE_PREFIX, PIPES_PREFIX, *tables]
+    listed = sorted(p for prefix in prefixes for p in (prefix, f"{prefix}/*"))
+    open_indexes = [f"{s3}/{RAW_PREFIX}/{SOURCE}/{endpoint}/{OPEN_INDEX}/*" for endpoint in ENDPOINTS]
+    everything = OBJECT_READ + OBJECT_WRITE + OBJECT_DELETE
+    catalog = [f"{glue}:catalog", *(f"{glue}:database/{ns}" for ns in namespaces(specs))]
     statements = [
-        {
-            "Sid": "ListOnlyTheLakePrefixes",
-            "Effect": "Allow",
-            "Action": ["s3:ListBucket"],
-            "Resource": [bucket_arn],
-            "Condition": {
-                "StringLike": {"s3:prefix": sorted(p for prefix in prefixes for p in (prefix, f"{prefix}/*"))}
-            },
-        },
-        {"Sid": "LocateTheBucket", "Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": [bucket_arn]},
-        {
-            "Sid": "RawZoneReadWriteNeverDelete",
-            "Effect": "Allow",
-            "Action": OBJECT_READ + OBJECT_WRITE,
-            "Resource": [f"{bucket_arn}/{RAW_PREFIX}/*"],
-        },
-        {
-            "Sid": "RawZoneOpenBatchIndexEntries",
-            "Effect": "Allow",
-            "Action": OBJECT_DELETE,
-            "Resource": [f"{bucket_arn}/{open_batch_index(endpoint)}/*" for endpoint in ENDPOINTS],
-        },
-        {
-            "Sid": "IcebergTableFiles",
-            "Effect": "Allow",
-            "Action": OBJECT_READ + OBJECT_WRITE + OBJECT_DELETE,
-            "Resource": tables,
-        },
-        {
-            "Sid": "JobCodeReadOnly",
-            "Effect": "Allow",
-            "Action": OBJECT_READ,
-            "Resource": [f"{bucket_arn}/{CODE_PREFIX}/*"],
-        },
-        {
-            "Sid": "PipesExchange",
-            "Effect": "Allow",
-            "Action": OBJECT_READ + OBJECT_WRITE + OBJECT_DELETE,
-            "Resource": [f"{bucket_arn}/{PIPES_PREFIX}/*"],
-        },
-        {
-            "Sid": "GlueCatalogDatabasesAndTables",
-            "Effect": "Allow",
-            "Action": GLUE_CATALOG_ACTIONS,
-            "Resource": [f"{glue}:catalog"]
-            + [f"{glue}:database/{ns}" for ns in namespaces(specs)]
-            + [f"{glue}:table/{s.namespace}/{s.name}" for s in specs],
-        },
-        {"Sid": "RunTheGlueJob", "Effect": "Allow", "Action": GLUE_JOB_ACTIONS, "Resource": [f"{glue}:job/{glue_job}"]},
+        _allow("ListOnlyTheLakePrefixes", ["s3:ListBucket"], [s3], StringLike={"s3:prefix": listed}),
+        _allow("LocateTheBucket", ["s3:GetBucketLocation"], [s3]),
+        _allow("RawZoneReadWriteNeverDelete", OBJECT_READ + OBJECT_WRITE, [f"{s3}/{RAW_PREFIX}/*"]),
+        _allow("RawZoneOpenBatchIndexEntries", OBJECT_DELETE, open_indexes),
+        _allow("IcebergTableFiles", everything, [f"{s3}/{table}/*" for table in tables]),
+        _allow("JobCodeReadOnly", OBJECT_READ, [f"{s3}/{CODE_PREFIX}/*"]),
+        _allow("PipesExchange", everything, [f"{s3}/{PIPES_PREFIX}/*"]),
+        _allow(
+            "GlueCatalogDatabasesAndTables",
+            GLUE_CATALOG_ACTIONS,
+            catalog + [f"{glue}:table/{s.namespace}/{s.name}" for s in specs],
+        ),
+        _allow("RunTheGlueJob", GLUE_JOB_ACTIONS, [f"{glue}:job/{glue_job}"]),
     ]
     return {"Version": "2012-10-17", "Statement": statements}
 

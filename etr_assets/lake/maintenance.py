@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
+from collections.abc import Callable
 
 from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG, record_rows
 from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
@@ -40,16 +41,11 @@ class ManifestRewriteResult:
 
 @dataclasses.dataclass(frozen=True)
 class ExpireResult:
-    expired_snapshot_ids: tuple[int, ...] = ()
+    expired_snapshots: int = 0
     deleted_data_files: int = 0
     deleted_delete_files: int = 0
     deleted_manifest_files: int = 0  # manifests and manifest lists
-    older_than: dt.datetime | None = None
     retain_last: int = 0
-
-    @property
-    def expired_snapshots(self) -> int:
-        return len(self.expired_snapshot_ids)
 
     @property
     def deleted_files(self) -> int:
@@ -59,7 +55,6 @@ class ExpireResult:
 @dataclasses.dataclass(frozen=True)
 class OrphanResult:
     removed: tuple[str, ...] = ()  # locations of the deleted files
-    older_than: dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +88,7 @@ class MaintenanceResult:
         }
         figures = ("data_files", "small_files", "delete_files", "snapshots", "manifests", "metadata_file_bytes")
         for figure in (*figures, "data_bytes"):
-            column = "metadata_bytes" if figure == "metadata_file_bytes" else figure
+            column = figure.replace("metadata_file_bytes", "metadata_bytes")
             row[f"{column}_before"] = getattr(before, figure)
             row[f"{column}_after"] = getattr(after, figure)
         return row | {
@@ -131,144 +126,86 @@ def _sql_map(mapping: dict[str, str]) -> str:
     return "map(" + ", ".join(f"'{k}', '{v}'" for k, v in mapping.items()) + ")"
 
 
-def _table_argument(spec: TableSpec) -> str:
-    return f"'{spec.identifier}'"  # validated lower-case identifiers (TableSpec refuses anything else)
+def _procedure(spark, catalog: str, spec: TableSpec, procedure: str, **arguments: str) -> Callable[..., int]:
+    """CALL `procedure` on the table, retried on commit conflicts: `count(*names)` sums those columns of its row."""
+
+    def run() -> Callable[..., int]:
+        rows = _call(spark, catalog, procedure, {"table": f"'{spec.identifier}'", **arguments})
+        row = rows[0] if rows else {}
+        return lambda *names: sum(int(row.get(name) or 0) for name in names)
+
+    return run_with_retries(run, f"{procedure} on {spec.qualified(catalog)}")
 
 
-def compaction_options(spec: TableSpec) -> dict[str, str]:
-    return {
+def compact(spark, catalog: str, spec: TableSpec, has_delete_files: bool = True) -> CompactionResult:
+    """rewrite_data_files toward the spec's target file size, applying delete files (then dropping them)."""
+    options = {
         "target-file-size-bytes": str(spec.target_file_size_bytes),
         "min-input-files": "2",  # merge any two small files of a partition (Iceberg's default waits for 5)
         "delete-file-threshold": "1",  # a data file with any delete file is rewritten with its deletes applied
         "remove-dangling-deletes": "true",  # delete files whose data files are all rewritten are dropped
     }
-
-
-def compact(spark, catalog: str, spec: TableSpec, has_delete_files: bool = True, attempts: int = 5) -> CompactionResult:
-    """rewrite_data_files toward the spec's target file size, applying delete files (then dropping them)."""
-
-    def run() -> CompactionResult:
-        rows = _call(
-            spark,
-            catalog,
-            "rewrite_data_files",
-            {"table": _table_argument(spec), "options": _sql_map(compaction_options(spec))},
-        )
-        row = rows[0] if rows else {}
-        return CompactionResult(
-            rewritten_data_files=int(row.get("rewritten_data_files_count") or 0),
-            added_data_files=int(row.get("added_data_files_count") or 0),
-            rewritten_bytes=int(row.get("rewritten_bytes_count") or 0),
-            removed_delete_files=int(row.get("removed_delete_files_count") or 0),
-        )
-
-    compaction = run_with_retries(run, f"rewrite_data_files on {spec.qualified(catalog)}", attempts=attempts)
+    count = _procedure(spark, catalog, spec, "rewrite_data_files", options=_sql_map(options))
+    removed = count("removed_delete_files_count")
     if has_delete_files:  # the rewritten files' position deletes stay live until rewritten themselves
-        removed = rewrite_position_deletes(spark, catalog, spec, attempts)
-        compaction = dataclasses.replace(compaction, removed_delete_files=compaction.removed_delete_files + removed)
-    return compaction
-
-
-def rewrite_position_deletes(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> int:
-    """rewrite_position_delete_files over every delete file; returns how many delete files fewer there are."""
-
-    def run() -> int:
-        rows = _call(
-            spark,
-            catalog,
-            "rewrite_position_delete_files",
-            {"table": _table_argument(spec), "options": _sql_map({"rewrite-all": "true"})},
+        rewritten = _procedure(
+            spark, catalog, spec, "rewrite_position_delete_files", options="map('rewrite-all', 'true')"
         )
-        row = rows[0] if rows else {}
-        return int(row.get("rewritten_delete_files_count") or 0) - int(row.get("added_delete_files_count") or 0)
-
-    return run_with_retries(run, f"rewrite_position_delete_files on {spec.qualified(catalog)}", attempts=attempts)
-
-
-def rewrite_manifests(spark, catalog: str, spec: TableSpec, attempts: int = 5) -> ManifestRewriteResult:
-    def run() -> ManifestRewriteResult:
-        rows = _call(spark, catalog, "rewrite_manifests", {"table": _table_argument(spec)})
-        row = rows[0] if rows else {}
-        return ManifestRewriteResult(
-            rewritten_manifests=int(row.get("rewritten_manifests_count") or 0),
-            added_manifests=int(row.get("added_manifests_count") or 0),
-        )
-
-    return run_with_retries(run, f"rewrite_manifests on {spec.qualified(catalog)}", attempts=attempts)
+        removed += rewritten("rewritten_delete_files_count") - rewritten("added_delete_files_count")
+    return CompactionResult(
+        count("rewritten_data_files_count"), count("added_data_files_count"), count("rewritten_bytes_count"), removed
+    )
 
 
-def snapshot_retention(spec: TableSpec, now: dt.datetime | None = None) -> tuple[dt.datetime, int]:
-    """(older_than, retain_last) from the spec's history.expire.* properties."""
-    now = now or dt.datetime.now(dt.UTC)
-    max_age_ms = int(spec.table_properties["history.expire.max-snapshot-age-ms"])
-    return now - dt.timedelta(milliseconds=max_age_ms), retained_snapshots(spec)
-
-
-def _snapshot_ids(spark, qualified: str) -> set[int]:
-    return {row[0] for row in spark.sql(f"SELECT snapshot_id FROM {qualified}.snapshots").collect()}
+def rewrite_manifests(spark, catalog: str, spec: TableSpec) -> ManifestRewriteResult:
+    count = _procedure(spark, catalog, spec, "rewrite_manifests")
+    return ManifestRewriteResult(count("rewritten_manifests_count"), count("added_manifests_count"))
 
 
 def expire_snapshots(
-    spark,
-    catalog: str,
-    spec: TableSpec,
-    older_than: dt.datetime | None = None,
-    retain_last: int | None = None,
-    attempts: int = 5,
+    spark, catalog: str, spec: TableSpec, older_than: dt.datetime | None = None, retain_last: int | None = None
 ) -> ExpireResult:
     """Expire snapshots committed before `older_than` beyond the newest `retain_last`, deleting the files only
-    they referenced. Defaults come from the spec; erasure passes `older_than=now, retain_last=1` so deleted rows
-    are physically gone. Snapshots a branch or tag still references are kept (Iceberg never expires them)."""
-    default_older_than, default_retain = snapshot_retention(spec)
-    older_than = older_than or default_older_than
-    retain_last = default_retain if retain_last is None else retain_last
+    they referenced. Defaults come from the spec's history.expire.* properties; erasure passes `older_than=now,
+    retain_last=1` so deleted rows are physically gone. Snapshots a branch or tag still references are kept."""
+    max_age_ms = int(spec.table_properties["history.expire.max-snapshot-age-ms"])
+    older_than = older_than or dt.datetime.now(dt.UTC) - dt.timedelta(milliseconds=max_age_ms)
+    retain_last = retained_snapshots(spec) if retain_last is None else retain_last
     if retain_last < 1:
         raise ValueError(f"expire_snapshots on {spec.identifier}: retain_last={retain_last} must be at least 1")
-    qualified = spec.qualified(catalog)
-
-    def run() -> ExpireResult:
-        before = _snapshot_ids(spark, qualified)
-        rows = _call(
-            spark,
-            catalog,
-            "expire_snapshots",
-            {
-                "table": _table_argument(spec),
-                "older_than": _timestamp_literal(older_than),
-                "retain_last": str(int(retain_last)),
-            },
-        )
-        row = rows[0] if rows else {}
-        return ExpireResult(
-            expired_snapshot_ids=tuple(sorted(before - _snapshot_ids(spark, qualified))),
-            deleted_data_files=int(row.get("deleted_data_files_count") or 0),
-            deleted_delete_files=int(row.get("deleted_position_delete_files_count") or 0)
-            + int(row.get("deleted_equality_delete_files_count") or 0),
-            deleted_manifest_files=int(row.get("deleted_manifest_files_count") or 0)
-            + int(row.get("deleted_manifest_lists_count") or 0),
-            older_than=older_than,
-            retain_last=retain_last,
-        )
-
-    return run_with_retries(run, f"expire_snapshots on {qualified}", attempts=attempts)
+    snapshots = f"SELECT snapshot_id FROM {spec.qualified(catalog)}.snapshots"
+    before = {row[0] for row in spark.sql(snapshots).collect()}
+    count = _procedure(
+        spark,
+        catalog,
+        spec,
+        "expire_snapshots",
+        older_than=_timestamp_literal(older_than),
+        retain_last=str(retain_last),
+    )
+    return ExpireResult(
+        len(before - {row[0] for row in spark.sql(snapshots).collect()}),
+        count("deleted_data_files_count"),
+        count("deleted_position_delete_files_count", "deleted_equality_delete_files_count"),
+        count("deleted_manifest_files_count", "deleted_manifest_lists_count"),
+        retain_last,
+    )
 
 
 def orphan_file_arguments(spec: TableSpec, older_than: dt.datetime) -> dict[str, str]:
     """The named arguments of remove_orphan_files (s3/s3a/s3n treated as one scheme; other mismatches fail)."""
     return {
-        "table": _table_argument(spec),
+        "table": f"'{spec.identifier}'",
         "older_than": _timestamp_literal(older_than),
         "equal_schemes": _sql_map(EQUAL_SCHEMES),
         "prefix_mismatch_mode": f"'{PREFIX_MISMATCH_MODE}'",
     }
 
 
-def remove_orphan_files(
-    spark, catalog: str, spec: TableSpec, older_than: dt.datetime | None = None, now: dt.datetime | None = None
-) -> OrphanResult:
+def remove_orphan_files(spark, catalog: str, spec: TableSpec, older_than: dt.datetime | None = None) -> OrphanResult:
     """Delete files under the table's location that no snapshot references and that are older than
     `older_than` (default: three days ago, so no running write's uncommitted files are touched)."""
-    now = now or dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.UTC)
     older_than = older_than or now - ORPHAN_MIN_AGE
     if older_than > now - ORPHAN_SAFETY_AGE:
         raise ValueError(
@@ -276,10 +213,10 @@ def remove_orphan_files(
             "ago; files of writes still running would look orphaned"
         )
     rows = _call(spark, catalog, "remove_orphan_files", orphan_file_arguments(spec, older_than))
-    return OrphanResult(removed=tuple(row["orphan_file_location"] for row in rows), older_than=older_than)
+    return OrphanResult(tuple(row["orphan_file_location"] for row in rows))
 
 
-def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "", log: bool = True) -> MaintenanceResult:
+def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "") -> MaintenanceResult:
     """Every step in order on one table, with health before and after, logged to table_maintenance_log."""
     catalog = settings.catalog
     started_at = dt.datetime.now(dt.UTC)
@@ -297,8 +234,7 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "",
     result = MaintenanceResult(
         spec.identifier, before, after, compaction, manifests, expiry, orphans, started_at, finished_at, dropped
     )
-    if log:
-        record_maintenance(spark, catalog, [result], run_id)
+    record_rows(spark, catalog, TABLE_MAINTENANCE_LOG, [result.log_row(run_id)])
     return result
 
 
@@ -307,12 +243,10 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "",
 AUDIT_BRANCH_GRACE = dt.timedelta(days=1)
 
 
-def drop_stale_audit_branches(
-    spark, qualified: str, grace: dt.timedelta | None = None, now: dt.datetime | None = None
-) -> tuple[str, ...]:
-    """Drop `audit_*` and `scd2_apply_*` branches whose newest snapshot was committed more than `grace`
-    (AUDIT_BRANCH_GRACE) ago."""
-    cutoff = _naive_utc((now or dt.datetime.now(dt.UTC)) - (AUDIT_BRANCH_GRACE if grace is None else grace))
+def drop_stale_audit_branches(spark, qualified: str, now: dt.datetime | None = None) -> tuple[str, ...]:
+    """Drop `audit_*` and `scd2_apply_*` branches whose newest snapshot was committed more than AUDIT_BRANCH_GRACE
+    before `now`."""
+    cutoff = _naive_utc((now or dt.datetime.now(dt.UTC)) - AUDIT_BRANCH_GRACE)
     rows = spark.sql(
         f"SELECT r.name, s.committed_at FROM {qualified}.refs r JOIN {qualified}.snapshots s "
         f"ON r.snapshot_id = s.snapshot_id WHERE r.type = 'BRANCH'"
@@ -321,7 +255,3 @@ def drop_stale_audit_branches(
     for name in stale:
         spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS `{name.replace('`', '``')}`")
     return tuple(sorted(stale))
-
-
-def record_maintenance(spark, catalog: str, results: list[MaintenanceResult], run_id: str = "") -> None:
-    record_rows(spark, catalog, TABLE_MAINTENANCE_LOG, [result.log_row(run_id) for result in results])

@@ -173,7 +173,7 @@ def test_audit_branches_left_by_failed_or_killed_runs_are_dropped_once_stale_and
 
     lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH audit_other_run")
     monkeypatch.setattr(maintenance, "AUDIT_BRANCH_GRACE", dt.timedelta(0))  # as if a day had passed
-    result = maintain_table(lake, settings, SPEC, run_id="r1", log=True)
+    result = maintain_table(lake, settings, SPEC, run_id="r1")
     assert result.audit_branches_dropped == ("audit_other_run",)
     logged = lake.sql(
         f"SELECT audit_branches_dropped FROM {TABLE_MAINTENANCE_LOG.qualified(settings.catalog)}"
