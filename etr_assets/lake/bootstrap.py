@@ -60,67 +60,34 @@ def iceberg_schema(spec: TableSpec):
 
     return Schema(
         *(
-            NestedField(
-                field_id=i,
-                name=c.name,
-                field_type=iceberg_type(c.type, f"{spec.identifier}.{c.name}"),
-                required=c.required,
-                doc=c.doc or None,
-            )
+            NestedField(i, c.name, iceberg_type(c.type, f"{spec.identifier}.{c.name}"), c.required, c.doc or None)
             for i, c in enumerate(spec.columns, start=1)
         )
     )
 
 
-def _transform(text: str, where: str):
-    from pyiceberg import transforms as X
-
-    match = TRANSFORM.match(text)
-    if not match:
-        raise ValueError(f"{where}: partition transform {text!r} is not understood")
-    if match.group(6):
-        return X.IdentityTransform(), match.group(6)
-    if match.group(1):
-        kind = {
-            "identity": X.IdentityTransform,
-            "years": X.YearTransform,
-            "months": X.MonthTransform,
-            "days": X.DayTransform,
-            "hours": X.HourTransform,
-        }[match.group(1)]
-        return kind(), match.group(2)
-    width, column = int(match.group(4)), match.group(5)
-    return (X.BucketTransform(width) if match.group(3) == "bucket" else X.TruncateTransform(width)), column
-
-
-def partition_field_name(transform, column: str) -> str:
-    """Spark's names for partition fields (`transaction_date_day`, `customer_id_bucket_16`), so both engines agree."""
-    from pyiceberg import transforms as X
-
-    if isinstance(transform, X.IdentityTransform):
-        return column
-    if isinstance(transform, X.BucketTransform):
-        return f"{column}_bucket_{transform.num_buckets}"
-    if isinstance(transform, X.TruncateTransform):
-        return f"{column}_trunc_{transform.width}"
-    suffix = {X.YearTransform: "year", X.MonthTransform: "month", X.DayTransform: "day", X.HourTransform: "hour"}
-    return f"{column}_{suffix[type(transform)]}"
-
-
 def partition_spec(spec: TableSpec, schema):
+    """The spec's partitioning, its fields named as Spark names them (`transaction_date_day`,
+    `customer_id_bucket_16`), so both engines agree."""
+    from pyiceberg import transforms as X
     from pyiceberg.partitioning import PartitionField, PartitionSpec
 
+    by_time = {"years": (X.YearTransform, "year"), "months": (X.MonthTransform, "month")}
+    by_time |= {"days": (X.DayTransform, "day"), "hours": (X.HourTransform, "hour")}
     fields = []
     for i, text in enumerate(spec.partition_by):
-        transform, column = _transform(text, spec.identifier)
-        fields.append(
-            PartitionField(
-                source_id=schema.find_field(column).field_id,
-                field_id=1000 + i,
-                transform=transform,
-                name=partition_field_name(transform, column),
-            )
-        )
+        match = TRANSFORM.match(text)  # TableSpec accepts no other form
+        kind, column = match.group(1) or match.group(3), match.group(2) or match.group(5) or match.group(6)
+        width = int(match.group(4) or 0)
+        if kind in by_time:
+            transform, name = by_time[kind][0](), f"{column}_{by_time[kind][1]}"
+        elif kind == "bucket":
+            transform, name = X.BucketTransform(width), f"{column}_bucket_{width}"
+        elif kind == "truncate":
+            transform, name = X.TruncateTransform(width), f"{column}_trunc_{width}"
+        else:
+            transform, name = X.IdentityTransform(), column
+        fields.append(PartitionField(schema.find_field(column).field_id, 1000 + i, transform, name))
     return PartitionSpec(*fields)
 
 
@@ -130,23 +97,9 @@ def sort_order(spec: TableSpec, schema):
 
     if not spec.write_order:
         return UNSORTED_SORT_ORDER
-    return SortOrder(
-        *(
-            SortField(
-                source_id=schema.find_field(name).field_id,
-                transform=IdentityTransform(),
-                direction=SortDirection.ASC,
-                null_order=NullOrder.NULLS_FIRST,  # Spark's default for ASC, as `ensure_table` writes it
-            )
-            for name in spec.write_order
-        )
-    )
-
-
-def table_properties(spec: TableSpec, format_version: int) -> dict[str, str]:
-    """The spec's properties as the table is created with them: its own format version, else `format_version` (the
-    profile's; a creation argument, not a stored property)."""
-    return {FORMAT_VERSION: str(format_version), **spec.table_properties}
+    # NULLS FIRST: Spark's default for ASC, as `ensure_table` writes it
+    ascending = (IdentityTransform(), SortDirection.ASC, NullOrder.NULLS_FIRST)
+    return SortOrder(*(SortField(schema.find_field(name).field_id, *ascending) for name in spec.write_order))
 
 
 PYICEBERG_WRITES_UP_TO = 2  # pyiceberg 0.12 reads v3 tables but cannot write v3 metadata
@@ -155,7 +108,7 @@ PYICEBERG_WRITES_UP_TO = 2  # pyiceberg 0.12 reads v3 tables but cannot write v3
 def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str, format_version: int) -> BootstrapResult:
     """Create every database and absent table of `specs` in a pyiceberg catalog (Glue in production), in
     `format_version` unless a spec pins its own (Settings.format_version)."""
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
 
     specs = list(specs)
     newer = sorted(s.identifier for s in specs if (s.format_version or format_version) > PYICEBERG_WRITES_UP_TO)
@@ -166,22 +119,19 @@ def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str, forma
         )
     created_ns, created, existing = [], [], []
     present = {ns[0] for ns in catalog.list_namespaces()}
-    for namespace in namespaces(specs):
-        if namespace in present:
-            continue
+    for namespace in (ns for ns in namespaces(specs) if ns not in present):
         try:
             catalog.create_namespace(namespace, {"location": namespace_location(warehouse, namespace)})
             created_ns.append(namespace)
         except NamespaceAlreadyExistsError:  # another bootstrap got there first
             pass
     for spec in specs:
-        try:
-            catalog.load_table((spec.namespace, spec.name))
+        if catalog.table_exists((spec.namespace, spec.name)):
             existing.append(spec.identifier)
             continue
-        except NoSuchTableError:
-            pass
         schema = iceberg_schema(spec)
+        # The format version is a creation argument, not a stored property: the spec's own, else the profile's.
+        properties = {FORMAT_VERSION: str(format_version), **spec.table_properties, "comment": spec.description}
         try:
             catalog.create_table(
                 (spec.namespace, spec.name),
@@ -189,7 +139,7 @@ def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str, forma
                 location=warehouse_location(warehouse, spec),
                 partition_spec=partition_spec(spec, schema),
                 sort_order=sort_order(spec, schema),
-                properties=table_properties(spec, format_version) | {"comment": spec.description},
+                properties=properties,
             )
             created.append(spec.identifier)
         except TableAlreadyExistsError:

@@ -59,16 +59,6 @@ def table_exists(spark, qualified: str) -> bool:
     return bool(spark.catalog.tableExists(qualified))
 
 
-def live_partitioning(spark, qualified: str) -> list[str]:
-    rows = spark.sql(f"DESCRIBE TABLE {qualified}").collect()
-    return [r["data_type"] for r in rows if r["col_name"].startswith("Part ")]
-
-
-def current_schema_id(spark, qualified: str) -> int:
-    """The table's current schema id (metadata tables only show the schema of the latest snapshot)."""
-    return int(iceberg_table(spark, qualified).schema().schemaId())
-
-
 def _widening(old: str, new: str) -> bool:
     if (old, new) in _WIDENINGS:
         return True
@@ -131,27 +121,21 @@ def _layout(spark, qualified: str) -> tuple:
     )
 
 
-def _still_matching(spark, qualified: str, spec: TableSpec) -> int | None:
-    """The schema id, when this process matched the table to `spec` and nobody altered it since; else None."""
-    matched = _MATCHED.get((qualified, id(spec)))
-    if matched is None or matched[0] is not spec:
-        return None
-    try:
-        layout = _layout(spark, qualified)
-    except Exception:  # dropped since: the full path creates it again
-        return None
-    return layout[1] if layout == matched[1] else None
-
-
 def ensure_table(spark, catalog: str, spec: TableSpec) -> TableChanges:
     """Create the table if absent; otherwise evolve it to the spec (or refuse, altering nothing)."""
     qualified = spec.qualified(catalog)
-    schema_id = _still_matching(spark, qualified, spec)
-    if schema_id is not None:
-        return TableChanges(qualified, schema_id=schema_id)
+    matched = _MATCHED.get((qualified, id(spec)))
+    if matched is not None and matched[0] is spec:  # nobody altered it since this process matched it to `spec`?
+        try:
+            layout = _layout(spark, qualified)
+        except Exception:  # dropped since: the full path creates it again
+            layout = None
+        if layout == matched[1]:
+            return TableChanges(qualified, schema_id=layout[1])
     changes = _ensure(spark, catalog, spec, qualified)
-    _MATCHED[(qualified, id(spec))] = (spec, _layout(spark, qualified))
-    return changes
+    layout = _layout(spark, qualified)
+    _MATCHED[(qualified, id(spec))] = (spec, layout)
+    return dataclasses.replace(changes, schema_id=layout[1])
 
 
 def _ensure(spark, catalog: str, spec: TableSpec, qualified: str) -> TableChanges:
@@ -165,23 +149,22 @@ def _ensure(spark, catalog: str, spec: TableSpec, qualified: str) -> TableChange
         else:
             if spec.write_order:
                 spark.sql(spec.write_order_ddl(catalog))
-            return TableChanges(qualified, created=True, schema_id=current_schema_id(spark, qualified))
+            return TableChanges(qualified, created=True)
 
     live = {f.name: (f.dataType.simpleString(), f.nullable) for f in spark.table(qualified).schema.fields}
-    steps = plan(spec, live, live_partitioning(spark, qualified))
-    for old, new in steps["rename"]:
-        spark.sql(f"ALTER TABLE {qualified} RENAME COLUMN {old} TO {new}")
-    for name, _, new_type in steps["widen"]:
-        spark.sql(f"ALTER TABLE {qualified} ALTER COLUMN {name} TYPE {new_type}")
-    for name in steps["relax"]:
-        spark.sql(f"ALTER TABLE {qualified} ALTER COLUMN {name} DROP NOT NULL")
+    parts = [
+        r["data_type"] for r in spark.sql(f"DESCRIBE TABLE {qualified}").collect() if r["col_name"].startswith("Part ")
+    ]
+    steps = plan(spec, live, parts)
+    alters = [f"RENAME COLUMN {old} TO {new}" for old, new in steps["rename"]]
+    alters += [f"ALTER COLUMN {name} TYPE {new_type}" for name, _, new_type in steps["widen"]]
+    alters += [f"ALTER COLUMN {name} DROP NOT NULL" for name in steps["relax"]]
     if steps["add"]:
-        columns = ", ".join(f"{c.name} {c.type}" for c in steps["add"])
-        spark.sql(f"ALTER TABLE {qualified} ADD COLUMNS ({columns})")
-    for field in steps["drop_part"]:
-        spark.sql(f"ALTER TABLE {qualified} DROP PARTITION FIELD {field}")
-    for field in steps["add_part"]:
-        spark.sql(f"ALTER TABLE {qualified} ADD PARTITION FIELD {field}")
+        alters.append(f"ADD COLUMNS ({', '.join(f'{c.name} {c.type}' for c in steps['add'])})")
+    alters += [f"DROP PARTITION FIELD {field}" for field in steps["drop_part"]]
+    alters += [f"ADD PARTITION FIELD {field}" for field in steps["add_part"]]
+    for alter in alters:
+        spark.sql(f"ALTER TABLE {qualified} {alter}")
 
     current = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {qualified}").collect()}
     if spec.write_order and "sort-order" not in current:  # e.g. a crash between CREATE and its ALTER
@@ -201,5 +184,4 @@ def _ensure(spark, catalog: str, spec: TableSpec, qualified: str) -> TableChange
         added_partition_fields=tuple(steps["add_part"]),
         dropped_partition_fields=tuple(steps["drop_part"]),
         changed_properties=tuple(sorted(wanted)),
-        schema_id=current_schema_id(spark, qualified),
     )

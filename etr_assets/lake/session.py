@@ -147,7 +147,8 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.local.dir": str(scratch / "local"),
         "spark.sql.warehouse.dir": str(scratch / "spark-warehouse"),
     }
-    if settings.spark_master.startswith("local") or _loopback_master(settings.spark_master):
+    master = settings.spark_master
+    if master.startswith("local") or ("://" in master and urlparse(master).hostname in ("127.0.0.1", "localhost")):
         # Nothing listens beyond loopback on a laptop, or for a cluster on this machine (executors call back here).
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     if settings.executor_memory:
@@ -160,21 +161,14 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf | s3a_conf(settings) | catalog_conf(settings)
 
 
-def _loopback_master(master: str) -> bool:
-    host = urlparse(master).hostname if "://" in master else None
-    return host in ("127.0.0.1", "localhost")
-
-
 def get_spark(settings: Settings, extra: dict[str, str] | None = None):
     """The process's Spark session for this profile (created once), with the profile's catalog applied."""
     from pyspark.sql import SparkSession  # imported here: importing this module must not need a JVM
 
-    conf = spark_conf(settings) | (extra or {})
     builder = SparkSession.builder
-    for key, value in conf.items():
+    for key, value in (spark_conf(settings) | (extra or {})).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    return attach_catalog(spark, settings)
+    return attach_catalog(builder.getOrCreate(), settings)
 
 
 def attach_catalog(spark, settings: Settings):
@@ -187,18 +181,14 @@ def attach_catalog(spark, settings: Settings):
         )
     for key, value in catalog_conf(settings).items():
         spark.conf.set(key, value)
-    _import_hot_classes(spark)
-    return spark
-
-
-def _import_hot_classes(spark) -> None:
-    from py4j.java_gateway import java_import
-
     gateway = spark.sparkContext._gateway
     if id(gateway) not in _IMPORTED:
+        from py4j.java_gateway import java_import
+
         for name in HOT_CLASSES:
             java_import(gateway.jvm, name)
         _IMPORTED.add(id(gateway))
+    return spark
 
 
 def java_class(spark, name: str):
