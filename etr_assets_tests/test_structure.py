@@ -61,7 +61,7 @@ def test_the_pipeline_and_the_tables_know_no_dagster():
 
 
 def test_every_project_error_derives_from_etr_error():
-    """`except EtrError` catches whatever the package raises on purpose. A private error (`_BadRequest`) never
+    """`except EtrError` catches whatever the package raises on purpose. A private error (named `_...`) never
     leaves its module and is exempt."""
     errors = {
         f"{info.name}.{name}": value

@@ -29,8 +29,7 @@ class ApiError(EtrError, RuntimeError):
 
     def __init__(self, message: str, *, endpoint: str, status: int | None = None):
         super().__init__(message)
-        self.endpoint = endpoint
-        self.status = status
+        self.endpoint, self.status = endpoint, status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,13 +61,10 @@ class ApiClient:
 
     def _get(self, path: str, params: dict[str, object]) -> tuple[dict, str]:
         """(the JSON object, the body's text) of one GET."""
-        url = f"{self.base_url.rstrip('/')}/{path.lstrip('/')}?{urllib.parse.urlencode(params)}"
-        endpoint = f"GET {self.base_url.rstrip('/')}/{path.lstrip('/')}"
-        request = urllib.request.Request(
-            url, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        )
-        last = "no attempt made"
-        status: int | None = None
+        where = f"{self.base_url.rstrip('/')}/{path.lstrip('/')}"
+        endpoint, headers = f"GET {where}", {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        request = urllib.request.Request(f"{where}?{urllib.parse.urlencode(params)}", headers=headers)
+        last, status = "no attempt made", None
         for attempt in range(1, self.retry.attempts + 1):
             retry_after = None
             try:
@@ -80,15 +76,12 @@ class ApiClient:
                 except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                     raise ApiError(f"{endpoint} returned a body that is not JSON ({exc})", endpoint=endpoint) from None
                 if not isinstance(document, dict):
-                    raise ApiError(
-                        f"{endpoint} ({_describe(params)}) returned a JSON {type(document).__name__}, "
-                        "not an object with a 'data' list",
-                        endpoint=endpoint,
-                    )
+                    shown, kind = ", ".join(f"{k}={v}" for k, v in params.items()), type(document).__name__
+                    message = f"{endpoint} ({shown}) returned a JSON {kind}, not an object with a 'data' list"
+                    raise ApiError(message, endpoint=endpoint)
                 return document, text
             except urllib.error.HTTPError as exc:
-                status = exc.code
-                detail = _error_detail(exc)
+                status, detail = exc.code, _error_detail(exc)
                 if status not in RETRYABLE_STATUS:
                     raise ApiError(
                         f"{endpoint} answered {status}: {detail}", endpoint=endpoint, status=status
@@ -97,18 +90,12 @@ class ApiClient:
                 retry_after = _retry_after_seconds(exc.headers.get("Retry-After"))
             except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as exc:
                 # HTTPException covers a body cut short (IncompleteRead): as retryable as a dropped connection.
-                status = None
-                last = f"connection failed: {getattr(exc, 'reason', exc)}"
+                status, last = None, f"connection failed: {getattr(exc, 'reason', exc)}"
             if attempt < self.retry.attempts:
                 time.sleep(self.retry.delay(attempt, retry_after, self._rng))
         raise ApiError(
             f"{endpoint} failed after {self.retry.attempts} attempts; last: {last}", endpoint=endpoint, status=status
         )
-
-    def iter_pages(self, path: str, params: dict[str, object]) -> Iterator[list[dict]]:
-        """Yield each page's records, parsed, until the API says there is no next page."""
-        for document, _ in self._pages(path, params):
-            yield document["data"]
 
     def iter_record_texts(self, path: str, params: dict[str, object]) -> Iterator[list[str]]:
         """Yield each page's records as the exact JSON text the API sent for each (`record_texts`)."""
@@ -119,11 +106,15 @@ class ApiClient:
         """Each page's (document, body text) until the API says there is no next page; a `next_page` that points
         back, or paging past `max_pages`, is an ApiError instead of a loop."""
         page, seen = 1, set()
+
+        def fail(why: str) -> ApiError:
+            return ApiError(f"GET {path} page {page}: {why}", endpoint=path)
+
         while True:
             seen.add(page)
             doc, text = self._get(path, {**params, "page": page, "page_size": self.page_size})
             if not isinstance(doc.get("data"), list):
-                raise ApiError(f"GET {path} page {page}: response has no 'data' list", endpoint=path)
+                raise fail("response has no 'data' list")
             yield doc, text
             next_page = doc.get("next_page")
             if not next_page:
@@ -131,20 +122,13 @@ class ApiClient:
             try:
                 following = int(next_page)
             except (TypeError, ValueError):
-                raise ApiError(
-                    f"GET {path} page {page}: next_page {next_page!r} is not a page number", endpoint=path
-                ) from None
+                raise fail(f"next_page {next_page!r} is not a page number") from None
             if following in seen or following < 1:
-                raise ApiError(
-                    f"GET {path} page {page}: next_page {following} was already read (or is not a page): "
-                    "the API's pagination loops",
-                    endpoint=path,
-                )
+                raise fail(f"next_page {following} was already read (or is not a page): the API's pagination loops")
             if len(seen) >= self.max_pages:
-                raise ApiError(
-                    f"GET {path} page {page}: still a next_page ({following}) after {self.max_pages} pages "
-                    f"(the client's max_pages); the batch is left unsealed and the day is fetched again next run",
-                    endpoint=path,
+                raise fail(
+                    f"still a next_page ({following}) after {self.max_pages} pages (the client's max_pages); "
+                    "the batch is left unsealed and the day is fetched again next run"
                 )
             page = following
 
@@ -172,25 +156,21 @@ def record_texts(body: str) -> list[str]:
         name, position = json.decoder.scanstring(body, position + 1)
         position = skip(skip(position) + 1)  # past the ":"
         if name == "data":
-            records, position = _array_elements(body, position, skip)
+            records, position = [], skip(position + 1)  # past the "["
+            while body[position] != "]":
+                _, end = _SCAN(body, position)
+                records.append(body[position:end])
+                position = skip(end)
+                if body[position] == ",":
+                    position = skip(position + 1)
+            position += 1
+            if "\r" in body or "\n" in body:  # only a pretty-printed body has line breaks, and only between tokens
+                records = [record.replace("\r", " ").replace("\n", " ") for record in records]
         else:
             _, position = _DECODER.raw_decode(body, position)
         position = skip(position)
         if body[position] == ",":
             position += 1
-
-
-def _array_elements(body: str, position: int, skip) -> tuple[list[str], int]:
-    elements, position = [], skip(position + 1)  # past the "["
-    while body[position] != "]":
-        _, end = _SCAN(body, position)
-        elements.append(body[position:end])
-        position = skip(end)
-        if body[position] == ",":
-            position = skip(position + 1)
-    if "\r" in body or "\n" in body:  # only a pretty-printed body has line breaks, and only between tokens
-        elements = [element.replace("\r", " ").replace("\n", " ") for element in elements]
-    return elements, position + 1
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:
@@ -199,10 +179,6 @@ def _error_detail(exc: urllib.error.HTTPError) -> str:
         return json.loads(body).get("error", body)[:300]
     except Exception:
         return exc.reason if isinstance(exc.reason, str) else "no detail"
-
-
-def _describe(params: dict[str, object]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in params.items())
 
 
 def _retry_after_seconds(value: str | None) -> float | None:

@@ -27,8 +27,7 @@ def fetch_day(client: ApiClient, raw: RawZone, endpoint: str, day: dt.date) -> t
         raise ValueError(f"unknown endpoint {endpoint!r}; known: {', '.join(ENDPOINTS)}")
     path, day_param = ENDPOINTS[endpoint]
     batch = raw.start_batch(SOURCE, endpoint, day)
-    files: list[str] = []
-    records = 0
+    files, records = [], 0
     with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix=f"raw-{endpoint}") as writers:
         writing: collections.deque[Future] = collections.deque()
         for number, page in enumerate(client.iter_record_texts(path, {day_param: day.isoformat()}), start=1):

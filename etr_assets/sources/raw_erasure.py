@@ -10,7 +10,7 @@ import dataclasses
 import json
 import re
 
-from etr_assets.sources.raw_zone import COMPLETE, MANIFEST, PENDING, BatchManifest, RawZone
+from etr_assets.sources.raw_zone import COMPLETE, MANIFEST, PENDING, RawZone
 
 _MARKERS = {PENDING, MANIFEST, COMPLETE}
 
@@ -51,15 +51,9 @@ def _raw_files(raw: RawZone, feed: RawFeedSubject, batch_keys=None):
 
 def _as_id(value) -> int | None:
     """An id as a JSON reader would take it: an integer, an integral number, or digit text."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
+    if (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and value.strip().isdigit()):
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
+    return value if type(value) is int else None  # bool is an int subclass: not an id
 
 
 def _parsed_ids(line: bytes, field: str) -> set[int]:
@@ -81,9 +75,9 @@ def _parsed_ids(line: bytes, field: str) -> set[int]:
     return found
 
 
-def _lines_naming(lines: list[bytes], pattern: re.Pattern, ids: set[int], field: str) -> dict[int, list[int]]:
+def _lines_naming(lines: list[bytes], ids: set[int], field: str) -> dict[int, list[int]]:
     """Line indexes naming each id: the parsed JSON's field, or the text pattern (for lines that are not JSON)."""
-    found: dict[int, list[int]] = {}
+    pattern, found = re.compile(id_field_pattern(field).encode()), {}
     for index, line in enumerate(lines):
         named = {int(m) for m in pattern.findall(line)} | (_parsed_ids(line, field) if line.strip() else set())
         for customer_id in named & ids:
@@ -91,24 +85,16 @@ def _lines_naming(lines: list[bytes], pattern: re.Pattern, ids: set[int], field:
     return found
 
 
-def _raw_pattern(feed: RawFeedSubject) -> re.Pattern:
-    return re.compile(id_field_pattern(feed.field).encode())
-
-
 def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, ...], batch_keys=None) -> RawErasure:
     """Rewrite each raw file naming a customer without those lines (atomically), then lower its batch manifest's
     record count (after the files: a crash between leaves the data erased). `batch_keys`: only those batches."""
-    ids = set(customer_ids)
-    rewritten: list[str] = []
-    removed: dict[int, int] = {}
-    manifests = 0
+    ids, rewritten, removed, manifests = set(customer_ids), [], {}, 0  # removed: customer id -> records
     for feed in feeds:
-        pattern = _raw_pattern(feed)
         dropped_by_batch: dict = {}  # batch -> records removed from the files its manifest lists
         for batch, name in _raw_files(raw, feed, batch_keys):
             key = f"{batch.key}/{name}"
             lines = raw.storage.read_bytes(key).splitlines(keepends=True)
-            found = _lines_naming(lines, pattern, ids, feed.field)
+            found = _lines_naming(lines, ids, feed.field)
             if not found:
                 continue
             drop = {i for indexes in found.values() for i in indexes}
@@ -121,25 +107,20 @@ def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, .
                 dropped_by_batch[batch] = dropped_by_batch.get(batch, 0) + sum(1 for i in drop if lines[i].strip())
         for batch, count in dropped_by_batch.items():
             manifest = raw.manifest(batch)
-            fixed = BatchManifest(manifest.files, max(0, manifest.records - count), manifest.fetched_at)
-            raw.storage.write_bytes(f"{batch.key}/{MANIFEST}", _manifest_bytes(fixed))
+            fixed = dataclasses.replace(manifest, records=max(0, manifest.records - count))
+            raw.storage.write_bytes(f"{batch.key}/{MANIFEST}", json.dumps(dataclasses.asdict(fixed)).encode())
             manifests += 1
     return RawErasure(tuple(rewritten), removed, manifests)
-
-
-def _manifest_bytes(manifest: BatchManifest) -> bytes:
-    return json.dumps(dataclasses.asdict(manifest)).encode()
 
 
 def find_raw_records(raw: RawZone, ids, feeds: tuple[RawFeedSubject, ...]) -> tuple[int, dict[str, dict[int, int]]]:
     """(files scanned, {uri: {id: lines}}) over every file of every batch of the feeds."""
     wanted, scanned, found = set(ids), 0, {}
     for feed in feeds:
-        pattern = _raw_pattern(feed)
         for batch, name in _raw_files(raw, feed):
             key = f"{batch.key}/{name}"
             scanned += 1
-            hits = _lines_naming(raw.storage.read_bytes(key).splitlines(), pattern, wanted, feed.field)
+            hits = _lines_naming(raw.storage.read_bytes(key).splitlines(), wanted, feed.field)
             if hits:
                 found[raw.storage.uri(key)] = {i: len(lines) for i, lines in hits.items()}
     return scanned, found

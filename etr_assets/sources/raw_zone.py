@@ -59,11 +59,8 @@ class LocalStorage(RawStorage):
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
-    def _path(self, key: str) -> Path:
-        return self.root / key
-
     def write_bytes(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+        path = self.root / key
         path.parent.mkdir(parents=True, exist_ok=True)
         # Write then rename: a reader never sees half a file, even if the process dies mid-write.
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -79,16 +76,16 @@ class LocalStorage(RawStorage):
 
     def read_bytes(self, key: str) -> bytes:
         try:
-            return self._path(key).read_bytes()
+            return (self.root / key).read_bytes()
         except FileNotFoundError:
-            raise RawZoneError(f"raw file {self._path(key)} does not exist") from None
+            raise RawZoneError(f"raw file {(self.root / key)} does not exist") from None
 
     def exists(self, key: str) -> bool:
-        return self._path(key).exists()
+        return (self.root / key).exists()
 
     def touch(self, key: str) -> None:
         # An empty file cannot be seen half-written: created in place, it is there whole or not at all.
-        path = self._path(key)
+        path = self.root / key
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
@@ -97,10 +94,10 @@ class LocalStorage(RawStorage):
             os.close(fd)
 
     def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        (self.root / key).unlink(missing_ok=True)
 
     def list_children(self, prefix: str, starting: str = "") -> list[str]:
-        folder = self._path(prefix)
+        folder = self.root / prefix
         if not folder.is_dir():
             return []
         return sorted(
@@ -108,7 +105,7 @@ class LocalStorage(RawStorage):
         )
 
     def uri(self, key: str) -> str:
-        return str(self._path(key))
+        return str(self.root / key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +175,13 @@ class RawZone:
         self.storage.delete(_index_key(batch))
 
     def settle(self, batch: Batch, detail: dict) -> None:
-        """After `batch` is committed: mark it complete, and older pending batches of its day as superseded."""
-        for older in self._day_batches_and_entries(batch.source, batch.endpoint, batch.day):
+        """After `batch` is committed: mark it complete, and older pending batches of its day as superseded. Those
+        are the day's folders and its index entries: a crash between a batch's entry and its first marker leaves an
+        entry with no folder (on S3), a batch still to close when a newer one of its day is loaded."""
+        entries = self.storage.list_children(_index_folder(batch.source, batch.endpoint), f"{batch.day.isoformat()}_")
+        indexed = {Batch(batch.source, batch.endpoint, name) for name in entries if _looks_like_batch(name)}
+        day_batches = set(self.batches(batch.source, batch.endpoint, batch.day)) | indexed
+        for older in sorted(day_batches, key=lambda b: b.batch_id):
             if older.batch_id < batch.batch_id and not self.is_complete(older):
                 state = "superseded" if self.manifest(older) is not None else "abandoned (download never finished)"
                 self.mark_complete(older, {**detail, "outcome": state, "superseded_by": batch.batch_id})
@@ -209,10 +211,7 @@ class RawZone:
             self.rebuild_index(source, endpoint)
             names = self.storage.list_children(folder)
         found = []
-        for name in names:
-            if not _looks_like_batch(name):
-                continue
-            batch = Batch(source, endpoint, name)
+        for batch in (Batch(source, endpoint, name) for name in names if _looks_like_batch(name)):
             if self.is_complete(batch):
                 self.storage.delete(_index_key(batch))
             else:
@@ -231,12 +230,8 @@ class RawZone:
 
     def stale(self, source: str, endpoint: str, now: dt.datetime, older_than: dt.timedelta) -> list[StaleBatch]:
         """Pending batches started longer ago than `older_than`: a load that failed or never ran."""
-        found = []
-        for batch in self.pending(source, endpoint):
-            age = now - self.started_at(batch)
-            if age >= older_than:
-                found.append(StaleBatch(batch, sealed=self.manifest(batch) is not None, age=age))
-        return found
+        aged = [(batch, now - self.started_at(batch)) for batch in self.pending(source, endpoint)]
+        return [StaleBatch(b, sealed=self.manifest(b) is not None, age=age) for b, age in aged if age >= older_than]
 
     def started_at(self, batch: Batch) -> dt.datetime:
         """When the batch started: from its .pending marker, else from its id (a crash can precede the marker)."""
@@ -252,13 +247,6 @@ class RawZone:
         names = self.storage.list_children(f"{source}/{endpoint}", f"{day.isoformat()}_" if day else "")
         found = [Batch(source, endpoint, name) for name in names if _looks_like_batch(name)]
         return [b for b in found if day is None or b.day == day]
-
-    def _day_batches_and_entries(self, source: str, endpoint: str, day: dt.date) -> list[Batch]:
-        """A day's batch folders and its index entries: a crash between a batch's entry and its first marker
-        leaves an entry with no folder (on S3), a batch still to close when a newer one of its day is loaded."""
-        entries = self.storage.list_children(_index_folder(source, endpoint), f"{day.isoformat()}_")
-        indexed = [Batch(source, endpoint, name) for name in entries if _looks_like_batch(name)]
-        return sorted(set(self.batches(source, endpoint, day)) | set(indexed), key=lambda b: b.batch_id)
 
     def manifest(self, batch: Batch) -> BatchManifest | None:
         if not self.storage.exists(f"{batch.key}/{MANIFEST}"):

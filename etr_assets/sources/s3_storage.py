@@ -8,16 +8,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from etr_assets.sources.raw_zone import RawStorage, RawZone, RawZoneError, local_raw_zone
 
 _MISSING = {"404", "NoSuchKey", "NotFound"}
+_DELETE_HINT = (
+    " (the role needs s3:DeleteObject on the raw zone's _pending/ index prefixes: regenerate it from `etr iam-policy`)"
+)
 
 
 class S3Storage(RawStorage):
     def __init__(self, client, bucket: str, prefix: str = "raw", uri_scheme: str = "s3a", page_size: int = 1000):
         if not bucket:
             raise ValueError("S3Storage needs a bucket")
-        self.client = client
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.uri_scheme = uri_scheme
+        self.client, self.bucket, self.prefix, self.uri_scheme = client, bucket, prefix.strip("/"), uri_scheme
         self.page_size = page_size  # MaxKeys per list call (S3 returns at most 1000)
 
     def _key(self, key: str) -> str:
@@ -56,12 +56,7 @@ class S3Storage(RawStorage):
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self._key(key))  # a missing key is no error in S3
         except (ClientError, BotoCoreError) as exc:
-            hint = ""
-            if _error_code(exc) in {"AccessDenied", "403"}:
-                hint = (
-                    " (the role needs s3:DeleteObject on the raw zone's _pending/ index prefixes: regenerate it "
-                    "from `etr iam-policy`)"
-                )
+            hint = _DELETE_HINT if _error_code(exc) in {"AccessDenied", "403"} else ""
             raise RawZoneError(f"could not delete raw-zone index entry {self._where(key)}{hint}: {exc}") from exc
 
     def list_children(self, prefix: str, starting: str = "") -> list[str]:
@@ -70,8 +65,7 @@ class S3Storage(RawStorage):
         folder = self._key(prefix)
         folder = f"{folder}/" if folder else ""
         names: set[str] = set()
-        paginator = self.client.get_paginator("list_objects_v2")
-        pages = paginator.paginate(
+        pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=folder + starting, Delimiter="/", PaginationConfig={"PageSize": self.page_size}
         )
         try:

@@ -6,6 +6,7 @@ byte for byte the same. Stdlib only: the pipeline and the tests start it without
 
 from __future__ import annotations
 
+import copy
 import datetime
 import functools
 import hmac
@@ -24,104 +25,45 @@ from etr_assets.sources.synthetic_data import (
     merchants_as_of,
     transactions_for,
 )
-from etr_assets.sources.synthetic_faults import (
-    MALFORMED_KINDS,
-    ApiFaults,
-    FaultSwitch,
-    apply_record_faults,
-    failure_response,
-    malformed_kind,
-    truncates,
-)
+from etr_assets.sources.synthetic_faults import ApiFaults, FaultSwitch, apply_record_faults, failure_response, truncates
 
-__all__ = [
-    "EPOCH",
-    "LAST_DAY",
-    "MALFORMED_KINDS",
-    "ApiConfig",
-    "ApiFaults",
-    "RunningApi",
-    "customers_as_of",
-    "customers_served",
-    "malformed_kind",
-    "merchants_as_of",
-    "merchants_served",
-    "serve",
-    "transactions_for",
-    "transactions_served",
-]
-
-_ROUTES = {
-    "/v1/transactions": ("date", transactions_for),
-    "/v1/customers": ("as_of", customers_as_of),
-    "/v1/merchants": ("as_of", merchants_as_of),
+_ROUTES = {  # path -> (day parameter, records of a day, entity)
+    "/v1/transactions": ("date", transactions_for, "transaction"),
+    "/v1/customers": ("as_of", customers_as_of, "customer"),
+    "/v1/merchants": ("as_of", merchants_as_of, "merchant"),
 }
-_ENTITIES = {"/v1/transactions": "transaction", "/v1/customers": "customer", "/v1/merchants": "merchant"}
 
 
-class _BadRequest(ValueError):
-    pass
-
-
-@functools.lru_cache(maxsize=8)
-def _feed(config: ApiConfig, path: str, day: datetime.date) -> list[dict]:
-    return _ROUTES[path][1](config, day)  # a client paging through a day asks for the same list many times
-
-
-@functools.lru_cache(maxsize=8)
-def _served_feed(config: ApiConfig, path: str, day: datetime.date, malformed_rate: float, drift: bool) -> list:
-    if not malformed_rate and not drift:
-        return _feed(config, path, day)
+@functools.lru_cache(maxsize=8)  # a client paging through a day asks for the same list many times
+def _served(config: ApiConfig, path: str, day: datetime.date, malformed_rate: float, drift: bool) -> list:
+    _, records, entity = _ROUTES[path]
     return apply_record_faults(
-        _feed(config, path, day),
-        seed=config.seed,
-        entity=_ENTITIES[path],
-        day=day,
-        malformed_rate=malformed_rate,
-        drift=drift,
+        records(config, day), seed=config.seed, entity=entity, day=day, malformed_rate=malformed_rate, drift=drift
     )
 
 
-def _served(config: ApiConfig, faults: ApiFaults, path: str, day: datetime.date) -> list:
-    return apply_record_faults(
-        _ROUTES[path][1](config, day),
-        seed=config.seed,
-        entity=_ENTITIES[path],
-        day=day,
-        malformed_rate=faults.malformed_rate,
-        drift=faults.drift,
-    )
+def served(path: str, config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list:
+    """Exactly the list the server serves on ``path`` for ``day`` under ``faults`` (before paging), the caller's own
+    copy: the truth a test needs without HTTP. Items are dicts, except the string ``"#corrupted#"`` for kind
+    not_an_object. Only malformed_rate and drift matter here."""
+    return copy.deepcopy(_served(config, path, day, faults.malformed_rate, faults.drift))
 
 
-def transactions_served(config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list:
-    """Exactly the list the server serves for ``date=day`` under ``faults`` (before paging): the truth a
-    test needs without HTTP. Items are dicts, except the string ``"#corrupted#"`` for kind not_an_object;
-    ``malformed_kind(item)`` tells which items were corrupted. Only malformed_rate and drift matter here."""
-    return _served(config, faults, "/v1/transactions", day)
-
-
-def customers_served(config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list[dict]:
-    """Like ``transactions_served``, for ``/v1/customers?as_of=day``."""
-    return _served(config, faults, "/v1/customers", day)
-
-
-def merchants_served(config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list[dict]:
-    """Like ``transactions_served``, for ``/v1/merchants?as_of=day``."""
-    return _served(config, faults, "/v1/merchants", day)
+transactions_served = functools.partial(served, "/v1/transactions")
+customers_served = functools.partial(served, "/v1/customers")
+merchants_served = functools.partial(served, "/v1/merchants")
 
 
 def _param_date(params: dict, name: str) -> datetime.date:
     text = params.get(name, [None])[-1]
     if text is None:
-        raise _BadRequest(f"missing required parameter {name} (YYYY-MM-DD)")
+        raise ValueError(f"missing required parameter {name} (YYYY-MM-DD)")
     try:
-        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            raise ValueError
-        day = datetime.date.fromisoformat(text)
+        day = datetime.date.fromisoformat(text if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else "")  # "": no date
     except ValueError:
-        raise _BadRequest(f"parameter {name}={text!r} is not a date YYYY-MM-DD") from None
+        raise ValueError(f"parameter {name}={text!r} is not a date YYYY-MM-DD") from None
     if not EPOCH <= day <= LAST_DAY:
-        raise _BadRequest(f"parameter {name}={text!r} is outside {EPOCH}..{LAST_DAY}")
+        raise ValueError(f"parameter {name}={text!r} is outside {EPOCH}..{LAST_DAY}")
     return day
 
 
@@ -130,7 +72,7 @@ def _param_int(params: dict, name: str, default: int, low: int, high: int) -> in
     if text is None:
         return default
     if not re.fullmatch(r"[0-9]{1,10}", text) or not low <= int(text) <= high:
-        raise _BadRequest(f"parameter {name}={text!r} must be an integer in {low}..{high}")
+        raise ValueError(f"parameter {name}={text!r} must be an integer in {low}..{high}")
     return int(text)
 
 
@@ -156,15 +98,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - quiet: tests and runs read stderr
         pass
 
-    def _send(self, code: int, body: dict, headers: dict | None = None) -> None:
+    def _send(self, code: int, body: dict, headers: dict | None = None, cut_off: bool = False) -> None:
+        """``cut_off``: a mid-download failure, the headers promise the whole body, half is sent, the connection
+        closes (the handler's thread lives on)."""
         payload = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(payload)), **(headers or {})}
+        for name, value in (headers | {"Connection": "close"} if cut_off else headers).items():
+            self.send_header(name, value)  # Connection: close also sets close_connection
         self.end_headers()
-        self.wfile.write(payload)
+        self.wfile.write(payload[: len(payload) // 2] if cut_off else payload)
 
     def _authorized(self) -> bool:
         expected = f"Bearer {self.server.config.token}".encode()
@@ -194,32 +137,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             day = _param_date(params, _ROUTES[url.path][0])
             page = _param_int(params, "page", 1, 1, 10**9)
             size = _param_int(params, "page_size", min(100, config.max_page_size), 1, config.max_page_size)
-        except _BadRequest as exc:
+        except ValueError as exc:  # a bad parameter
             return self._send(400, {"error": str(exc)})
-        rows = _served_feed(config, url.path, day, faults.malformed_rate, faults.drift)
+        rows = _served(config, url.path, day, faults.malformed_rate, faults.drift)
         start = (page - 1) * size
-        more = start + size < len(rows)
-        body = {
-            "data": rows[start : start + size],
-            "page": page,
-            "page_size": size,
-            "total": len(rows),
-            "next_page": page + 1 if more else None,
-        }
-        if truncates(faults, url.path, page):
-            return self._send_truncated(body)
-        return self._send(200, body)
-
-    def _send_truncated(self, body: dict) -> None:
-        """A mid-download failure: headers promise the whole body, half is sent, then the connection closes."""
-        payload = json.dumps(body, separators=(",", ":")).encode()
-        self.close_connection = True  # handle() then returns and the server closes the socket; thread lives on
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(payload[: len(payload) // 2])
+        following = page + 1 if start + size < len(rows) else None
+        body = dict(data=rows[start : start + size], page=page, page_size=size, total=len(rows), next_page=following)
+        return self._send(200, body, cut_off=truncates(faults, url.path, page))
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         url = urllib.parse.urlsplit(self.path)
@@ -282,11 +206,7 @@ def serve(
 ) -> RunningApi:
     """Start the server in a daemon thread and return once it accepts connections (port 0: any free port)."""
     server = _Server((host, port), config, faults)  # bound and listening here: connections queue until served
-    thread = threading.Thread(
-        target=server.serve_forever,
-        kwargs={"poll_interval": 0.05},
-        name=f"synthetic-api-{server.server_address[1]}",
-        daemon=True,
-    )
+    name = f"synthetic-api-{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True)
     thread.start()
     return RunningApi(server, thread, config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -24,33 +25,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-day", type=int, default=ApiConfig.transactions_per_day)
     parser.add_argument("--token", default=ApiConfig.token)
     faults = parser.add_argument_group("faults (also switchable at run time: POST /admin/faults)")
-    faults.add_argument("--fail-requests", type=int, default=0, metavar="N", help="fail the next N data requests")
-    faults.add_argument("--fail-status", type=int, default=ApiFaults.fail_status, metavar="S")
+    parser.set_defaults(**ApiFaults().to_json())  # before the arguments below, which take them as their defaults
+    faults.add_argument("--fail-requests", type=int, metavar="N", help="fail the next N data requests")
+    faults.add_argument("--fail-status", type=int, metavar="S")
     faults.add_argument(
         "--retry-after",
         type=float,
-        default=ApiFaults.retry_after_seconds,
         metavar="S",
+        dest="retry_after_seconds",
         help="Retry-After seconds sent with --fail-status 429",
     )
-    faults.add_argument("--fail-path-prefix", default="", metavar="PATH", help="fail only paths starting so")
-    faults.add_argument("--delay", type=float, default=0.0, metavar="S", help="sleep before each data answer")
-    faults.add_argument("--malformed-rate", type=float, default=0.0, metavar="R", help="fraction of bad records")
+    faults.add_argument("--fail-path-prefix", metavar="PATH", help="fail only paths starting so")
+    faults.add_argument("--delay", type=float, metavar="S", dest="delay_seconds", help="sleep before each data answer")
+    faults.add_argument("--malformed-rate", type=float, metavar="R", help="fraction of bad records")
     faults.add_argument("--drift", action="store_true", help="add unknown fields to every record")
-    faults.add_argument("--truncate-after-pages", type=int, default=0, metavar="N", help="cut off pages after N")
+    faults.add_argument("--truncate-after-pages", type=int, metavar="N", help="cut off pages after N")
     args = parser.parse_args(argv)
     try:
         config = ApiConfig(seed=args.seed, transactions_per_day=args.per_day, token=args.token)
-        initial = ApiFaults(
-            fail_requests=args.fail_requests,
-            fail_status=args.fail_status,
-            retry_after_seconds=args.retry_after,
-            fail_path_prefix=args.fail_path_prefix,
-            delay_seconds=args.delay,
-            malformed_rate=args.malformed_rate,
-            drift=args.drift,
-            truncate_after_pages=args.truncate_after_pages,
-        )
+        initial = ApiFaults(**{field.name: getattr(args, field.name) for field in dataclasses.fields(ApiFaults)})
     except ValueError as exc:
         parser.error(str(exc))
     stopping = threading.Event()

@@ -37,20 +37,16 @@ class ApiConfig:
             raise ValueError("transactions need at least one base customer and one merchant")
 
 
-_STATUSES = ("PENDING", "APPROVED", "PROCESSED", "DECLINED", "REFUNDED")
-_STATUS_WEIGHTS = (3, 46, 44, 4, 3)
-_FIRST = tuple(
+_FIRST = (
     "Aisyah,Ahmad,Mei Ling,Wei Jie,Priya,Arjun,Nurul,Hafiz,Siti,Jun Hao,Kavitha,Daniel,Farah,Ravi,"
-    "Li Ting,Amir,Sarah,Hui Min,Zul,Chloe".split(",")
-)
-_LAST = tuple(
-    "Abdullah,Tan,Lim,Lee,Wong,Ng,Rahman,Ismail,Kumar,Raj,Chua,Goh,Hassan,Ong,Yusof,Teo,Pillai,Chan,Koh,Aziz".split(",")
+    "Li Ting,Amir,Sarah,Hui Min,Zul,Chloe"
+).split(",")
+_LAST = (
+    "Abdullah Tan Lim Lee Wong Ng Rahman Ismail Kumar Raj Chua Goh Hassan Ong Yusof Teo Pillai Chan Koh Aziz".split()
 )
 _CITIES = {
-    "MY": tuple(
-        "Kuala Lumpur,Petaling Jaya,Shah Alam,George Town,Johor Bahru,Ipoh,Kota Kinabalu,Kuching,Melaka".split(",")
-    ),
-    "SG": ("Singapore", "Tampines", "Jurong West", "Woodlands", "Ang Mo Kio", "Bedok"),
+    "MY": "Kuala Lumpur,Petaling Jaya,Shah Alam,George Town,Johor Bahru,Ipoh,Kota Kinabalu,Kuching,Melaka".split(","),
+    "SG": "Singapore,Tampines,Jurong West,Woodlands,Ang Mo Kio,Bedok".split(","),
 }
 _MCC = {"FASHION": "5651", "ELECTRONICS": "5732", "TRAVEL": "4722", "GROCERY": "5411", "BEAUTY": "5977", "HOME": "5712"}
 _BRAND = ("Batik", "Lumen", "Harbour", "Kopi", "Orchid", "Nova", "Merdeka", "Jade", "Sunway", "Tiger", "Lotus", "Pixel")
@@ -67,16 +63,11 @@ def _day_text(ordinal: int) -> str:
     return datetime.date.fromordinal(ordinal).isoformat()
 
 
-class _Weighted:
+def _weighted(values: tuple, weights: tuple):
     """``rng.choices(values, weights)[0]`` with the cumulative weights summed once (choices sums them on every
     call): the same draw from the same ``rng.random()`` call."""
-
-    def __init__(self, values: tuple, weights: tuple) -> None:
-        self.values, self.cumulative = values, list(itertools.accumulate(weights))
-        self.total, self.last = self.cumulative[-1] + 0.0, len(values) - 1
-
-    def pick(self, rng: random.Random):
-        return self.values[bisect.bisect_right(self.cumulative, rng.random() * self.total, 0, self.last)]
+    cumulative, total, last = list(itertools.accumulate(weights)), sum(weights) + 0.0, len(values) - 1
+    return lambda rng: values[bisect.bisect_right(cumulative, rng.random() * total, 0, last)]
 
 
 def _money(cents: int) -> str:
@@ -204,13 +195,10 @@ def _as_of(config: ApiConfig, kind: str, count: int, day: datetime.date) -> list
     with _LOCK:
         if len(_TIMELINES) > 200_000:  # many configs in one long process: start over rather than grow forever
             _TIMELINES.clear()
-        records = []
-        for index in range(count):
-            timeline = _TIMELINES.get((config, kind, index))
-            if timeline is None:
-                timeline = _TIMELINES[(config, kind, index)] = make(config, index)
-            records.append(timeline.as_of(day.toordinal()))
-        return records
+        _TIMELINES.update(
+            {(config, kind, i): make(config, i) for i in range(count) if (config, kind, i) not in _TIMELINES}
+        )
+        return [_TIMELINES[(config, kind, i)].as_of(day.toordinal()) for i in range(count)]
 
 
 def _customer_count(config: ApiConfig, day: datetime.date) -> int:
@@ -229,10 +217,10 @@ def merchants_as_of(config: ApiConfig, day: datetime.date) -> list[dict]:
     return _as_of(config, "merchant", config.merchants, day)
 
 
-_STATUS = _Weighted(_STATUSES, _STATUS_WEIGHTS)
-_CURRENCY = _Weighted(("MYR", "SGD", "USD"), (80, 12, 8))
-_INSTALMENTS = _Weighted((3, 4, 6, 12), (50, 25, 15, 10))
-_PAYMENT_METHOD = _Weighted(("CARD", "FPX", "EWALLET", "DIRECT_DEBIT"), (45, 20, 25, 10))
+_STATUS = _weighted(("PENDING", "APPROVED", "PROCESSED", "DECLINED", "REFUNDED"), (3, 46, 44, 4, 3))
+_CURRENCY = _weighted(("MYR", "SGD", "USD"), (80, 12, 8))
+_INSTALMENTS = _weighted((3, 4, 6, 12), (50, 25, 15, 10))
+_PAYMENT_METHOD = _weighted(("CARD", "FPX", "EWALLET", "DIRECT_DEBIT"), (45, 20, 25, 10))
 
 
 def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
@@ -243,7 +231,7 @@ def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
     customers, day_text = _customer_count(config, day), day.isoformat()
     finals = []
     for seq, created in enumerate(sorted(rng.randrange(86400) for _ in range(n)), 1):
-        status = _STATUS.pick(rng)
+        status = _STATUS(rng)
         lag = 0 if status == "PENDING" else min(60 + int(rng.expovariate(1 / 7200)), 2 * 86400)
         cents = round(math.exp(rng.gauss(4.4, 1.0)) * 100)  # log-normal: many small baskets, a long tail
         finals.append(
@@ -252,9 +240,9 @@ def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
                 "customer_id": 100001 + int(customers * rng.random() ** 1.3),  # some customers buy more often
                 "merchant_id": 500001 + rng.randrange(config.merchants),
                 "amount": _money(min(max(cents, 500), 250000)),
-                "currency": _CURRENCY.pick(rng),
-                "instalments": _INSTALMENTS.pick(rng),
-                "payment_method": _PAYMENT_METHOD.pick(rng),
+                "currency": _CURRENCY(rng),
+                "instalments": _INSTALMENTS(rng),
+                "payment_method": _PAYMENT_METHOD(rng),
                 "status": status,
                 "transaction_date": day_text,
                 "created_at": _ts(ordinal, created),

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import decimal
 import hashlib
 import http
 import json
 import math
 import random
-import re
 import threading
 
 _MAX_COUNT = 10**9
@@ -62,9 +60,8 @@ class ApiFaults:
         if not isinstance(document, dict):
             raise ValueError("faults body must be a JSON object of ApiFaults fields")
         known = [field.name for field in dataclasses.fields(cls)]
-        for name in document:
-            if name not in known:
-                raise ValueError(f"unknown fault field {name!r}; known: {', '.join(known)}")
+        if unknown := [name for name in document if name not in known]:
+            raise ValueError(f"unknown fault field {unknown[0]!r}; known: {', '.join(known)}")
         return cls(**document)
 
 
@@ -93,14 +90,15 @@ class FaultSwitch:
 
     def __init__(self, faults: ApiFaults) -> None:
         self._lock = threading.Lock()
-        self._faults = _require_faults(faults)
+        self.set(faults)
 
     def get(self) -> ApiFaults:
         with self._lock:
             return self._faults
 
     def set(self, faults: ApiFaults) -> None:
-        faults = _require_faults(faults)
+        if not isinstance(faults, ApiFaults):
+            raise TypeError(f"expected ApiFaults, got {type(faults).__name__}")
         with self._lock:
             self._faults = faults
 
@@ -114,27 +112,13 @@ class FaultSwitch:
             return faults
 
 
-def _require_faults(faults: object) -> ApiFaults:
-    if not isinstance(faults, ApiFaults):
-        raise TypeError(f"expected ApiFaults, got {type(faults).__name__}")
-    return faults
-
-
 def failure_response(faults: ApiFaults, path: str) -> tuple[int, dict, dict]:
     """(status, JSON body, headers) of one injected failure; ``faults`` is what ``take_failure`` returned."""
-    status = faults.fail_status
-    try:
-        phrase = http.HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "Injected Error"
-    left = faults.fail_requests - 1
+    status, left = faults.fail_status, faults.fail_requests - 1
+    phrase = {s.value: s.phrase for s in http.HTTPStatus}.get(status, "Injected Error")
     body = {"error": f"injected fault on {path}: {status} {phrase} ({left} more to fail)"}
-    headers = {"Retry-After": _seconds_text(faults.retry_after_seconds)} if status == 429 else {}
-    return status, body, headers
-
-
-def _seconds_text(seconds: float) -> str:
-    return f"{seconds:.6f}".rstrip("0").rstrip(".") or "0"  # "0.05", "2": a number, never 5e-05
+    seconds = f"{faults.retry_after_seconds:.6f}".rstrip("0").rstrip(".") or "0"  # "0.05", "2": never 5e-05
+    return status, body, {"Retry-After": seconds} if status == 429 else {}
 
 
 def truncates(faults: ApiFaults, path: str, page: int) -> bool:
@@ -145,7 +129,6 @@ def truncates(faults: ApiFaults, path: str, page: int) -> bool:
 
 # Record faults: deterministic corruption and schema drift.
 
-ENTITIES = ("transaction", "customer", "merchant")
 MALFORMED_KINDS = {  # kinds cycle in this order over the corrupted records of one feed
     "transaction": ("wrong_type", "missing_key", "out_of_range", "not_an_object"),
     "customer": ("wrong_type", "missing_key"),
@@ -153,25 +136,16 @@ MALFORMED_KINDS = {  # kinds cycle in this order over the corrupted records of o
 }
 CORRUPTED_TEXT = "#corrupted#"  # the "record" served for kind not_an_object
 _ID = {"transaction": "transaction_id", "customer": "customer_id", "merchant": "merchant_id"}
-_INSTALMENTS = (3, 4, 6, 12)
-_MONEY = re.compile(r"-?[0-9]+\.[0-9]{2}")
-
-
-def malformed_count(total: int, rate: float) -> int:
-    """How many of ``total`` records ``malformed_rate=rate`` corrupts: the nearest integer (halves up)."""
-    return math.floor(total * rate + 0.5)
 
 
 def apply_record_faults(
     records: list, *, seed: int, entity: str, day: datetime.date, malformed_rate: float, drift: bool
 ) -> list:
-    """The records as served with these faults (the input is left untouched): drift first, then the
-    ``malformed_count`` records with the lowest SHA-256 of (seed, entity, day, index) replaced, so any page size
-    sees the same and a higher rate corrupts a superset; kinds cycle in ``MALFORMED_KINDS`` order."""
-    if entity not in ENTITIES:
-        raise ValueError(f"entity must be one of {ENTITIES}, got {entity!r}")
+    """The records as served with these faults (the input is left untouched): drift first, then the rate's share
+    (nearest integer, halves up) of records with the lowest SHA-256 of (seed, entity, day, index) replaced, so any
+    page size sees the same and a higher rate corrupts a superset; kinds cycle in ``MALFORMED_KINDS`` order."""
     served = [_drifted(record, seed, entity) for record in records] if drift else list(records)
-    count = malformed_count(len(served), malformed_rate)
+    count = math.floor(len(served) * malformed_rate + 0.5)
     if count:
 
         def rank(index: int) -> bytes:
@@ -208,31 +182,3 @@ def _malformed(record: dict, entity: str, kind: str, round_: int, day: datetime.
     if variant == 1:
         return {**record, "instalments": 99}
     return {**record, "transaction_date": (day - datetime.timedelta(days=1)).isoformat()}
-
-
-def malformed_kind(record: object) -> str | None:
-    """Which malformed kind a served record is (see MALFORMED_KINDS), or None for a well-formed record; the entity
-    is recognised by its fields (transactions have "instalments", merchants "mcc", customers "first_name")."""
-    if not isinstance(record, dict):
-        return "not_an_object"
-    if "instalments" in record:
-        if "transaction_id" not in record or "customer_id" not in record:
-            return "missing_key"
-        amount = record.get("amount")
-        if type(record["customer_id"]) is not int or not isinstance(amount, str) or not _MONEY.fullmatch(amount):
-            return "wrong_type"
-        created = record.get("created_at")
-        if (
-            decimal.Decimal(amount) < 0
-            or record["instalments"] not in _INSTALMENTS
-            or not isinstance(created, str)
-            or record.get("transaction_date") != created[:10]
-        ):
-            return "out_of_range"
-        return None
-    for entity, marker in (("merchant", "mcc"), ("customer", "first_name")):
-        if marker in record:
-            if _ID[entity] not in record:
-                return "missing_key"
-            return None if type(record[_ID[entity]]) is int else "wrong_type"
-    raise ValueError(f"not a transaction, customer or merchant record: {sorted(record)}")

@@ -58,7 +58,9 @@ def test_pages_are_followed_until_the_last(api):
 
     day = dt.date(2025, 2, 1)
     client = ApiClient(api.url, api.config.token, page_size=7)
-    pages = list(client.iter_pages("/v1/transactions", {"date": day.isoformat()}))
+    pages = [
+        [json.loads(r) for r in p] for p in client.iter_record_texts("/v1/transactions", {"date": day.isoformat()})
+    ]
     assert len(pages) > 1 and all(len(p) <= 7 for p in pages)
     assert [r for p in pages for r in p] == transactions_for(api.config, day)
 
@@ -112,7 +114,7 @@ def test_connection_refused_is_retried_then_reported():
 def test_a_page_without_data_is_an_error():
     with ScriptedServer([(200, {}, {"items": []})]) as server:
         with pytest.raises(ApiError, match="response has no 'data' list"):
-            list(ApiClient(server.url, "t", retry=FAST).iter_pages("/v1/x", {}))
+            list(ApiClient(server.url, "t", retry=FAST).iter_record_texts("/v1/x", {}))
 
 
 @pytest.mark.parametrize("junk", ["soon", "1e999", "nan", "Mon, 99 Foo 2025 99:99:99 GMT"])
@@ -127,7 +129,7 @@ def test_a_retry_after_that_is_no_number_or_date_falls_back_to_the_backoff(junk)
 def test_a_body_that_is_not_a_json_object_is_an_error_naming_the_endpoint_and_page():
     with ScriptedServer([(200, {}, [{"transaction_id": 1}])]) as server:
         with pytest.raises(ApiError) as failure:
-            list(ApiClient(server.url, "t", retry=FAST).iter_pages("/v1/transactions", {"date": "2025-01-01"}))
+            list(ApiClient(server.url, "t", retry=FAST).iter_record_texts("/v1/transactions", {"date": "2025-01-01"}))
     message = str(failure.value)
     assert f"GET {server.url}/v1/transactions" in message and "page=1" in message and "JSON list" in message
     assert failure.value.endpoint == f"GET {server.url}/v1/transactions"
@@ -138,7 +140,7 @@ def test_a_next_page_pointing_back_fails_instead_of_looping():
     back = (200, {}, {"data": [{"id": 2}], "next_page": 1})
     with ScriptedServer([looping, back]) as server:
         with pytest.raises(ApiError, match=r"page 2: next_page 1 was already read"):
-            list(ApiClient(server.url, "t", retry=FAST).iter_pages("/v1/x", {}))
+            list(ApiClient(server.url, "t", retry=FAST).iter_record_texts("/v1/x", {}))
     assert len(server.requests) == 2
 
 
@@ -147,7 +149,7 @@ def test_pagination_that_never_ends_stops_at_the_page_limit():
     with ScriptedServer(script) as server:
         pages = []
         with pytest.raises(ApiError, match=r"page 5: still a next_page \(6\) after 5 pages"):
-            for page in ApiClient(server.url, "t", retry=FAST, max_pages=5).iter_pages("/v1/x", {}):
+            for page in ApiClient(server.url, "t", retry=FAST, max_pages=5).iter_record_texts("/v1/x", {}):
                 pages.append(page)
     assert len(pages) == 5 and len(server.requests) == 5
 

@@ -345,14 +345,14 @@ import time  # noqa: E402
 
 from etr_assets.sources.api_client import ApiClient, ApiError, RetryPolicy  # noqa: E402
 from etr_assets.sources.synthetic_api import (  # noqa: E402
-    MALFORMED_KINDS,
     ApiFaults,
     customers_served,
-    malformed_kind,
     merchants_served,
     transactions_served,
 )
 from etr_assets.sources.synthetic_cli import main  # noqa: E402
+from etr_assets.sources.synthetic_faults import MALFORMED_KINDS  # noqa: E402
+from etr_assets_tests.sources.malformed import malformed_kind  # noqa: E402
 
 TX = f"/v1/transactions?date={DAY}"
 
@@ -582,7 +582,7 @@ def test_truncate_after_pages_cuts_off_the_next_page_and_the_server_keeps_servin
         received = []
         # ApiClient does not wrap IncompleteRead (yet): either way the download fails after 2 whole pages.
         with pytest.raises((ApiError, http.client.HTTPException)):
-            for page in client.iter_pages("/v1/transactions", {"date": DAY.isoformat()}):
+            for page in client.iter_record_texts("/v1/transactions", {"date": DAY.isoformat()}):
                 received.append(page)
         assert len(received) == 2
         api.set_faults(ApiFaults(truncate_after_pages=2, fail_path_prefix="/v1/customers"))
