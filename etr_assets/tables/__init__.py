@@ -1,41 +1,27 @@
 """Every table of the lake, declared once. ALL_SPECS is what erasure, `etr tables` and bootstrap iterate."""
 
-from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, GDPR_ACTIONS, TABLE_CHANGES, TABLE_MAINTENANCE_LOG
+from etr_assets.lake import bookkeeping
 from etr_assets.lake.specs import TableSpec
-from etr_assets.tables.entities import (
-    BRONZE_CUSTOMERS,
-    BRONZE_MERCHANTS,
-    GOLD_CUSTOMER_ACTIVITY,
-    GOLD_CUSTOMER_PROFILES,
-    LANDING_CUSTOMERS,
-    LANDING_MERCHANTS,
-)
-from etr_assets.tables.quarantine import (
-    QUARANTINE_CUSTOMERS,
-    QUARANTINE_MERCHANTS,
-    QUARANTINE_TRANSACTIONS,
-    SILVER_QUARANTINE_TRANSACTIONS,
-)
-from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+from etr_assets.tables import entities, quarantine, transactions
 
 ALL_SPECS: tuple[TableSpec, ...] = (
-    BRONZE_TRANSACTIONS,
-    BRONZE_CUSTOMERS,
-    BRONZE_MERCHANTS,
-    QUARANTINE_TRANSACTIONS,
-    QUARANTINE_CUSTOMERS,
-    QUARANTINE_MERCHANTS,
-    LANDING_CUSTOMERS,
-    LANDING_MERCHANTS,
-    SILVER_TRANSACTIONS,
-    SILVER_QUARANTINE_TRANSACTIONS,
-    GOLD_DAILY_SUMMARY,
-    GOLD_CUSTOMER_ACTIVITY,
-    GOLD_CUSTOMER_PROFILES,
-    GDPR_ACTIONS,
-    TABLE_CHANGES,
-    DATA_QUALITY_METRICS,
-    TABLE_MAINTENANCE_LOG,
+    transactions.BRONZE_TRANSACTIONS,
+    entities.BRONZE_CUSTOMERS,
+    entities.BRONZE_MERCHANTS,
+    quarantine.QUARANTINE_TRANSACTIONS,
+    quarantine.QUARANTINE_CUSTOMERS,
+    quarantine.QUARANTINE_MERCHANTS,
+    entities.LANDING_CUSTOMERS,
+    entities.LANDING_MERCHANTS,
+    transactions.SILVER_TRANSACTIONS,
+    quarantine.SILVER_QUARANTINE_TRANSACTIONS,
+    transactions.GOLD_DAILY_SUMMARY,
+    entities.GOLD_CUSTOMER_ACTIVITY,
+    entities.GOLD_CUSTOMER_PROFILES,
+    bookkeeping.GDPR_ACTIONS,
+    bookkeeping.TABLE_CHANGES,
+    bookkeeping.DATA_QUALITY_METRICS,
+    bookkeeping.TABLE_MAINTENANCE_LOG,
 )
 
 

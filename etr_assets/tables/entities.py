@@ -13,13 +13,9 @@ from etr_assets.lake.specs import (
     Scd2,
     TableSpec,
 )
+from etr_assets.tables.transactions import BRONZE_LINEAGE
 
-_BRONZE_LINEAGE = (
-    Column("_as_of", "date", "Day of the snapshot the record came in", required=True),
-    Column("_batch_id", "string", "Raw-zone batch the record arrived in", required=True),
-    Column("_source_file", "string", "Raw-zone file the record was read from", required=True),
-    Column("_ingested_at", "timestamp", "When the record was loaded into Iceberg", required=True),
-)
+_BRONZE_LINEAGE = (Column("_as_of", "date", "Day of the snapshot the record came in", required=True), *BRONZE_LINEAGE)
 _SMALL = {TARGET_FILE_SIZE: str(32 * MIB)}
 # SCD2 histories change a few rows of a keyed table each day: the daily MERGE writes the closed and new versions and
 # deletion vectors (format v3; position deletes on v2) instead of rewriting every file that holds a changed key.
@@ -39,14 +35,6 @@ _CUSTOMER_FIELDS = (
     Column("created_at", "timestamp", "When the customer signed up (UTC)"),
     Column("updated_at", "timestamp", "When the provider last changed the customer (UTC)", required=True),
 )
-_CUSTOMER_CHECKS = (
-    Check(
-        "credit_limit is a non-negative decimal with 2 fraction digits at most",
-        r"credit_limit RLIKE '^[0-9]{1,10}([.][0-9]{1,2})?$'",
-    ),
-    Check("risk_segment is LOW, MEDIUM or HIGH", "risk_segment IN ('LOW', 'MEDIUM', 'HIGH')"),
-)
-
 BRONZE_CUSTOMERS = TableSpec(
     namespace="bronze",
     name="bnpl_customers_raw",
@@ -56,29 +44,27 @@ BRONZE_CUSTOMERS = TableSpec(
     write_order=("_as_of", "customer_id"),
     properties=_SMALL,
     subject_column="customer_id",
-    checks=_CUSTOMER_CHECKS,
+    checks=(
+        Check(
+            "credit_limit is a non-negative decimal with 2 fraction digits at most",
+            r"credit_limit RLIKE '^[0-9]{1,10}([.][0-9]{1,2})?$'",
+        ),
+        Check("risk_segment is LOW, MEDIUM or HIGH", "risk_segment IN ('LOW', 'MEDIUM', 'HIGH')"),
+    ),
 )
 
-_CUSTOMER_TRACKED = (
-    "first_name",
-    "last_name",
-    "email",
-    "phone",
-    "date_of_birth",
-    "city",
-    "country",
-    "credit_limit",
-    "risk_segment",
-)
+_CUSTOMER = {c.name: c for c in _CUSTOMER_FIELDS}
+_CUSTOMER_TRACKED = tuple(_CUSTOMER)[1:10]  # first_name .. risk_segment
+_CREDIT_LIMIT = Column("credit_limit", "decimal(12,2)", "BNPL credit limit")
 
 LANDING_CUSTOMERS = TableSpec(
     namespace="landing",
     name="customers",
     description="Customer history as SCD2: one version per change of a tracked attribute",
     columns=(
-        Column("customer_id", "bigint", "Customer id", required=True, pii=True),
+        _CUSTOMER["customer_id"],
         *(c for c in _CUSTOMER_FIELDS if c.name in _CUSTOMER_TRACKED and c.name != "credit_limit"),
-        Column("credit_limit", "decimal(12,2)", "BNPL credit limit"),
+        _CREDIT_LIMIT,
         Column("created_at", "timestamp", "When the customer signed up (UTC)"),
         Column("updated_at", "timestamp", "Source update time of the record that started this version", required=True),
         *SCD2_COLUMNS,
@@ -116,8 +102,6 @@ BRONZE_MERCHANTS = TableSpec(
     ),
 )
 
-_MERCHANT_TRACKED = ("name", "category", "mcc", "country", "status")
-
 LANDING_MERCHANTS = TableSpec(
     namespace="landing",
     name="merchants",
@@ -126,7 +110,7 @@ LANDING_MERCHANTS = TableSpec(
     partition_by=HISTORY_PARTITIONS,
     write_order=("merchant_id", "_valid_from"),
     properties=_HISTORY,
-    scd2=Scd2(key="merchant_id", tracked=_MERCHANT_TRACKED, sequence="updated_at"),
+    scd2=Scd2(key="merchant_id", tracked=("name", "category", "mcc", "country", "status"), sequence="updated_at"),
     expectations=SCD2_EXPECTATIONS,
 )
 
@@ -134,6 +118,13 @@ _ACTIVITY = (
     Column("transactions", "bigint", "Transactions up to and including the day", required=True),
     Column("approved_amount", "decimal(18,2)", "Sum of APPROVED and PROCESSED amounts up to the day", required=True),
 )
+_COMPUTED_AT = Column("_computed_at", "timestamp", "When gold computed the row", required=True)
+_PER_CUSTOMER_DAY = {  # the layout of both gold tables keyed by (day, customer)
+    "partition_by": ("days(as_of_date)",),
+    "write_order": ("as_of_date", "customer_id"),
+    "properties": _SMALL,
+    "subject_column": "customer_id",
+}
 
 # The running aggregate profiles are built from: a customer's activity up to a day is the day before's plus the
 # day's transactions, so no day reads every earlier day of silver.
@@ -143,15 +134,12 @@ GOLD_CUSTOMER_ACTIVITY = TableSpec(
     description="Each customer's transactions up to the end of a day: the previous day's figures plus the day's",
     columns=(
         Column("as_of_date", "date", "Day the figures run up to (end of day, UTC)", required=True),
-        Column("customer_id", "bigint", "Customer id", required=True, pii=True),
+        _CUSTOMER["customer_id"],
         *_ACTIVITY,
         Column("last_transaction_date", "date", "Most recent transaction up to the day", required=True),
-        Column("_computed_at", "timestamp", "When gold computed the row", required=True),
+        _COMPUTED_AT,
     ),
-    partition_by=("days(as_of_date)",),
-    write_order=("as_of_date", "customer_id"),
-    properties=_SMALL,
-    subject_column="customer_id",
+    **_PER_CUSTOMER_DAY,
     expectations=(
         Check("activity figures are positive", "transactions > 0 AND approved_amount >= 0"),
         Check("no transaction after the day", "last_transaction_date <= as_of_date"),
@@ -164,23 +152,14 @@ GOLD_CUSTOMER_PROFILES = TableSpec(
     description="Each customer as of the end of a day (SCD2 as-of view) with their transactions up to that day",
     columns=(
         Column("as_of_date", "date", "Day the profile describes (end of day, UTC)", required=True),
-        Column("customer_id", "bigint", "Customer id", required=True, pii=True),
-        Column("first_name", "string", "Given name", pii=True),
-        Column("last_name", "string", "Family name", pii=True),
-        Column("email", "string", "E-mail address", pii=True),
-        Column("city", "string", "City of residence", pii=True),
-        Column("country", "string", "ISO 3166 country code"),
-        Column("risk_segment", "string", "LOW, MEDIUM or HIGH"),
-        Column("credit_limit", "decimal(12,2)", "BNPL credit limit"),
+        *(_CUSTOMER[n] for n in ("customer_id", "first_name", "last_name", "email", "city", "country", "risk_segment")),
+        _CREDIT_LIMIT,
         *_ACTIVITY,
         Column("last_transaction_date", "date", "Most recent transaction up to the day"),
         Column("credit_used_ratio", "double", "approved_amount / credit_limit"),
-        Column("_computed_at", "timestamp", "When gold computed the row", required=True),
+        _COMPUTED_AT,
     ),
-    partition_by=("days(as_of_date)",),
-    write_order=("as_of_date", "customer_id"),
-    properties=_SMALL,
-    subject_column="customer_id",
+    **_PER_CUSTOMER_DAY,
     expectations=(
         Check("activity figures are not negative", "transactions >= 0 AND approved_amount >= 0"),
         Check("no transaction after the day", "last_transaction_date IS NULL OR last_transaction_date <= as_of_date"),

@@ -13,13 +13,9 @@ from etr_assets.tables.quarantine import (
 )
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
 
+_DAY = "transaction_date"  # the batch's business day, and a record field that must equal it
 TRANSACTIONS = RawFeed(
-    source=SOURCE,
-    endpoint="transactions",
-    bronze=BRONZE_TRANSACTIONS,
-    quarantine=QUARANTINE_TRANSACTIONS,
-    day_column="transaction_date",
-    record_day_column="transaction_date",
+    SOURCE, "transactions", BRONZE_TRANSACTIONS, QUARANTINE_TRANSACTIONS, day_column=_DAY, record_day_column=_DAY
 )
 CUSTOMERS = EntityFeed(
     RawFeed(SOURCE, "customers", BRONZE_CUSTOMERS, QUARANTINE_CUSTOMERS, day_column="_as_of", key_column="customer_id"),

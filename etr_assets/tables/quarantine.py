@@ -3,15 +3,16 @@
 from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
+_QUARANTINED_AT = Column("quarantined_at", "timestamp", "When it was quarantined", required=True)
+_PROPERTIES = {TARGET_FILE_SIZE: str(8 * MIB)}
+
 
 def quarantine_spec(endpoint: str, subject_column: str | None = None, key_column: str | None = None) -> TableSpec:
     """`bronze.quarantine_<endpoint>`, erasable by subject (raw text may hold personal data). `key_column`: kept
     when readable, since a refused record of a full snapshot still says its key was in it (SCD2 keeps the key)."""
-    subject = (
-        (Column(subject_column, "bigint", "Data subject, when it could be read from the record", pii=True),)
-        if subject_column
-        else ()
-    )
+    pii, subject = subject_column is not None, ()
+    if subject_column:
+        subject = (Column(subject_column, "bigint", "Data subject, when it could be read from the record", pii=True),)
     if key_column and key_column != subject_column:
         subject += (Column(key_column, "bigint", "The record's key, when it could be read (present in the snapshot)"),)
     return TableSpec(
@@ -23,19 +24,13 @@ def quarantine_spec(endpoint: str, subject_column: str | None = None, key_column
             Column("_batch_day", "date", "Business day of the batch", required=True),
             Column("source_file", "string", "Raw-zone file", required=True),
             Column("line_number", "bigint", "1-based line in the file", required=True),
-            Column(
-                "raw_text",
-                "string",
-                "The record exactly as stored in the raw zone",
-                required=True,
-                pii=subject_column is not None,
-            ),
+            Column("raw_text", "string", "The record exactly as stored in the raw zone", required=True, pii=pii),
             Column("reason", "string", "Why the record was refused", required=True),
             *subject,
-            Column("quarantined_at", "timestamp", "When it was quarantined", required=True),
+            _QUARANTINED_AT,
         ),
         partition_by=("days(_batch_day)",),
-        properties={TARGET_FILE_SIZE: str(8 * MIB)},
+        properties=_PROPERTIES,
         subject_column=subject_column,
     )
 
@@ -55,10 +50,10 @@ def record_quarantine_spec(spec: TableSpec) -> TableSpec:
         columns=(
             *spec.columns,
             Column("reason", "string", "The per-record expectation the row broke", required=True),
-            Column("quarantined_at", "timestamp", "When it was quarantined", required=True),
+            _QUARANTINED_AT,
         ),
         partition_by=spec.partition_by,
-        properties={TARGET_FILE_SIZE: str(8 * MIB)},
+        properties=_PROPERTIES,
         subject_column=spec.subject_column,
     )
 

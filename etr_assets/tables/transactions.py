@@ -29,17 +29,18 @@ _API_FIELDS = (
 )
 
 STATUSES = ("PENDING", "APPROVED", "PROCESSED", "DECLINED", "REFUNDED")
+_STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
+BRONZE_LINEAGE = (
+    Column("_batch_id", "string", "Raw-zone batch the record arrived in", required=True),
+    Column("_source_file", "string", "Raw-zone file the record was read from", required=True),
+    Column("_ingested_at", "timestamp", "When the record was loaded into Iceberg", required=True),
+)
 
 BRONZE_TRANSACTIONS = TableSpec(
     namespace="bronze",
     name="bnpl_transactions_raw",
     description="BNPL transactions exactly as the API delivered them, one row per received record, with lineage",
-    columns=_API_FIELDS
-    + (
-        Column("_batch_id", "string", "Raw-zone batch the record arrived in", required=True),
-        Column("_source_file", "string", "Raw-zone file the record was read from", required=True),
-        Column("_ingested_at", "timestamp", "When the record was loaded into Iceberg", required=True),
-    ),
+    columns=_API_FIELDS + BRONZE_LINEAGE,
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "transaction_id"),
     subject_column="customer_id",
@@ -50,10 +51,7 @@ BRONZE_TRANSACTIONS = TableSpec(
         ),
         Check("amount is positive", "CAST(amount AS DECIMAL(10,2)) > 0"),
         Check("instalments is one of 3, 4, 6, 12", "instalments IN (3, 4, 6, 12)"),
-        Check(
-            "status is one of " + ", ".join(STATUSES),
-            "upper(status) IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")",
-        ),
+        Check("status is one of " + ", ".join(STATUSES), f"upper(status) IN ({_STATUS_LIST})"),
         Check("currency is a 3-letter ISO code", "currency RLIKE '^[A-Za-z]{3}$'"),
         Check("updated_at is not before created_at", "updated_at >= created_at"),
     ),
@@ -92,9 +90,7 @@ SILVER_TRANSACTIONS = TableSpec(
             "transaction_id IS NOT NULL AND customer_id IS NOT NULL AND merchant_id IS NOT NULL",
             per_record=True,
         ),
-        Check(
-            "status is an accepted value", "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")", per_record=True
-        ),
+        Check("status is an accepted value", f"status IN ({_STATUS_LIST})", per_record=True),
         Check("amount is between 0.01 and 100000", "amount BETWEEN 0.01 AND 100000", per_record=True),
     ),
     unique_key="transaction_id",
