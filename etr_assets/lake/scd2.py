@@ -1,24 +1,6 @@
-"""SCD2 history as a pure function of what the source sent, applied with one MERGE.
-
-Requirement R2 applies each batch with four statements and a COALESCE change test that misses value->NULL changes.
-Here a key's history is computed from its *observations*:
-
-- each batch contributes, per key, its latest record by the sequence column (ties broken deterministically);
-- a full-snapshot batch also says "absent at the snapshot time" for every known key it does not contain, except
-  the keys it *held*: sent, but refused by validation (quarantined). A record we could not read means "we do not
-  know", never "gone", so a held key keeps whatever version it had.
-
-Ordering observations by the sequence column, collapsing consecutive equal states (NULL-safe: value->NULL and
-NULL->value are changes, NULL->NULL is not) and cutting intervals at each change gives the versions:
-`_valid_from` is the source time a state began, `_valid_to` the time the next one (or a deletion) began, and
-the last one is current. Because history depends only on the *set* of observations, batches applied out of
-order, replayed or re-fetched give exactly the history in-order application gives. A deleted key comes back
-when the source sends it with a newer sequence value than the deletion.
-
-`merge_scd2` recomputes the affected keys, compares with the table and applies only the difference in a single
-MERGE (inserts, updates of `_valid_to`/`_is_current`, deletes of versions an earlier observation splits or
-absorbs). Nothing changed, nothing committed: a replay makes no snapshot.
-"""
+"""SCD2 history as a pure function of what the source sent (its *observations*: each batch's latest record per key,
+and a full snapshot's absences), applied as the difference from the table in one MERGE. Because history depends only
+on the set of observations, batches out of order, replayed or re-fetched give the in-order history (docs/scd2.md)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
-"""Keep an SCD2 table in line with its observation log (bronze), reading only what the log gained since last time.
-
-`apply_observations` (scd2.py) recomputes every key from every observation. That is right whatever order batches
-arrive in, but its cost grows with the whole log: every day's full snapshot is read again on every run.
-
-`apply_log` remembers, in a table property of the SCD2 table (the *cursor*), which log snapshot it applied, the
-SCD2 table's snapshot after that, and the *watermark*: the latest observation time applied (sequence values and
-snapshot times). On the next run it applies the log's new rows alone when
-
-- the SCD2 table is still at the cursor's snapshot, or only compacted since (nobody erased, rolled back or wrote);
-- the log only gained rows since the cursor's snapshot (appends; compactions are fine), or also replaced whole
-  days of its `snapshot_day` partitions (overwrites: a day bronze loads again).
-
-One new batch after the watermark is compared with the current rows (`scd2_current`, the daily path); anything else
-the log gained or replaced (several batches, a late day, a day delivered again or reloaded, an older record) rewrites
-only the keys it changes, from each one's first change on (`scd2_window`). Otherwise (an erasure, a rollback, an
-expired cursor snapshot) the run recomputes, and says why (`Scd2Result.reason`).
-"""
+"""Keep an SCD2 table in line with its observation log (bronze), reading only what the log gained since the cursor
+(a table property: the log snapshot applied, the table's snapshot after it, the watermark). One new batch after the
+watermark takes the daily path (`scd2_current`); anything else the log gained or replaced takes the window
+(`scd2_window`); an erasure, a rollback or an expired cursor snapshot recomputes, and says why (docs/scd2.md,
+"Applying only what the log gained")."""
 
 from __future__ import annotations
 
@@ -102,7 +89,7 @@ def apply_log(
                 .option("split-size", str(NEW_ROWS_SPLIT_BYTES))
                 .load(log)
             )
-            window = LogWindow(log, head, to_records, snapshot_day)
+            removed = still_sent = None
             if reloaded:
                 # Rows of the replaced days: removed ones from the cursor's snapshot, added ones from the head.
                 # Appends to other days are still read by the append scan (the overwrites deleted none of theirs).
@@ -116,6 +103,13 @@ def apply_log(
                 # a removed record they still send changes nothing.
                 beside = sorted({d + offset for d in reloaded for offset in (-ONE_DAY, ONE_DAY)} - reloaded)
                 still_sent = to_records(at_head.where(F.col(snapshot_day).isin(beside)))
+                applied = Declined("reloaded day(s): " + ", ".join(str(day) for day in sorted(reloaded)))
+            else:
+                new_records = to_records(appended)
+                applied = apply_current(spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, held)
+            if isinstance(applied, Declined):
+                note = applied.reason if reloaded else f"not by current rows: {applied.reason}"
+                window = LogWindow(log, head, to_records, snapshot_day)
                 applied = apply_window(
                     spark,
                     catalog,
@@ -128,31 +122,10 @@ def apply_log(
                     held,
                     removed,
                     still_sent,
+                    batches=list(applied.batches),
                 )
-                days = ", ".join(str(day) for day in sorted(reloaded))
-                result = dataclasses.replace(
-                    applied.result, reason=f"{applied.result.reason} (reloaded day(s): {days})"
-                )
-                _advance(spark, target, result, head, applied.watermark)
-                return result
-            new_records = to_records(appended)
-            applied = apply_current(spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, held)
-            if isinstance(applied, Declined):
-                declined = applied
-                applied = apply_window(
-                    spark,
-                    catalog,
-                    spec,
-                    new_records,
-                    mode,
-                    cursor.watermark_micros,
-                    base,
-                    window,
-                    held,
-                    batches=list(declined.batches),
-                )
-                reason = f"{applied.result.reason} (not by current rows: {declined.reason})"
-                applied = dataclasses.replace(applied, result=dataclasses.replace(applied.result, reason=reason))
+                result = dataclasses.replace(applied.result, reason=f"{applied.result.reason} ({note})")
+                applied = dataclasses.replace(applied, result=result)
             _advance(spark, target, applied.result, head, applied.watermark)
             return applied.result
         records = to_records(

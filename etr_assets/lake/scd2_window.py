@@ -1,36 +1,7 @@
-"""SCD2 history rewritten only where new log rows change it: the keys they affect, from the time of each key's first
-change on. `scd2_log.apply_log` runs it when the daily path (`scd2_current`) declines: several batches at once, a
-late day (a backfill), a day delivered again or reloaded, a record older than the watermark.
-
-History is a function of the *set* of observations (`scd2.observations`, `scd2.history`). New rows add observations,
-and most of them are already implied by the versions (a full snapshot re-sends every unchanged record):
-
-- a record is implied when the version covering its time has its state; at the version's very start only if every
-  compared column is equal too (the two records tie there, and either may start the version);
-- a snapshot's absence is implied unless a version of the key spans the snapshot's time strictly (at a version's
-  start its record beats the absence; in a gap the key is deleted already; before the first version no absence is
-  made).
-
-Any other new observation changes its key from its time on; `_lo`, a key's earliest such time, is all the
-classification keeps. Before `_lo` the key's history is unchanged. From `_lo` on it is recomputed from:
-
-- the *anchor*: the key's last version starting before `_lo` (and its deletion, when it ended before `_lo`). It stands
-  for every observation before `_lo`: they are all collapsed into it and the versions before it;
-- every raw observation at or after `_lo`: the records with a sequence at or after it, and the absences of the
-  snapshots taken at or after it. The versions alone would not do: a version [a, b) collapses every observation of
-  its state inside it, and a change at t inside it needs the first of them after t (a record re-sent with a newer
-  sequence, or an absence) to know where the old state resumes.
-
-Only the log rows that can hold those are read: rows of snapshots taken since the earliest `_lo` (with
-`snapshot_day`, only those days' partitions) and rows whose sequence is at or after it (pruned by the sequence
-column's bounds). When every change is after the watermark (the in-order case) all of them are among the new rows,
-and nothing else is read: the classic extend from each key's last version.
-
-A reloaded day also *removes* observations (`removed_records`: the day's rows the log held before). A removed record
-is implied while some batch still sends the same record as its latest (the reload, or the days beside it); a removed
-absence only matters where a deletion starts at its snapshot's time and no new snapshot of that time leaves the key
-out. Any other removal changes its key from its time on, like an added observation.
-"""
+"""SCD2 history rewritten only where new log rows change it: the keys they affect, from each key's first change
+(`_lo`) on, rebuilt from its *anchor* (the last version starting before `_lo`) and every raw observation since, read
+from the log days that can hold them. Used for several batches at once, a late, repeated or reloaded day, and a
+record older than the watermark (docs/scd2.md, "The window")."""
 
 from __future__ import annotations
 
