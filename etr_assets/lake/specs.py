@@ -43,14 +43,11 @@ MIB = 1024 * 1024
 # Iceberg table property names this project reads or sets (one spelling each).
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 WAP_ENABLED = "write.wap.enabled"
-DELETE_MODE = "write.delete.mode"
-UPDATE_MODE = "write.update.mode"
-MERGE_MODE = "write.merge.mode"
 FORMAT_VERSION = "format-version"
 # Row-level changes write delete files (v3: deletion vectors) instead of rewriting the files they touch: a change
 # costs the rows changed; compaction merges the deletes later.
 MERGE_ON_READ: Mapping[str, str] = MappingProxyType(
-    {DELETE_MODE: "merge-on-read", UPDATE_MODE: "merge-on-read", MERGE_MODE: "merge-on-read"}
+    {f"write.{change}.mode": "merge-on-read" for change in ("delete", "update", "merge")}
 )
 BLOOM_FILTER_COLUMN = "write.parquet.bloom-filter-enabled.column.{}"
 BLOOM_FILTER_MAX_BYTES = "write.parquet.bloom-filter-max-bytes"
@@ -187,14 +184,7 @@ class HealthThresholds:
     def __post_init__(self) -> None:
         if not 0 < self.max_small_file_share <= 1:
             raise SpecError(f"health threshold max_small_file_share={self.max_small_file_share} must be in (0, 1]")
-        for name in (
-            "max_delete_files",
-            "max_snapshots",
-            "max_snapshot_age_days",
-            "max_manifests",
-            "max_metadata_file_mb",
-            "min_mergeable_small_files",
-        ):
+        for name in (f.name for f in dataclasses.fields(self) if f.name.startswith(("max_", "min_"))):
             if getattr(self, name) <= 0:
                 raise SpecError(f"health threshold {name}={getattr(self, name)} must be positive")
         if self.error_factor < 1:
@@ -314,9 +304,8 @@ class TableSpec:
     @property
     def personal_data_columns(self) -> list[str]:
         """The subject column and every pii column: none of them may leave a value in a manifest's bounds."""
-        if not self.holds_personal_data:
-            return []
-        return list(dict.fromkeys([c for c in (self.subject_column, *self.pii_columns) if c]))
+        pii = self.pii_columns
+        return [self.subject_column, *(c for c in pii if c != self.subject_column)] if pii else []
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -327,11 +316,7 @@ class TableSpec:
     @property
     def day_column(self) -> str | None:
         """The column of the table's days(...) partition: what a daily asset partition of it holds."""
-        for transform in self.partition_by:
-            match = re.fullmatch(r"days\((\w+)\)", transform)
-            if match:
-                return match.group(1)
-        return None
+        return next((m.group(1) for t in self.partition_by if (m := re.fullmatch(r"days\((\w+)\)", t))), None)
 
     @property
     def table_properties(self) -> dict[str, str]:
@@ -350,12 +335,8 @@ class TableSpec:
         it is NULL (Spark's hashes skip NULLs, which would make (x, NULL) and (NULL, x) equal)."""
         if self.scd2 is None:
             return None
-        types = {c.name: c.type for c in self.columns}
-        parts = []
-        for name in self.scd2.tracked:
-            value = f"CAST(`{name}` AS {types[name]})"
-            parts += [f"{value} IS NULL", value]
-        return f"xxhash64({', '.join(parts)})"
+        values = [f"CAST(`{name}` AS {self.column(name).type})" for name in self.scd2.tracked]
+        return f"xxhash64({', '.join(f'{value} IS NULL, {value}' for value in values)})"
 
     @property
     def merge_on_read(self) -> bool:
@@ -367,16 +348,14 @@ class TableSpec:
     def target_file_size_bytes(self) -> int:
         return int(self.table_properties[TARGET_FILE_SIZE])
 
-    def ddl_columns(self) -> str:
-        return ",\n  ".join(
+    def create_ddl(self, catalog: str) -> str:
+        """CREATE TABLE for this spec. Names come from validated identifiers; no user input is formatted in."""
+        columns = ",\n  ".join(
             f"{c.name} {c.type}{' NOT NULL' if c.required else ''}"
             + (f" COMMENT {_sql_string(c.doc)}" if c.doc else "")
             for c in self.columns
         )
-
-    def create_ddl(self, catalog: str) -> str:
-        """CREATE TABLE for this spec. Names come from validated identifiers; no user input is formatted in."""
-        lines = [f"CREATE TABLE {self.qualified(catalog)} (\n  {self.ddl_columns()}\n) USING iceberg"]
+        lines = [f"CREATE TABLE {self.qualified(catalog)} (\n  {columns}\n) USING iceberg"]
         if self.partition_by:
             lines.append(f"PARTITIONED BY ({', '.join(self.partition_by)})")
         lines.append(f"COMMENT {_sql_string(self.description)}")
