@@ -4,42 +4,18 @@ pipeline's tables and feeds, declared once in `etr_assets.tables`."""
 
 from __future__ import annotations
 
+import functools
+
 from etr_assets.lake import erasure as library
-from etr_assets.lake.erasure import ErasureReport, ErasureRequest, Proof
-from etr_assets.lake.specs import TableSpec
-from etr_assets.sources.raw_erasure import RawErasure
-from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables import personal_data_specs
 from etr_assets.tables.feeds import RAW_FEEDS
 
-
-def erase_raw_zone(raw: RawZone, request: ErasureRequest) -> RawErasure:
-    return library.erase_raw_zone(raw, request, RAW_FEEDS)
-
-
-def scan_raw_zone(raw: RawZone, ids: tuple[int, ...]) -> tuple[int, dict[str, dict[int, int]]]:
-    return library.scan_raw_zone(raw, ids, RAW_FEEDS)
-
-
-def prove_erased(
-    spark, catalog: str, raw: RawZone | None, request: ErasureRequest, specs: tuple[TableSpec, ...] | None = None
-) -> Proof:
-    """The proof over the pipeline's personal-data tables (or `specs`) and its raw feeds."""
-    return library.prove_erased(spark, catalog, raw, request, specs or personal_data_specs(), RAW_FEEDS)
-
-
-def erase_raw_step(spark, catalog: str, raw: RawZone, request: ErasureRequest) -> RawErasure:
-    return library.erase_raw_step(spark, catalog, raw, request, RAW_FEEDS)
-
-
-def prove_step(spark, catalog: str, raw: RawZone | None, request: ErasureRequest, tables, raw_result) -> Proof:
-    return library.prove_step(spark, catalog, raw, request, personal_data_specs(), RAW_FEEDS, tables, raw_result)
-
-
-def erasure_stages() -> list[tuple[TableSpec, ...]]:
-    return library.erasure_stages(personal_data_specs())
-
-
-def erase_customers(spark, catalog: str, raw: RawZone | None, request: ErasureRequest) -> ErasureReport:
-    """The whole erasure without Dagster (the `gdpr_erasure` job runs the same steps as ops)."""
-    return library.erase_customers(spark, catalog, raw, request, personal_data_specs(), RAW_FEEDS)
+# The library's functions, bound to the pipeline's personal-data tables and raw feeds.
+# prove_erased(spark, catalog, raw, request) scans them all; specs=(...) narrows it to those tables.
+erase_raw_zone = functools.partial(library.erase_raw_zone, feeds=RAW_FEEDS)
+scan_raw_zone = functools.partial(library.scan_raw_zone, feeds=RAW_FEEDS)
+erase_raw_step = functools.partial(library.erase_raw_step, feeds=RAW_FEEDS)
+prove_step = functools.partial(library.prove_step, specs=personal_data_specs(), feeds=RAW_FEEDS)
+erasure_stages = functools.partial(library.erasure_stages, personal_data_specs())
+erase_customers = functools.partial(library.erase_customers, specs=personal_data_specs(), feeds=RAW_FEEDS)
+prove_erased = functools.partial(library.prove_erased, specs=personal_data_specs(), feeds=RAW_FEEDS)

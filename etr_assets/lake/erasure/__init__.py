@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from etr_assets.lake.erasure.audit import proof_audit_rows, raw_audit_rows, record_actions, table_audit_rows
+from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
 from etr_assets.lake.erasure.proof import Proof, erase_raw_zone, prove_erased, scan_raw_zone
 from etr_assets.lake.erasure.request import (
     DELETE,
+    DONE,
+    EXPIRE,
+    FAILED,
     LOCAL_AUDIT_KEY,
     NOT_FOUND,
     VERIFIED,
@@ -17,12 +20,14 @@ from etr_assets.lake.erasure.request import (
     ErasureError,
     ErasureRequest,
     audit_key,
+    audit_row,
     ids_frame,
     matches_by_id,
     subject_hash,
     validate_customer_ids,
 )
 from etr_assets.lake.erasure.tables import TableErasure, erase_table
+from etr_assets.lake.maintenance import ExpireResult
 from etr_assets.lake.specs import TableSpec
 from etr_assets.sources.raw_erasure import RawErasure
 from etr_assets.sources.raw_zone import RawZone
@@ -44,42 +49,87 @@ def held_ids(tables, raw: RawErasure | None) -> set[int]:
     return held | ({i for i, n in raw.removed.items() if n} if raw is not None else set())
 
 
+# The audit trail (audit.gdpr_actions): what was done per table and raw location, and the proof's verdict per
+# subject, under a keyed hash of the id, never the id.
+def table_audit_rows(request: ErasureRequest, result: TableErasure) -> list[dict]:
+    """A GDPR_DELETE row per customer the table held, and one GDPR_EXPIRE row each; nothing if it held none."""
+    if not result.held:
+        return []
+    refs = f"; dropped {', '.join(result.refs_dropped)}" if result.refs_dropped else ""
+    branches = f"; erased on branches {result.branches_erased}" if result.branches_erased else ""
+    expiry = result.expired or ExpireResult()
+    expired = (
+        f"expired {expiry.expired_snapshots} older snapshot(s), deleting {expiry.deleted_data_files} data file(s){refs}"
+    )
+    if result.retention_overridden:
+        expired += "; " + "; ".join(result.retention_overridden)
+    if result.orphans_deleted:
+        expired += f"; deleted {len(result.orphans_deleted)} unreferenced file(s) holding the customer"
+    if result.orphans_left:
+        expired += f"; LEFT {len(result.orphans_left)} recent unreferenced file(s) (a running write's?): run again"
+    rows = []
+    for customer_id in (i for i in request.customer_ids if i in result.held_ids):
+        count = result.removed.get(customer_id, 0)
+        where = "" if count else " (held only in older snapshots or refs)"
+        deleted = f"{count} row(s) deleted from main{where}{branches}"
+        rows.append(audit_row(request, customer_id, DELETE, result.table, count, DONE, deleted))
+        rows.append(audit_row(request, customer_id, EXPIRE, result.table, None, DONE, expired))
+    return rows
+
+
+def raw_audit_rows(request: ErasureRequest, result: RawErasure, location: str) -> list[dict]:
+    detail = f"{len(result.files_rewritten)} raw file(s) rewritten, {result.manifests_updated} manifest(s) updated"
+    return [
+        audit_row(request, customer_id, DELETE, location, result.removed[customer_id], DONE, detail)
+        for customer_id in request.customer_ids
+        if result.removed.get(customer_id)
+    ]
+
+
+def proof_audit_rows(request: ErasureRequest, proof: Proof, held_anywhere: set[int]) -> list[dict]:
+    """GDPR_VERIFY per customer (VERIFIED / FAILED); a customer found nowhere before also gets GDPR_DELETE NOT_FOUND."""
+    rows = []
+    for customer_id in request.customer_ids:
+        if customer_id not in held_anywhere:
+            rows.append(
+                audit_row(request, customer_id, DELETE, None, 0, NOT_FOUND, "no table or raw file held this customer")
+            )
+        failed = customer_id in proof.found_ids
+        detail = proof.summary() if failed or proof.passed else "this customer: none found; " + proof.summary()
+        rows.append(audit_row(request, customer_id, VERIFY, None, None, FAILED if failed else VERIFIED, detail[:2000]))
+    return rows
+
+
 # Each step does its work and records it; a job and erase_customers run the same steps.
 def erase_raw_step(spark, catalog: str, raw: RawZone, request: ErasureRequest, feeds) -> RawErasure:
     result = erase_raw_zone(raw, request, feeds)
-    record_actions(spark, catalog, raw_audit_rows(request, result, raw.storage.uri("")))
+    record_rows(spark, catalog, GDPR_ACTIONS, raw_audit_rows(request, result, raw.storage.uri("")))
     return result
 
 
 def erase_table_step(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -> TableErasure:
     result = erase_table(spark, catalog, spec, request)
-    record_actions(spark, catalog, table_audit_rows(request, result))
+    record_rows(spark, catalog, GDPR_ACTIONS, table_audit_rows(request, result))
     return result
 
 
-def prove_step(
-    spark, catalog: str, raw: RawZone | None, request: ErasureRequest, specs, feeds, tables, raw_result
-) -> Proof:
+def prove_step(spark, catalog: str, raw: RawZone | None, request: ErasureRequest, tables, raw_result, specs, feeds):
     proof = prove_erased(spark, catalog, raw, request, specs, feeds)
-    record_actions(spark, catalog, proof_audit_rows(request, proof, held_ids(tables, raw_result)))
+    record_rows(spark, catalog, GDPR_ACTIONS, proof_audit_rows(request, proof, held_ids(tables, raw_result)))
     return proof
 
 
 LAYER_ORDER = ("bronze", "landing", "silver", "gold")
 
 
-def erasure_order(specs) -> list[TableSpec]:
-    """Upstream layers first, so a downstream rebuild during the erasure reads already-erased input."""
-    rank = {name: i for i, name in enumerate(LAYER_ORDER)}
-    return sorted(specs, key=lambda s: (rank.get(s.namespace, len(rank)), s.identifier))
-
-
 def erasure_stages(specs) -> list[tuple[TableSpec, ...]]:
-    """The tables in the order they are erased, one stage per layer (upstream first, then any other namespace):
-    a stage's tables are independent of each other, and each stage starts once the one before is done."""
+    """The tables in the order they are erased, one stage per layer (upstream first, so a downstream rebuild during
+    the erasure reads already-erased input; then any other namespace): a stage's tables are independent of each
+    other, and each stage starts once the one before is done."""
+    rank = {name: i for i, name in enumerate(LAYER_ORDER)}
     stages: dict[str, list[TableSpec]] = {}
-    for spec in erasure_order(specs):
-        stages.setdefault(spec.namespace if spec.namespace in LAYER_ORDER else "", []).append(spec)
+    for spec in sorted(specs, key=lambda s: (rank.get(s.namespace, len(rank)), s.identifier)):
+        stages.setdefault(spec.namespace if spec.namespace in rank else "", []).append(spec)
     return [tuple(stage) for stage in stages.values()]
 
 
@@ -90,22 +140,10 @@ def erase_customers(
     each step audited as it completes (what was done stays recorded if a later step fails)."""
     raw_result = erase_raw_step(spark, catalog, raw, request, feeds) if raw is not None else None
     results = [erase_table_step(spark, catalog, spec, request) for stage in erasure_stages(specs) for spec in stage]
-    proof = prove_step(spark, catalog, raw, request, specs, feeds, results, raw_result)
+    proof = prove_step(spark, catalog, raw, request, results, raw_result, specs, feeds)
     return ErasureReport(tuple(results), raw_result, proof)
 
 
 # re-exported for the pipeline, the Dagster layer and the tests
-__all__ = [
-    "DELETE",
-    "LOCAL_AUDIT_KEY",
-    "NOT_FOUND",
-    "VERIFIED",
-    "VERIFY",
-    "ErasureError",
-    "audit_key",
-    "ids_frame",
-    "matches_by_id",
-    "scan_raw_zone",
-    "subject_hash",
-    "validate_customer_ids",
-]
+__all__ = ["DELETE", "LOCAL_AUDIT_KEY", "NOT_FOUND", "VERIFIED", "VERIFY", "ErasureError", "audit_key", "ids_frame"]
+__all__ += ["matches_by_id", "scan_raw_zone", "subject_hash", "validate_customer_ids"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Iterable
 
 from etr_assets.lake.copies import (
     ORPHAN_GRACE,
@@ -99,6 +100,10 @@ def _as_of_read(spark, spec: TableSpec, qualified: str, when: dt.datetime, ids_d
     return "returns none of the customers", {}
 
 
+def _rows(hits: dict[int, int], unit: str = "row") -> str:
+    return f"{sum(hits.values())} {unit}(s) of {len(hits)} subject(s)"
+
+
 def _orphan_finding(table: str, orphan, hits: dict[int, int]) -> str:
     age = dt.datetime.now(dt.UTC) - orphan.modified
     recent = (
@@ -107,18 +112,15 @@ def _orphan_finding(table: str, orphan, hits: dict[int, int]) -> str:
         if age < ORPHAN_GRACE
         else ""
     )
-    return (
-        f"{table} orphan file {orphan.path} (no snapshot references it): "
-        f"{sum(hits.values())} row(s) of {len(hits)} subject(s){recent}"
-    )
+    return f"{table} orphan file {orphan.path} (no snapshot references it): {_rows(hits)}{recent}"
 
 
-def _unlisted_copies(spark, catalog: str, specs, ids_df) -> tuple[int, int, list[str], set[int]]:
-    """Every other table of the catalog with a column named like a subject column: (tables, files, findings, ids)."""
+def _unlisted_copies(spark, catalog: str, specs, ids_df) -> tuple[int, int, list[tuple[str, dict[int, int]]]]:
+    """Every other table of the catalog with a column named like a subject column: (tables, files, findings)."""
     declared = {s.qualified(catalog) for s in specs}
     subjects = {s.subject_column for s in specs if s.subject_column} or {"customer_id"}
     tables = files = 0
-    findings, found = [], set()
+    found = []
     for table in catalog_tables(spark, catalog):
         columns = subject_like_columns(table.columns, subjects)
         if table.qualified in declared or not columns:
@@ -130,12 +132,9 @@ def _unlisted_copies(spark, catalog: str, specs, ids_df) -> tuple[int, int, list
         files += len(paths) + len(orphans)
         for path, hits in files_naming(spark, table.identifier, paths + sorted(orphans), keys, columns, ids_df).items():
             where = "orphan file" if normalized(path) in orphans else "data file"
-            findings.append(
-                f"{table.identifier} (a table without a spec: drop it or erase the customers from it) {where} {path}: "
-                f"{sum(hits.values())} row(s) of {len(hits)} subject(s)"
-            )
-            found.update(hits)
-    return tables, files, findings, found
+            unlisted = f"{table.identifier} (a table without a spec: drop it or erase the customers from it)"
+            found.append((f"{unlisted} {where} {path}: {_rows(hits)}", hits))
+    return tables, files, found
 
 
 def prove_erased(
@@ -149,9 +148,10 @@ def prove_erased(
     """Scan every data file and orphan of every personal-data table (`specs`), its manifests' bounds, every raw file
     of `feeds`, each table as of before the erasure, and every other table of the catalog with a subject-like
     column."""
+    from etr_assets.lake.erasure.suppression import Suppression, rows_of_suppressed, suppression_list
+
     ids_df = ids_frame(spark, request.customer_ids)
-    findings: list[str] = []
-    found_ids: set[int] = set()
+    found: list[tuple[str, Iterable[int]]] = []  # (where a copy is, the customers it names)
     tables = files = 0
     time_travel: dict[str, str] = {}
     for spec in specs:
@@ -160,59 +160,38 @@ def prove_erased(
             continue
         tables += 1
         paths = data_files(spark, qualified)
-        files += len(paths)
-        for path, hits in files_holding(spark, spec, paths, ids_df).items():
-            findings.append(
-                f"{spec.identifier} data file {path}: {sum(hits.values())} row(s) of {len(hits)} subject(s)"
-            )
-            found_ids.update(hits)
         orphans = orphans_holding(spark, spec, qualified, ids_df)
-        files += len(orphans)
-        for orphan, hits in orphans:
-            findings.append(_orphan_finding(spec.identifier, orphan, hits))
-            found_ids.update(hits)
-        for bound, named in bounds_naming(spark, qualified, spec.subject_column, request.customer_ids).items():
-            findings.append(f"{spec.identifier} {bound}")
-            found_ids.update(named)
+        files += len(paths) + len(orphans)
+        held = files_holding(spark, spec, paths, ids_df)
+        found += [(f"{spec.identifier} data file {path}: {_rows(hits)}", hits) for path, hits in held.items()]
+        found += [(_orphan_finding(spec.identifier, orphan, hits), hits) for orphan, hits in orphans]
+        bounds = bounds_naming(spark, qualified, spec.subject_column, request.customer_ids)
+        found += [(f"{spec.identifier} {bound}", named) for bound, named in bounds.items()]
         outcome, hits = _as_of_read(spark, spec, qualified, request.requested_at, ids_df)
         time_travel[spec.identifier] = outcome
         if hits:
-            findings.append(f"{spec.identifier} as of {request.requested_at.isoformat()}: {outcome}")
-            found_ids.update(hits)
-    other_tables, other_files, other_findings, other_ids = _unlisted_copies(spark, catalog, specs, ids_df)
-    tables, files = tables + other_tables, files + other_files
-    findings += other_findings
-    found_ids |= other_ids
+            found.append((f"{spec.identifier} as of {request.requested_at.isoformat()}: {outcome}", hits))
+    other_tables, other_files, other_found = _unlisted_copies(spark, catalog, specs, ids_df)
+    tables, files, found = tables + other_tables, files + other_files, found + other_found
     raw_files = 0
     if raw is not None:
         raw_files, raw_found = scan_raw_zone(raw, request.customer_ids, feeds)
-        for uri, hits in raw_found.items():
-            findings.append(f"raw file {uri}: {sum(hits.values())} line(s) of {len(hits)} subject(s)")
-            found_ids.update(hits)
-    suppressed = _suppressed_rows(spark, catalog, request, specs)
+        found += [(f"raw file {uri}: {_rows(hits, 'line')}", hits) for uri, hits in raw_found.items()]
+    # Every customer the audit marks erased (and this request's), by hash: their rows in the tables now.
+    listed = suppression_list(spark, catalog, request.key).hashes | {request.hash_of(i) for i in request.customer_ids}
+    suppressed = rows_of_suppressed(spark, catalog, specs, Suppression(request.key, frozenset(listed)))
     for subject, where in suppressed.items():
         if where:
-            findings.append(
-                f"erased customer {subject[:12]}… (suppression list) is back: "
-                + ", ".join(f"{table} {rows} row(s)" for table, rows in sorted(where.items()))
-            )
-    found_ids |= {i for i in request.customer_ids if suppressed.get(request.hash_of(i))}
+            back = ", ".join(f"{table} {rows} row(s)" for table, rows in sorted(where.items()))
+            ids = [i for i in request.customer_ids if request.hash_of(i) == subject]
+            found.append((f"erased customer {subject[:12]}… (suppression list) is back: {back}", ids))
     return Proof(
-        not findings,
+        not found,
         tables,
         files,
         raw_files,
-        tuple(findings),
-        tuple(sorted(found_ids)),
+        tuple(finding for finding, _ in found),
+        tuple(sorted({i for _, ids in found for i in ids})),
         time_travel,
         {subject: sum(where.values()) for subject, where in suppressed.items()},
     )
-
-
-def _suppressed_rows(spark, catalog: str, request: ErasureRequest, specs) -> dict[str, dict[str, int]]:
-    """Every customer the audit marks erased (and this request's), by hash: their rows in the tables now."""
-    from etr_assets.lake.erasure.suppression import Suppression, rows_of_suppressed, suppression_list
-
-    listed = suppression_list(spark, catalog, request.key).hashes
-    mine = frozenset(request.hash_of(i) for i in request.customer_ids)
-    return rows_of_suppressed(spark, catalog, specs, Suppression(request.key, listed | mine))

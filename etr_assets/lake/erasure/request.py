@@ -92,6 +92,21 @@ class ErasureRequest:
         return subject_hash(self.key, customer_id)
 
 
+def audit_row(request: ErasureRequest, customer_id: int, action: str, table, rows, outcome: str, detail: str) -> dict:
+    """A row of audit.gdpr_actions: the customer by keyed hash, never the id."""
+    return {
+        "request_id": request.request_id,
+        "subject_hash": request.hash_of(customer_id),
+        "action": action,
+        "table_name": table,
+        "rows_removed": rows,
+        "outcome": outcome,
+        "detail": detail,
+        "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+        "run_id": request.run_id,
+    }
+
+
 def subject_keys_sql(spec: TableSpec) -> str:
     """SQL array of the ids a row names: its subject column, plus ids inside the stored raw line (quarantine)."""
     keys = f"array(CAST({spec.subject_column} AS BIGINT))"
@@ -106,10 +121,6 @@ def subject_keys_sql(spec: TableSpec) -> str:
     return keys
 
 
-def _match_columns(spec: TableSpec) -> list[str]:
-    return [spec.subject_column] + ([RAW_TEXT_COLUMN] if RAW_TEXT_COLUMN in spec.column_names else [])
-
-
 def ids_frame(spark, ids: tuple[int, ...]):
     from pyspark.sql import types as T
 
@@ -117,18 +128,22 @@ def ids_frame(spark, ids: tuple[int, ...]):
     return local_frame(spark, [(i,) for i in ids], schema)
 
 
-def matches_by_id(df, spec: TableSpec, ids_df) -> dict[int, int]:
-    """Rows of `df` naming each id (a row naming two erased ids counts for both)."""
+def _named_ids(df, keys_sql: str, ids_df, *by) -> list:
+    """(`by`..., `_erase_id`, `count`): the rows of `df` naming each id (a row naming two counts for both)."""
     from pyspark.sql import functions as F
 
-    named = df.select(F.explode(F.array_distinct(F.expr(subject_keys_sql(spec)))).alias("_erase_id"))
-    rows = named.join(F.broadcast(ids_df), "_erase_id").groupBy("_erase_id").count().collect()
-    return {r["_erase_id"]: r["count"] for r in rows}
+    named = df.select(*by, F.explode(F.array_distinct(F.expr(keys_sql))).alias("_erase_id"))
+    return named.join(F.broadcast(ids_df), "_erase_id").groupBy(*named.columns).count().collect()
+
+
+def matches_by_id(df, spec: TableSpec, ids_df) -> dict[int, int]:
+    return {r["_erase_id"]: r["count"] for r in _named_ids(df, subject_keys_sql(spec), ids_df)}
 
 
 def files_holding(spark, spec: TableSpec, paths: list[str], ids_df) -> dict[str, dict[int, int]]:
     """Read these Parquet files directly (not through the table) and find rows naming the ids, per file."""
-    return files_naming(spark, spec.identifier, paths, subject_keys_sql(spec), _match_columns(spec), ids_df)
+    columns = [spec.subject_column] + ([RAW_TEXT_COLUMN] if RAW_TEXT_COLUMN in spec.column_names else [])
+    return files_naming(spark, spec.identifier, paths, subject_keys_sql(spec), columns, ids_df)
 
 
 def files_naming(
@@ -142,11 +157,8 @@ def files_naming(
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ErasureError(f"data files of {label} lack {missing}: cannot scan them for subjects")
-    named = df.select(
-        F.input_file_name().alias("_file"), F.explode(F.array_distinct(F.expr(keys_sql))).alias("_erase_id")
-    )
     found: dict[str, dict[int, int]] = {}
-    for r in named.join(F.broadcast(ids_df), "_erase_id").groupBy("_file", "_erase_id").count().collect():
+    for r in _named_ids(df, keys_sql, ids_df, F.input_file_name().alias("_file")):
         found.setdefault(r["_file"], {})[r["_erase_id"]] = r["count"]
     return found
 

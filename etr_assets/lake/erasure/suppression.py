@@ -5,12 +5,20 @@ HMAC-SHA256 of its id in Spark, so no id is ever stored."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import os
 
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
-from etr_assets.lake.erasure.request import ErasureError, audit_key, subject_hash, subject_keys_sql
+from etr_assets.lake.erasure.request import (
+    DONE,
+    ErasureError,
+    ErasureRequest,
+    audit_key,
+    audit_row,
+    subject_hash,
+    subject_keys_sql,
+    validate_customer_ids,
+)
 from etr_assets.lake.evolve import table_exists
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Profile
@@ -20,20 +28,15 @@ PROFILE_ENV = "ETR_PROFILE"
 _BLOCK = 64  # SHA-256's block size, in bytes (RFC 2104)
 
 
-def _pads(key: bytes) -> tuple[bytes, bytes]:
-    """HMAC's inner and outer keys: the key (hashed if longer than a block) padded to a block, XOR 0x36 / 0x5c."""
-    if len(key) > _BLOCK:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(_BLOCK, b"\0")
-    return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
-
-
 def subject_hash_column(key: bytes, id_column):
     """`subject_hash(key, id)` as a Spark column: HMAC-SHA256 of the id's decimal text, in lower-case hex
     (Spark 3.5 has no HMAC function: it is the RFC 2104 construction over `sha2`). Null for a null id."""
     from pyspark.sql import functions as F
 
-    inner, outer = _pads(key)
+    if len(key) > _BLOCK:  # HMAC's inner and outer keys: the key (hashed if longer) padded to a block, XOR 0x36/0x5c
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    inner, outer = bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
     message = id_column.cast("bigint").cast("string").cast("binary")
     inner_digest = F.unhex(F.sha2(F.concat(F.lit(bytearray(inner)), message), 256))
     return F.sha2(F.concat(F.lit(bytearray(outer)), inner_digest), 256)
@@ -67,31 +70,22 @@ class Suppression:
         return F.filter(keys, lambda x: self.is_suppressed(x))
 
 
-def _hashes(spark, catalog: str) -> frozenset[str]:
+def suppression_list(spark, catalog: str, key: bytes | None = None) -> Suppression:
+    """Read once per load: the hashes the audit marks erased and not lifted since. The key is only needed (and
+    only required) when the list is not empty."""
     qualified = GDPR_ACTIONS.qualified(catalog)
     if not table_exists(spark, qualified):
-        return frozenset()
+        return Suppression(key or b"", frozenset())
     rows = spark.sql(
         f"SELECT subject_hash FROM {qualified} GROUP BY subject_hash HAVING "
         f"max(CASE WHEN action <> '{LIFT}' THEN executed_at END) > "
         f"coalesce(max(CASE WHEN action = '{LIFT}' THEN executed_at END), TIMESTAMP'1900-01-01')"
     ).collect()
-    return frozenset(r[0] for r in rows)
-
-
-def default_key() -> bytes:
-    """The audit key of the profile this process runs (ETR_PROFILE, local when unset): the erasure's key."""
-    return audit_key(os.environ.get(PROFILE_ENV) or Profile.LOCAL)
-
-
-def suppression_list(spark, catalog: str, key: bytes | None = None) -> Suppression:
-    """Read once per load: the hashes the audit marks erased and not lifted since. The key is only needed (and
-    only required) when the list is not empty."""
-    hashes = _hashes(spark, catalog)
+    hashes = frozenset(r[0] for r in rows)
     if not hashes:
         return Suppression(key or b"", hashes)
-    try:
-        return Suppression(key if key is not None else default_key(), hashes)
+    try:  # without a key: the erasure's, that of the profile this process runs (ETR_PROFILE, local when unset)
+        return Suppression(key if key is not None else audit_key(os.environ.get(PROFILE_ENV) or Profile.LOCAL), hashes)
     except ErasureError as error:
         raise ErasureError(
             f"{len(hashes)} erased customer(s) are on the suppression list in {GDPR_ACTIONS.identifier}, and "
@@ -105,8 +99,6 @@ def lift_suppression(
     """Lift the suppression of one customer (they signed up again and consented): an audited LIFT_SUPPRESSION row
     under their hash, with the reference, who (`by`) and why. A customer not on the list is refused: a lift with
     nothing to lift would only blur the audit."""
-    from etr_assets.lake.erasure.request import validate_customer_ids
-
     (customer_id,) = validate_customer_ids([customer_id])
     if not isinstance(reference, str) or not reference.strip():
         raise ErasureError("lifting a suppression needs a reference (the new consent's, or the ticket's)")
@@ -118,17 +110,8 @@ def lift_suppression(
             "audit key, or already lifted): nothing to lift"
         )
     detail = f"lifted by {by.strip()}: {reason.strip()}" if by and by.strip() else reason.strip()
-    row = {
-        "request_id": reference.strip()[:200],
-        "subject_hash": subject_hash(key, customer_id),
-        "action": LIFT,
-        "table_name": None,
-        "rows_removed": None,
-        "outcome": "DONE",
-        "detail": detail[:2000],
-        "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
-        "run_id": run_id,
-    }
+    request = ErasureRequest(reference.strip()[:200], (customer_id,), key, run_id=run_id)
+    row = audit_row(request, customer_id, LIFT, None, None, DONE, detail[:2000])
     record_rows(spark, catalog, GDPR_ACTIONS, [row])
     return row
 

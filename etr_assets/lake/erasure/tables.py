@@ -48,23 +48,10 @@ class TableErasure:
         return sum(self.removed.values())
 
 
-def _delete_condition(spec: TableSpec, view: str) -> str:
-    return f"arrays_overlap({subject_keys_sql(spec)}, (SELECT collect_set(_erase_id) FROM {view}))"
-
-
-def _delete_where(spark, target: str, spec: TableSpec, view: str) -> None:
-    spark.sql(f"DELETE FROM {target} WHERE {_delete_condition(spec, view)}")
-
-
-def _rewrite_without(spark, target: str, spec: TableSpec, view: str) -> None:
-    """Replace every file of `target` (a branch) with its live rows minus the customers: one overwrite commit."""
-    from pyspark.sql import functions as F
-
-    spark.table(target).where(f"NOT {_delete_condition(spec, view)}").writeTo(target).overwrite(F.lit(True))
-
-
 def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -> TableErasure:
     """Delete the customers from main and other branches, drop refs that pin their rows, expire older snapshots."""
+    from pyspark.sql import functions as F
+
     if not spec.subject_column:
         raise ErasureError(f"{spec.identifier} has no subject column: nothing identifies a customer in it")
     qualified = spec.qualified(catalog)
@@ -81,13 +68,14 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
 
     view = f"gdpr_ids_{uuid.uuid4().hex[:12]}"
     ids_df.createOrReplaceTempView(view)
+    condition = f"arrays_overlap({subject_keys_sql(spec)}, (SELECT collect_set(_erase_id) FROM {view}))"
+    delete = lambda target: spark.sql(f"DELETE FROM {target} WHERE {condition}")
+    # Replace every file of a branch with its live rows minus the customers: one overwrite commit.
+    rewrite = lambda target: spark.table(target).where(f"NOT {condition}").writeTo(target).overwrite(F.lit(True))
     try:
         removed = matches_by_id(spark.table(qualified), spec, ids_df)
         if removed:
-            run_with_retries(
-                lambda: spark.sql(f"DELETE FROM {qualified} WHERE {_delete_condition(spec, view)}"),
-                f"erasing from {qualified}",
-            )
+            run_with_retries(lambda: delete(qualified), f"erasing from {qualified}")
         branches_erased, dropped = {}, []
         for ref in spark.sql(f"SELECT name, type FROM {qualified}.refs WHERE name <> 'main'").collect():
             name, kind = ref["name"], ref["type"]
@@ -95,20 +83,17 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
                 spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS {quoted(name)}")
                 dropped.append(f"branch {name}")
                 continue
-            held = matches_by_id(
-                spark.read.format("iceberg").option("branch" if kind == "BRANCH" else "tag", name).load(qualified),
-                spec,
-                ids_df,
-            )
+            rows = spark.read.format("iceberg").option("branch" if kind == "BRANCH" else "tag", name).load(qualified)
+            held = matches_by_id(rows, spec, ids_df)
             # A merge-on-read branch can keep a customer's older rows in its files behind deletion vectors (a MERGE
             # closed them), and rewrite_data_files cannot compact a branch (Iceberg 1.10): rewrite its rows.
-            rewrite = kind == "BRANCH" and spec.merge_on_read
-            if not (held or rewrite):
+            rewritten = kind == "BRANCH" and spec.merge_on_read
+            if not (held or rewritten):
                 continue
             if kind == "BRANCH":
                 target = f"{qualified}.{quoted('branch_' + name)}"
-                erase = _rewrite_without if rewrite else _delete_where
-                run_with_retries(lambda t=target, e=erase: e(spark, t, spec, view), f"erasing from {target}")
+                erase = rewrite if rewritten else delete
+                run_with_retries(lambda t=target, e=erase: e(t), f"erasing from {target}")
                 branches_erased[name] = sum(held.values())
             else:
                 spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS {quoted(name)}")
@@ -125,7 +110,10 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         expired = expire_snapshots(spark, catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
     finally:
         _restore_branch_retention(spark, qualified, overridden)
-    deleted, left = _erase_orphans(spark, in_orphans)
+    cutoff = dt.datetime.now(dt.UTC) - ORPHAN_GRACE  # younger: a running write may still commit it
+    deleted = tuple(orphan.path for orphan, _ in in_orphans if orphan.modified <= cutoff)
+    for path in deleted:
+        delete_file(spark, path)
     return TableErasure(
         spec.identifier,
         held_ids,
@@ -136,7 +124,7 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
         current_snapshot_id(spark, qualified),
         tuple(f"branch {name} ({_retention_text(r)})" for name, r in overridden.items()),
         deleted,
-        left,
+        tuple(orphan.path for orphan, _ in in_orphans if orphan.modified > cutoff),
     )
 
 
@@ -145,31 +133,6 @@ def orphans_holding(spark, spec: TableSpec, qualified: str, ids_df) -> list[tupl
     orphans = {normalized(o.path): o for o in orphan_files(spark, qualified)}
     found = files_holding(spark, spec, [o.path for o in orphans.values()], ids_df)
     return [(orphans[normalized(path)], hits) for path, hits in found.items()]
-
-
-def _erase_orphans(spark, holding) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Delete orphans holding a customer; leave (and return) those a running write may still commit."""
-    cutoff = dt.datetime.now(dt.UTC) - ORPHAN_GRACE
-    deleted, left = [], []
-    for orphan, _hits in holding:
-        if orphan.modified <= cutoff:
-            delete_file(spark, orphan.path)
-            deleted.append(orphan.path)
-        else:
-            left.append(orphan.path)
-    return tuple(deleted), tuple(left)
-
-
-def _branch_retention(spark, qualified: str) -> dict[str, dict]:
-    rows = spark.sql(
-        f"SELECT name, snapshot_id, min_snapshots_to_keep, max_snapshot_age_in_ms, max_reference_age_in_ms "
-        f"FROM {qualified}.refs WHERE type = 'BRANCH' AND name <> 'main'"
-    ).collect()
-    return {
-        r["name"]: r.asDict()
-        for r in rows
-        if r["min_snapshots_to_keep"] is not None or r["max_snapshot_age_in_ms"] is not None
-    }
 
 
 def _retention_text(retention: dict) -> str:
@@ -181,15 +144,19 @@ def _retention_text(retention: dict) -> str:
     return "retention lowered for the erasure, then restored; it " + " and ".join(parts)
 
 
-def _manage_snapshots(spark, qualified: str):
-    return iceberg_table(spark, qualified).manageSnapshots()
-
-
 def _lower_branch_retention(spark, qualified: str) -> dict[str, dict]:
     """Give every branch with its own snapshot retention the erasure's (keep only its head) until restored."""
-    retention = _branch_retention(spark, qualified)
+    rows = spark.sql(
+        f"SELECT name, snapshot_id, min_snapshots_to_keep, max_snapshot_age_in_ms, max_reference_age_in_ms "
+        f"FROM {qualified}.refs WHERE type = 'BRANCH' AND name <> 'main'"
+    ).collect()
+    retention = {
+        r["name"]: r.asDict()
+        for r in rows
+        if r["min_snapshots_to_keep"] is not None or r["max_snapshot_age_in_ms"] is not None
+    }
     if retention:
-        manage = _manage_snapshots(spark, qualified)
+        manage = iceberg_table(spark, qualified).manageSnapshots()
         for name in retention:
             manage = manage.setMinSnapshotsToKeep(name, 1).setMaxSnapshotAgeMs(name, 1)
         manage.commit()
@@ -201,7 +168,7 @@ def _restore_branch_retention(spark, qualified: str, retention: dict[str, dict])
     if not retention:
         return
     heads = {r[0]: r[1] for r in spark.sql(f"SELECT name, snapshot_id FROM {qualified}.refs").collect()}
-    manage = _manage_snapshots(spark, qualified)
+    manage = iceberg_table(spark, qualified).manageSnapshots()
     for name, original in retention.items():
         manage = manage.removeBranch(name).createBranch(name, heads[name])
         if original["min_snapshots_to_keep"] is not None:
