@@ -7,101 +7,97 @@ from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import local_frame, spark_schema
 from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
 
+
+def _bookkeeping(namespace: str, name: str, description: str, day_column: str, *columns: Column) -> TableSpec:
+    """A small append-only table, partitioned by the day of `day_column`."""
+    return TableSpec(
+        namespace, name, description, columns, (f"days({day_column})",), properties={TARGET_FILE_SIZE: str(8 * MIB)}
+    )
+
+
 # The audit trail outlives the erasure it records, so it holds no raw customer id: a keyed hash lets an
 # auditor confirm "was customer X erased?" without the table itself being personal data to erase.
-GDPR_ACTIONS = TableSpec(
-    namespace="audit",
-    name="gdpr_actions",
-    description="What each GDPR request did: per table, rows removed, and the proof that nothing is left",
-    columns=(
-        Column("request_id", "string", "Reference of the erasure request", required=True),
-        Column("subject_hash", "string", "HMAC-SHA256 of the customer id under the audit key", required=True),
-        Column("action", "string", "GDPR_DELETE, GDPR_EXPIRE or GDPR_VERIFY", required=True),
-        Column("table_name", "string", "Table or raw-zone location acted on"),
-        Column("rows_removed", "bigint", "Rows (or raw records) removed"),
-        Column("outcome", "string", "DONE, NOT_FOUND, VERIFIED or FAILED", required=True),
-        Column("detail", "string", "Human-readable detail"),
-        Column("executed_at", "timestamp", "When the action ran", required=True),
-        Column("run_id", "string", "Dagster run that did it"),
-    ),
-    partition_by=("days(executed_at)",),
-    properties={TARGET_FILE_SIZE: str(8 * MIB)},
+GDPR_ACTIONS = _bookkeeping(
+    "audit",
+    "gdpr_actions",
+    "What each GDPR request did: per table, rows removed, and the proof that nothing is left",
+    "executed_at",
+    Column("request_id", "string", "Reference of the erasure request", required=True),
+    Column("subject_hash", "string", "HMAC-SHA256 of the customer id under the audit key", required=True),
+    Column("action", "string", "GDPR_DELETE, GDPR_EXPIRE or GDPR_VERIFY", required=True),
+    Column("table_name", "string", "Table or raw-zone location acted on"),
+    Column("rows_removed", "bigint", "Rows (or raw records) removed"),
+    Column("outcome", "string", "DONE, NOT_FOUND, VERIFIED or FAILED", required=True),
+    Column("detail", "string", "Human-readable detail"),
+    Column("executed_at", "timestamp", "When the action ran", required=True),
+    Column("run_id", "string", "Dagster run that did it"),
 )
 
-DATA_QUALITY_METRICS = TableSpec(
-    namespace="monitoring",
-    name="data_quality_metrics",
-    description="Every data-quality figure measured, so trends can be queried",
-    columns=(
-        Column("table_name", "string", "Table measured", required=True),
-        Column("partition_key", "string", "Partition measured, if any"),
-        Column("metric", "string", "Metric name", required=True),
-        Column("value", "double", "Measured value"),
-        Column("passed", "boolean", "Whether the check that produced it passed"),
-        Column("measured_at", "timestamp", "When it was measured", required=True),
-        Column("run_id", "string", "Dagster run that measured it"),
-    ),
-    partition_by=("days(measured_at)",),
-    properties={TARGET_FILE_SIZE: str(8 * MIB)},
+DATA_QUALITY_METRICS = _bookkeeping(
+    "monitoring",
+    "data_quality_metrics",
+    "Every data-quality figure measured, so trends can be queried",
+    "measured_at",
+    Column("table_name", "string", "Table measured", required=True),
+    Column("partition_key", "string", "Partition measured, if any"),
+    Column("metric", "string", "Metric name", required=True),
+    Column("value", "double", "Measured value"),
+    Column("passed", "boolean", "Whether the check that produced it passed"),
+    Column("measured_at", "timestamp", "When it was measured", required=True),
+    Column("run_id", "string", "Dagster run that measured it"),
 )
 
-TABLE_CHANGES = TableSpec(
-    namespace="audit",
-    name="table_changes",
-    description="Operations that changed a table outside the pipeline (rollbacks), with who asked and why",
-    columns=(
-        Column("table_name", "string", "Table changed", required=True),
-        Column("action", "string", "ROLLBACK or ABANDON_BATCH (a raw batch closed without loading)", required=True),
-        Column("from_snapshot_id", "string", "Snapshot current before"),
-        Column("to_snapshot_id", "string", "Snapshot current after", required=True),
-        Column("reason", "string", "Why, as given by the person who asked", required=True),
-        Column("run_id", "string", "Dagster run that did it"),
-        Column("executed_at", "timestamp", "When", required=True),
-    ),
-    partition_by=("days(executed_at)",),
-    properties={TARGET_FILE_SIZE: str(8 * MIB)},
+TABLE_CHANGES = _bookkeeping(
+    "audit",
+    "table_changes",
+    "Operations that changed a table outside the pipeline (rollbacks), with who asked and why",
+    "executed_at",
+    Column("table_name", "string", "Table changed", required=True),
+    Column("action", "string", "ROLLBACK or ABANDON_BATCH (a raw batch closed without loading)", required=True),
+    Column("from_snapshot_id", "string", "Snapshot current before"),
+    Column("to_snapshot_id", "string", "Snapshot current after", required=True),
+    Column("reason", "string", "Why, as given by the person who asked", required=True),
+    Column("run_id", "string", "Dagster run that did it"),
+    Column("executed_at", "timestamp", "When", required=True),
 )
 
-TABLE_MAINTENANCE_LOG = TableSpec(
-    namespace="monitoring",
-    name="table_maintenance_log",
-    description="Each maintenance of a table (compaction, manifests, snapshot expiry, orphan files): health before "
+TABLE_MAINTENANCE_LOG = _bookkeeping(
+    "monitoring",
+    "table_maintenance_log",
+    "Each maintenance of a table (compaction, manifests, snapshot expiry, orphan files): health before "
     "and after, and what each step removed",
-    columns=(
-        Column("table_name", "string", "Table maintained", required=True),
-        Column("run_id", "string", "Dagster run that did it"),
-        Column("started_at", "timestamp", "When maintenance of this table began", required=True),
-        Column("finished_at", "timestamp", "When it ended", required=True),
-        Column("status_before", "string", "Health before: OK, WARN or ERROR", required=True),
-        Column("status_after", "string", "Health after: OK, WARN or ERROR", required=True),
-        Column("reasons_before", "string", "Thresholds passed before, if any"),
-        Column("data_files_before", "bigint", "Live data files before"),
-        Column("data_files_after", "bigint", "Live data files after"),
-        Column("small_files_before", "bigint", "Data files under 75% of the target size, before"),
-        Column("small_files_after", "bigint", "Data files under 75% of the target size, after"),
-        Column("delete_files_before", "bigint", "Live delete files before"),
-        Column("delete_files_after", "bigint", "Live delete files after"),
-        Column("snapshots_before", "bigint", "Snapshots kept in metadata before"),
-        Column("snapshots_after", "bigint", "Snapshots kept in metadata after"),
-        Column("manifests_before", "bigint", "Manifests of the current snapshot before"),
-        Column("manifests_after", "bigint", "Manifests of the current snapshot after"),
-        Column("metadata_bytes_before", "bigint", "Size of the current metadata.json before"),
-        Column("metadata_bytes_after", "bigint", "Size of the current metadata.json after"),
-        Column("data_bytes_before", "bigint", "Bytes of live data files before"),
-        Column("data_bytes_after", "bigint", "Bytes of live data files after"),
-        Column("rewritten_data_files", "bigint", "Data files compaction replaced"),
-        Column("added_data_files", "bigint", "Data files compaction wrote"),
-        Column("removed_delete_files", "bigint", "Delete files compaction applied and removed"),
-        Column("rewritten_manifests", "bigint", "Manifests rewrite_manifests replaced"),
-        Column("added_manifests", "bigint", "Manifests rewrite_manifests wrote"),
-        Column("expired_snapshots", "bigint", "Snapshots expire_snapshots removed"),
-        Column("expired_files", "bigint", "Files expiry deleted (data, delete, manifest and manifest-list files)"),
-        Column("orphan_files_removed", "bigint", "Files no snapshot referenced, older than the orphan age, deleted"),
-        Column("seconds", "double", "How long maintenance of this table took"),
-        Column("audit_branches_dropped", "string", "Write-audit-publish branches older than the grace period, dropped"),
-    ),
-    partition_by=("days(started_at)",),
-    properties={TARGET_FILE_SIZE: str(8 * MIB)},
+    "started_at",
+    Column("table_name", "string", "Table maintained", required=True),
+    Column("run_id", "string", "Dagster run that did it"),
+    Column("started_at", "timestamp", "When maintenance of this table began", required=True),
+    Column("finished_at", "timestamp", "When it ended", required=True),
+    Column("status_before", "string", "Health before: OK, WARN or ERROR", required=True),
+    Column("status_after", "string", "Health after: OK, WARN or ERROR", required=True),
+    Column("reasons_before", "string", "Thresholds passed before, if any"),
+    Column("data_files_before", "bigint", "Live data files before"),
+    Column("data_files_after", "bigint", "Live data files after"),
+    Column("small_files_before", "bigint", "Data files under 75% of the target size, before"),
+    Column("small_files_after", "bigint", "Data files under 75% of the target size, after"),
+    Column("delete_files_before", "bigint", "Live delete files before"),
+    Column("delete_files_after", "bigint", "Live delete files after"),
+    Column("snapshots_before", "bigint", "Snapshots kept in metadata before"),
+    Column("snapshots_after", "bigint", "Snapshots kept in metadata after"),
+    Column("manifests_before", "bigint", "Manifests of the current snapshot before"),
+    Column("manifests_after", "bigint", "Manifests of the current snapshot after"),
+    Column("metadata_bytes_before", "bigint", "Size of the current metadata.json before"),
+    Column("metadata_bytes_after", "bigint", "Size of the current metadata.json after"),
+    Column("data_bytes_before", "bigint", "Bytes of live data files before"),
+    Column("data_bytes_after", "bigint", "Bytes of live data files after"),
+    Column("rewritten_data_files", "bigint", "Data files compaction replaced"),
+    Column("added_data_files", "bigint", "Data files compaction wrote"),
+    Column("removed_delete_files", "bigint", "Delete files compaction applied and removed"),
+    Column("rewritten_manifests", "bigint", "Manifests rewrite_manifests replaced"),
+    Column("added_manifests", "bigint", "Manifests rewrite_manifests wrote"),
+    Column("expired_snapshots", "bigint", "Snapshots expire_snapshots removed"),
+    Column("expired_files", "bigint", "Files expiry deleted (data, delete, manifest and manifest-list files)"),
+    Column("orphan_files_removed", "bigint", "Files no snapshot referenced, older than the orphan age, deleted"),
+    Column("seconds", "double", "How long maintenance of this table took"),
+    Column("audit_branches_dropped", "string", "Write-audit-publish branches older than the grace period, dropped"),
 )
 
 
