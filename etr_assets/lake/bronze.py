@@ -7,14 +7,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+from collections import Counter
 
 from etr_assets.errors import EtrError
-from etr_assets.lake.bookkeeping import record_rows
 from etr_assets.lake.evolve import TableChanges, ensure_table
 from etr_assets.lake.feeds import RawFeed
 from etr_assets.lake.frames import conform
 from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.timetravel import record_change
 from etr_assets.lake.validate import Validated, read_validated
 from etr_assets.lake.writes import CommitInfo, append, current_snapshot_id, replace_days
 from etr_assets.sources.raw_zone import Batch, RawZone
@@ -46,31 +47,13 @@ class LayerResult:
         return sum(self.rows_by_day.values())
 
 
-def _validate(spark, raw: RawZone, feed: RawFeed, batch: Batch) -> Validated:
-    return read_validated(
-        spark,
-        raw.file_uris(batch),
-        feed.api_columns,
-        feed.bronze.checks,
-        day_column=feed.record_day_column,
-        day=batch.day,
-        carry_columns=tuple(c for c in (feed.quarantine.subject_column, feed.key_column) if c),
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class _Dropped:
-    ids: frozenset[int]  # the erased customers the records named (in memory only: to remove their raw lines)
-    records: int
-
-
-def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated, _Dropped]:
-    """`result` without the records of suppressed customers, and what was dropped."""
+def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated, frozenset[int]]:
+    """`result` without the records of suppressed customers, and the ids they named (to remove their raw lines)."""
     from pyspark.sql import functions as F
 
     subject = feed.bronze.subject_column
     if not suppression or not subject:
-        return result, _Dropped(frozenset(), 0)
+        return result, frozenset()
     accepted_hit = suppression.is_suppressed(F.col(subject))
     accepted_ids = result.accepted.where(accepted_hit).groupBy(subject).count().collect()
     refused_keys = suppression.suppressed_keys(feed.quarantine)
@@ -78,7 +61,7 @@ def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated,
     dropped_accepted = sum(r["count"] for r in accepted_ids)
     ids = {r[subject] for r in accepted_ids} | {i for r in refused for i in r["_ids"]}
     if not ids:
-        return result, _Dropped(frozenset(), 0)
+        return result, frozenset()
     kept = dataclasses.replace(
         result,
         accepted=result.accepted.where(~accepted_hit),
@@ -87,78 +70,7 @@ def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated,
         quarantined_count=result.quarantined_count - len(refused),
         suppressed_count=dropped_accepted + len(refused),
     )
-    return kept, _Dropped(frozenset(ids), dropped_accepted + len(refused))
-
-
-def _erase_suppressed_lines(raw: RawZone, feed: RawFeed, chosen: dict, dropped: dict) -> int:
-    """Remove the suppressed customers' lines from the loaded batches' files, as the erasure does."""
-    from etr_assets.sources.raw_erasure import RawFeedSubject, erase_raw_records
-
-    ids = {i for d in dropped.values() for i in d.ids}
-    if not ids:
-        return 0
-    subject = RawFeedSubject(feed.source, feed.endpoint, feed.bronze.subject_column)
-    keys = {chosen[day].key for day, d in dropped.items() if d.ids and day in chosen}
-    return erase_raw_records(raw, ids, (subject,), batch_keys=keys).records_removed
-
-
-def _loaded_rows(spark, qualified: str, day_column: str, days) -> dict[dt.date, int]:
-    """The rows each of `days` holds now (none for a table not created yet)."""
-    from pyspark.sql import functions as F
-
-    if not spark.catalog.tableExists(qualified):
-        return {}
-    in_days = spark.table(qualified).where(F.col(day_column).isin(sorted(days)))
-    return {r[0]: r[1] for r in in_days.groupBy(day_column).count().collect()}
-
-
-def writers_for(spark, rows: int) -> int:
-    """How many tasks write `rows` validated rows: one per ROWS_PER_WRITER, at most one per core."""
-    return max(1, min(spark.sparkContext.defaultParallelism, math.ceil(rows / ROWS_PER_WRITER)))
-
-
-def _write_days(spark, qualified: str, df, day_column: str, days: list[dt.date], loaded: dict, rows: int) -> CommitInfo:
-    """Append when none of the days holds rows yet (a first load: downstream reads just the new rows), else replace
-    them. Written by `writers_for(rows)` tasks without a shuffle: the hash distribution gave a day one task."""
-    df, options = df.coalesce(writers_for(spark, rows)), {"distribution-mode": "none"}
-    if not any(loaded.get(day) for day in days):
-        return append(spark, qualified, df, options)
-    return replace_days(spark, qualified, df, day_column, days, options=options)
-
-
-def _shrinking_days(chosen, checked, loaded: dict, max_day_shrink: float, feed: RawFeed) -> dict[dt.date, str]:
-    """Per day whose reload would shrink it past `max_day_shrink` (from the `loaded` rows), why it is refused."""
-    if max_day_shrink >= 1:
-        return {}
-    refused = {}
-    for day, result in checked.items():
-        held, arriving = loaded.get(day, 0), result.accepted_count
-        if held and arriving < held * (1 - max_day_shrink):
-            refused[day] = (
-                f"raw batch {chosen[day].key}: reloading {day} would shrink {feed.bronze.identifier} from {held} to "
-                f"{arriving} rows ({1 - arriving / held:.0%} fewer; at most {max_day_shrink:.0%} "
-                "allowed); nothing was "
-                f"written and the batch stays pending. If the source really dropped those records, re-run with "
-                f"max_day_shrink 1.0 (run config resources.raw_zone.config.max_day_shrink)"
-            )
-    return refused
-
-
-def _refused_batches(feed, chosen, checked, loaded, max_reject_rate, max_day_shrink) -> dict[dt.date, str]:
-    """Per day whose batch must not be loaded (too many records refused, or a shrink), why."""
-    refused = {
-        day: (
-            f"raw batch {chosen[day].key}: {result.quarantined_count} of {result.received} records refused "
-            f"({result.reject_rate:.1%} > the {max_reject_rate:.1%} allowed); nothing was written and the batch "
-            f"stays pending. First: " + "; ".join(result.first_reasons)
-        )
-        for day, result in checked.items()
-        if result.reject_rate > max_reject_rate
-    }
-    shrinking = _shrinking_days(
-        chosen, {d: r for d, r in checked.items() if d not in refused}, loaded, max_day_shrink, feed
-    )
-    return refused | shrinking
+    return kept, frozenset(ids)
 
 
 def load_bronze_days(
@@ -176,35 +88,62 @@ def load_bronze_days(
     is skipped, so it never blocks the days after it."""
     from pyspark.sql import functions as F
 
+    from etr_assets.lake.erasure.suppression import suppression_list
+
     requested = set(days)
     if finish_pending:
         pending_days = {b.day for b in raw.pending(feed.source, feed.endpoint) if raw.manifest(b) is not None}
         days = sorted(requested | pending_days)
-    chosen: dict[dt.date, Batch] = {}
-    for day in days:
-        batch = raw.latest_sealed(feed.source, feed.endpoint, day)
-        if batch is None:
-            raise BadInputError(
-                f"no downloaded raw batch for {day} under {feed.source}/{feed.endpoint}: "
-                f"materialize the raw asset for that day first"
-            )
-        chosen[day] = batch
-
-    from etr_assets.lake.erasure.suppression import suppression_list
+    chosen: dict[dt.date, Batch] = {day: raw.latest_sealed(feed.source, feed.endpoint, day) for day in days}
+    if missing := [day for day, batch in chosen.items() if batch is None]:
+        raise BadInputError(
+            f"no downloaded raw batch for {missing[0]} under {feed.source}/{feed.endpoint}: "
+            f"materialize the raw asset for that day first"
+        )
 
     suppression = suppression_list(spark, catalog) if feed.bronze.subject_column else None
-    checked = {day: _validate(spark, raw, feed, batch) for day, batch in chosen.items()}
-    dropped: dict[dt.date, _Dropped] = {}
+    carry = tuple(c for c in (feed.quarantine.subject_column, feed.key_column) if c)
+    checked = {
+        day: read_validated(
+            spark,
+            raw.file_uris(batch),
+            feed.api_columns,
+            feed.bronze.checks,
+            day_column=feed.record_day_column,
+            day=batch.day,
+            carry_columns=carry,
+        )
+        for day, batch in chosen.items()
+    }
+    bronze = feed.bronze.qualified(catalog)
+    dropped: dict[dt.date, frozenset[int]] = {}
     skipped: dict[str, str] = {}  # batch key -> why it waits
     try:
+        # What the days hold now: whether a reload shrinks one, and whether the write is a first load (an append).
+        loaded = {}
+        if spark.catalog.tableExists(bronze):
+            in_days = spark.table(bronze).where(F.col(feed.day_column).isin(sorted(chosen)))
+            loaded = {r[0]: r[1] for r in in_days.groupBy(feed.day_column).count().collect()}
+        refused: dict[dt.date, str] = {}  # days whose batch must not be loaded: too many records refused, or a shrink
         for day in list(checked):
             checked[day], dropped[day] = _suppress(checked[day], feed, suppression)
-        # What the days hold now: whether a reload shrinks one, and whether the write is a first load (an append).
-        loaded = _loaded_rows(spark, feed.bronze.qualified(catalog), feed.day_column, chosen)
-        refused = _refused_batches(feed, chosen, checked, loaded, max_reject_rate, max_day_shrink)
-        for day in sorted(refused):
-            if day in requested:
-                raise BadInputError(refused[day])
+            result, held, key = checked[day], loaded.get(day, 0), chosen[day].key
+            arriving = result.accepted_count
+            if result.reject_rate > max_reject_rate:
+                refused[day] = (
+                    f"raw batch {key}: {result.quarantined_count} of {result.received} records refused "
+                    f"({result.reject_rate:.1%} > the {max_reject_rate:.1%} allowed); nothing was written and the "
+                    f"batch stays pending. First: " + "; ".join(result.first_reasons)
+                )
+            elif max_day_shrink < 1 and held and arriving < held * (1 - max_day_shrink):
+                refused[day] = (
+                    f"raw batch {key}: reloading {day} would shrink {feed.bronze.identifier} from {held} to "
+                    f"{arriving} rows ({1 - arriving / held:.0%} fewer; at most {max_day_shrink:.0%} allowed); "
+                    f"nothing was written and the batch stays pending. If the source really dropped those records, "
+                    f"re-run with max_day_shrink 1.0 (run config resources.raw_zone.config.max_day_shrink)"
+                )
+        if blocking := sorted(day for day in refused if day in requested):
+            raise BadInputError(refused[blocking[0]])
         for day in refused:  # an earlier batch still refused: it waits, the requested days go ahead
             skipped[chosen[day].key] = refused[day]
             checked.pop(day).release()
@@ -212,59 +151,56 @@ def load_bronze_days(
             days = [d for d in days if d != day]
         accepted = quarantined = None
         for day, result in checked.items():
-            batch_columns = {"_batch_id": F.lit(chosen[day].batch_id), "_ingested_at": F.current_timestamp()}
+            batch_id, now = F.lit(chosen[day].batch_id), F.current_timestamp()
+            batch_columns = {"_batch_id": batch_id, "_ingested_at": now}
             if feed.day_column not in {c.name for c in feed.api_columns}:
                 batch_columns[feed.day_column] = F.lit(day)
             rows = result.accepted.withColumns(batch_columns)
             bad = result.quarantined.withColumns(
-                {
-                    "_batch_id": F.lit(chosen[day].batch_id),
-                    "_batch_day": F.lit(day),
-                    "quarantined_at": F.current_timestamp(),
-                }
+                {"_batch_id": batch_id, "_batch_day": F.lit(day), "quarantined_at": now}
             )
             if feed.key_column:
                 key = F.col(feed.key_column)
-                held = F.concat(
-                    F.lit(f"; {feed.key_column} "),
-                    key.cast("string"),
-                    F.lit(" is in the snapshot: its history stays as it was"),
-                )
-                bad = bad.withColumn(
-                    "reason", F.when(key.isNotNull(), F.concat("reason", held)).otherwise(F.col("reason"))
-                )
+                note = F.lit(" is in the snapshot: its history stays as it was")
+                held = F.concat(F.col("reason"), F.lit(f"; {feed.key_column} "), key.cast("string"), note)
+                bad = bad.withColumn("reason", F.when(key.isNotNull(), held).otherwise(F.col("reason")))
             accepted = rows if accepted is None else accepted.unionByName(rows)
             quarantined = bad if quarantined is None else quarantined.unionByName(bad)
 
         changes = ensure_table(spark, catalog, feed.bronze)
         ensure_table(spark, catalog, feed.quarantine)
-        commit = _write_days(
-            spark,
-            feed.bronze.qualified(catalog),
-            conform(accepted, feed.bronze),
-            feed.day_column,
-            days,
-            loaded,
-            sum(result.accepted_count for result in checked.values()),
-        )
-        replace_days(
-            spark, feed.quarantine.qualified(catalog), conform(quarantined, feed.quarantine), "_batch_day", days
-        )
+        # Written by a task per ROWS_PER_WRITER rows (at most one per core) without a shuffle: the hash distribution
+        # gave a day one task. Appended when none of the days holds rows yet (a first load: downstream reads just
+        # the new rows), else the days are replaced.
+        writers = math.ceil(sum(r.accepted_count for r in checked.values()) / ROWS_PER_WRITER)
+        df = conform(accepted, feed.bronze).coalesce(max(1, min(spark.sparkContext.defaultParallelism, writers)))
+        options = {"distribution-mode": "none"}
+        if any(loaded.get(day) for day in days):
+            commit = replace_days(spark, bronze, df, feed.day_column, days, options=options)
+        else:
+            commit = append(spark, bronze, df, options)
+        quarantined = conform(quarantined, feed.quarantine)
+        replace_days(spark, feed.quarantine.qualified(catalog), quarantined, "_batch_day", days)
     finally:
         for result in checked.values():
             result.release()
 
-    raw_lines_removed = _erase_suppressed_lines(raw, feed, chosen, dropped)
-    for batch in chosen.values():
-        raw.settle(batch, {"snapshot_id": str(commit.snapshot_id), "table": feed.bronze.qualified(catalog)})
+    raw_lines_removed = 0
+    if ids := {i for d in dropped.values() for i in d}:  # removed from the loaded batches' files, as erasure does
+        from etr_assets.sources.raw_erasure import RawFeedSubject, erase_raw_records
 
-    unknown: dict[str, int] = {}
-    for result in checked.values():
-        for field, count in result.unknown_fields.items():
-            unknown[field] = unknown.get(field, 0) + count
+        subject = RawFeedSubject(feed.source, feed.endpoint, feed.bronze.subject_column)
+        keys = {chosen[day].key for day, d in dropped.items() if d and day in chosen}
+        raw_lines_removed = erase_raw_records(raw, ids, (subject,), batch_keys=keys).records_removed
+    for batch in chosen.values():
+        raw.settle(batch, {"snapshot_id": str(commit.snapshot_id), "table": bronze})
+
+    unknown = sum((Counter(r.unknown_fields) for r in checked.values()), Counter())
     received = sum(r.received for r in checked.values())
     quarantined_count = sum(r.quarantined_count for r in checked.values())
     suppressed_count = sum(r.suppressed_count for r in checked.values())
+    reject_rate = round(quarantined_count / received, 6) if received else 0.0
+    first_reasons = "; ".join(r for result in checked.values() for r in result.first_reasons[:2])
     warnings = []
     if unknown:
         warnings.append(
@@ -274,7 +210,7 @@ def load_bronze_days(
     if quarantined_count:
         warnings.append(
             f"{feed.endpoint}: {quarantined_count} record(s) quarantined in {feed.quarantine.identifier}; first: "
-            + "; ".join(r for result in checked.values() for r in result.first_reasons[:2])
+            + first_reasons
         )
     if suppressed_count:
         warnings.append(
@@ -282,16 +218,15 @@ def load_bronze_days(
             f"not stored, and {raw_lines_removed} raw line(s) removed"
         )
     warnings += [f"skipped, still pending: {message}" for message in skipped.values()]
-    rate_by_day = {d.isoformat(): round(r.reject_rate, 6) for d, r in checked.items()}
     quarantine = CheckOutcome(
         "quarantine_rate",
         "no received record is refused into quarantine",
         quarantined_count == 0,
         quarantined_count,
-        "; ".join(r for result in checked.values() for r in result.first_reasons[:2])[:400],
+        first_reasons[:400],
         severity=Severity.WARN,
-        by_day=rate_by_day,
-        figures={"reject_rate": round(quarantined_count / received, 6) if received else 0.0},
+        by_day={d.isoformat(): round(r.reject_rate, 6) for d, r in checked.items()},
+        figures={"reject_rate": reject_rate},
     )
     return LayerResult(
         commit,
@@ -303,7 +238,7 @@ def load_bronze_days(
             "records_quarantined": quarantined_count,
             "records_suppressed": suppressed_count,
             "raw_lines_suppressed": raw_lines_removed,
-            "reject_rate": round(quarantined_count / received, 6) if received else 0.0,
+            "reject_rate": reject_rate,
             "unknown_fields": ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items())) or "none",
             "batches": ", ".join(b.batch_id for b in chosen.values()),
             "finished_pending_days": ", ".join(d.isoformat() for d in chosen if d not in requested) or "none",
@@ -330,14 +265,5 @@ def abandon_batch(
     raw.abandon(batch, reason, {"run_id": run_id})
     bronze = feed.bronze.qualified(catalog)
     snapshot = current_snapshot_id(spark, bronze) if spark.catalog.tableExists(bronze) else None
-    record = {
-        "table_name": bronze,
-        "action": "ABANDON_BATCH",
-        "from_snapshot_id": None,
-        "to_snapshot_id": str(snapshot) if snapshot is not None else "none",
-        "reason": f"raw batch {batch.key} abandoned: {reason}",
-        "run_id": run_id,
-        "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
-    }
-    record_rows(spark, catalog, audit, [record])
-    return record
+    why, after = f"raw batch {batch.key} abandoned: {reason}", "none" if snapshot is None else str(snapshot)
+    return record_change(spark, catalog, audit, bronze, "ABANDON_BATCH", None, after, why, run_id)

@@ -18,25 +18,9 @@ class NotAnAncestor(EtrError, ValueError):
     """A rollback target that is not in the current snapshot's history; the message names both snapshots."""
 
 
-def ancestors_of_current(spark, qualified: str) -> list[int]:
-    """The current snapshot and its ancestors, newest first (what `rollback_to_snapshot` accepts)."""
-    parents = {r[0]: r[1] for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {qualified}.snapshots").collect()}
-    chain, snapshot = [], current_snapshot_id(spark, qualified)
-    while snapshot is not None and snapshot not in chain:
-        chain.append(snapshot)
-        snapshot = parents.get(snapshot)
-    return chain
-
-
 def _naive_utc(when: dt.datetime) -> dt.datetime:
     """Spark's session clock is UTC without a zone: compare like with like."""
     return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo else when
-
-
-def _millis(when: dt.datetime) -> int:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
 
 
 def snapshot_as_of(spark, qualified: str, when: dt.datetime) -> int:
@@ -59,14 +43,11 @@ def read_as_of(spark, qualified: str, *, snapshot_id: int | None = None, when: d
     """The table as of a snapshot id or a point in time (exactly one of them)."""
     if (snapshot_id is None) == (when is None):
         raise ValueError("give exactly one of snapshot_id or when")
-    reader = spark.read.format("iceberg")
-    if snapshot_id is not None:
-        known = {r[0] for r in spark.sql(f"SELECT snapshot_id FROM {qualified}.snapshots").collect()}
-        if snapshot_id not in known:
-            raise NoSuchSnapshot(f"table {qualified} has no snapshot {snapshot_id} (it may have expired)")
-        return reader.option("snapshot-id", snapshot_id).load(qualified)
-    snapshot_as_of(spark, qualified, when)  # a clear error instead of Iceberg's when nothing existed yet
-    return reader.option("as-of-timestamp", _millis(when)).load(qualified)
+    if when is not None:
+        snapshot_id = snapshot_as_of(spark, qualified, when)  # a clear error, where Iceberg's is not
+    elif snapshot_id not in {r[0] for r in spark.sql(f"SELECT snapshot_id FROM {qualified}.snapshots").collect()}:
+        raise NoSuchSnapshot(f"table {qualified} has no snapshot {snapshot_id} (it may have expired)")
+    return spark.read.format("iceberg").option("snapshot-id", snapshot_id).load(qualified)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +70,7 @@ def daily_growth(
     spark, qualified: str, now: dt.datetime | None = None, window: dt.timedelta = dt.timedelta(days=1)
 ) -> Growth:
     """Rows now against rows a day earlier, through time travel (requirement R1's validate_data_quality)."""
-    now = now or dt.datetime.now(dt.UTC)
-    since = now - window
+    since = (now or dt.datetime.now(dt.UTC)) - window
     rows_now = spark.table(qualified).count()
     try:
         rows_before = read_as_of(spark, qualified, when=since).count()
@@ -105,7 +85,13 @@ def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str,
         raise ValueError(f"rolling back {qualified} needs a reason")
     read_as_of(spark, qualified, snapshot_id=snapshot_id)  # validates the id
     before = current_snapshot_id(spark, qualified)
-    if snapshot_id not in ancestors_of_current(spark, qualified):
+    # the current snapshot and its ancestors (what `rollback_to_snapshot` accepts)
+    parents = {r[0]: r[1] for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {qualified}.snapshots").collect()}
+    ancestors, snapshot = [], before
+    while snapshot is not None and snapshot not in ancestors:
+        ancestors.append(snapshot)
+        snapshot = parents.get(snapshot)
+    if snapshot_id not in ancestors:
         raise NotAnAncestor(
             f"cannot roll {qualified} back to snapshot {snapshot_id}: it is not an ancestor of the current snapshot "
             f"{before} (it belongs to another branch or to history a rollback left behind); pick one of "
@@ -113,14 +99,20 @@ def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str,
         )
     identifier = qualified.split(".", 1)[1]
     spark.sql(f"CALL {catalog}.system.rollback_to_snapshot(table => '{identifier}', snapshot_id => {int(snapshot_id)})")
+    before = None if before is None else str(before)
+    return record_change(spark, catalog, TABLE_CHANGES, qualified, "ROLLBACK", before, str(snapshot_id), reason, run_id)
+
+
+def record_change(spark, catalog: str, audit, table: str, action: str, before, after, reason: str, run_id: str) -> dict:
+    """Who made which snapshot of `table` current, and why, as a row of `audit` (audit.table_changes)."""
     record = {
-        "table_name": qualified,
-        "action": "ROLLBACK",
-        "from_snapshot_id": str(before) if before is not None else None,
-        "to_snapshot_id": str(snapshot_id),
+        "table_name": table,
+        "action": action,
+        "from_snapshot_id": before,
+        "to_snapshot_id": after,
         "reason": reason,
         "run_id": run_id,
         "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
     }
-    record_rows(spark, catalog, TABLE_CHANGES, [record])
+    record_rows(spark, catalog, audit, [record])
     return record
