@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import statistics
+from collections import Counter
 from enum import StrEnum
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, record_rows
@@ -49,26 +50,14 @@ class CheckOutcome:
     def day_verdicts(self) -> dict[str, bool]:
         """Passed or not, per day of `by_day`. A check that failed without any day to blame (a key repeated on
         days outside the run's) fails on every day, so no day reads as passed while the check failed."""
-        if self.days_failed is not None:
-            verdicts = {day: day not in self.days_failed for day in self.by_day}
-        else:
-            verdicts = {day: value == 0 for day, value in self.by_day.items()}
-        if not self.passed and all(verdicts.values()):
-            return dict.fromkeys(verdicts, False)
-        return verdicts
+        failed = self.days_failed
+        verdicts = {day: day not in failed if failed is not None else value == 0 for day, value in self.by_day.items()}
+        return dict.fromkeys(verdicts, False) if not self.passed and all(verdicts.values()) else verdicts
 
 
 def record_metrics(spark, catalog: str, metrics: list[Metric], run_id: str = "") -> None:
-    measured_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    rows = [
-        {
-            **dataclasses.asdict(m),
-            "value": None if m.value is None else float(m.value),
-            "measured_at": measured_at,
-            "run_id": run_id,
-        }
-        for m in metrics
-    ]
+    extra = {"measured_at": dt.datetime.now(dt.UTC).replace(tzinfo=None), "run_id": run_id}
+    rows = [{**dataclasses.asdict(m), "value": None if m.value is None else float(m.value), **extra} for m in metrics]
     record_rows(spark, catalog, DATA_QUALITY_METRICS, rows)
 
 
@@ -91,9 +80,10 @@ def _every_day(found: dict[dt.date | None, int], days: list[dt.date]) -> dict[st
 
 
 def _per_day(df, day_column: str | None, days: list[dt.date]) -> dict[str, float]:
+    """Rows of `df` (None: no rows) on each of `days`; none without a day column."""
     if day_column is None:
         return {}
-    return _every_day(dict(df.groupBy(day_column).count().collect()), days)
+    return _every_day(dict(df.groupBy(day_column).count().collect()) if df is not None else {}, days)
 
 
 def split_by_record_rules(df, spec: TableSpec):
@@ -118,20 +108,10 @@ def record_quarantine_outcome(quarantine_df, day_column: str, days: list[dt.date
     rows = quarantine_df.where(F.col(day_column).isin(sorted(days)))
     by_day = _per_day(rows, day_column, days)
     count = int(sum(by_day.values()))
-    reasons = (
-        [f"{r['reason']} ({r['count']})" for r in rows.groupBy("reason").count().orderBy("reason").collect()]
-        if count
-        else []
-    )
-    return CheckOutcome(
-        "records_quarantined",
-        f"no row of the day breaks a per-record expectation (broken rows wait in {table})",
-        count == 0,
-        count,
-        "; ".join(reasons)[:400],
-        severity=Severity.WARN,
-        by_day=by_day,
-    )
+    reasons = rows.groupBy("reason").count().orderBy("reason").collect() if count else []
+    description = f"no row of the day breaks a per-record expectation (broken rows wait in {table})"
+    examples = "; ".join(f"{r['reason']} ({r['count']})" for r in reasons)[:400]
+    return CheckOutcome("records_quarantined", description, count == 0, count, examples, Severity.WARN, by_day)
 
 
 def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[CheckOutcome]:
@@ -168,13 +148,10 @@ def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome
     from pyspark.sql import functions as F
 
     key, day_column = spec.unique_key, spec.day_column
-    scope = df
-    in_days = df.where(F.col(day_column).isin(sorted(days))) if day_column else df
+    scope = in_days = df.where(F.col(day_column).isin(sorted(days))) if day_column else df
     if day_column:
         least, greatest = in_days.agg(F.min(key), F.max(key)).first()
-        if least is None:
-            scope = in_days
-        else:
+        if least is not None:
             near = df.where(F.col(key).between(F.lit(least), F.lit(greatest)))
             scope = near.join(in_days.select(key), key, "left_semi")
     repeated = scope.groupBy(key).count().where("count > 1")
@@ -186,9 +163,7 @@ def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome
         count = repeated.count()
         sample = ", ".join(str(r[key]) for r in repeated.limit(5).collect())
         repeated_rows = in_days.join(repeated.select(key), key, "left_semi")
-    by_day = {}
-    if day_column:
-        by_day = _per_day(repeated_rows, day_column, days) if repeated_rows is not None else _every_day({}, days)
+    by_day = _per_day(repeated_rows, day_column, days)
     return CheckOutcome(f"{key}_is_unique", f"{key} is unique", count == 0, count, sample, by_day=by_day)
 
 
@@ -217,7 +192,10 @@ def reference_outcome(
             looked_up = referenced_df.where(F.col(reference.key).isin(sorted(keys))) if keys else None
             found = {r[0] for r in known(looked_up).collect()} if looked_up is not None else set()
             unknown_rows = [r for r in left if r[0] not in found]
-            by_day = _every_day(_sum_by(unknown_rows), days) if day_column else {}
+            per_day: Counter = Counter()
+            for r in unknown_rows:
+                per_day[r[1]] += r["count"]
+            by_day = _every_day(per_day, days) if day_column else {}
             count = sum(r["count"] for r in unknown_rows)
             values = [str(v) for v in sorted({r[0] for r in unknown_rows})[:5]]
             return _reference_result(reference, count, values, by_day)
@@ -228,24 +206,9 @@ def reference_outcome(
     return _reference_result(reference, count, values, by_day)
 
 
-def _sum_by(rows) -> dict:
-    """Rows of (key, day, count): the counts summed per day."""
-    found: dict = {}
-    for r in rows:
-        found[r[1]] = found.get(r[1], 0) + r["count"]
-    return found
-
-
 def _reference_result(reference: Reference, count: int, values: list[str], by_day: dict[str, float]) -> CheckOutcome:
-    return CheckOutcome(
-        reference.name,
-        f"every {reference.column} is a {reference.key} of {reference.table}",
-        count == 0,
-        count,
-        ", ".join(values),
-        severity=Severity.WARN,
-        by_day=by_day,
-    )
+    description = f"every {reference.column} is a {reference.key} of {reference.table}"
+    return CheckOutcome(reference.name, description, count == 0, count, ", ".join(values), Severity.WARN, by_day)
 
 
 def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
@@ -253,19 +216,14 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
     from pyspark.sql import functions as F
 
     rules, day_column = spec.quality, spec.day_column
-    first = min(days) - dt.timedelta(days=rules.row_count_window_days)
-    counts = {
-        r[0]: r[1]
-        for r in df.where((F.col(day_column) >= first) & (F.col(day_column) <= max(days)))
-        .groupBy(day_column)
-        .count()
-        .collect()
-    }
+    window = rules.row_count_window_days
+    first = min(days) - dt.timedelta(days=window)
+    counts = dict(df.where(F.col(day_column).between(first, max(days))).groupBy(day_column).count().collect())
     by_day, anomalies, notes, days_failed = {}, [], [], []
     for day in sorted(days):
         rows = counts.get(day, 0)
         by_day[day.isoformat()] = float(rows)
-        history = [n for d, n in counts.items() if day - dt.timedelta(days=rules.row_count_window_days) <= d < day]
+        history = [n for d, n in counts.items() if day - dt.timedelta(days=window) <= d < day]
         if len(history) < rules.row_count_min_history_days:
             notes.append(f"{day}: {len(history)} earlier day(s), no verdict")
             continue
@@ -275,8 +233,7 @@ def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
             days_failed.append(day.isoformat())
     return CheckOutcome(
         "row_count_anomaly",
-        f"each day's rows within {rules.row_count_tolerance:.0%} of the median of the "
-        f"{rules.row_count_window_days} days before",
+        f"each day's rows within {rules.row_count_tolerance:.0%} of the median of the {window} days before",
         not anomalies,
         len(anomalies),
         "; ".join(anomalies or notes)[:400],
@@ -296,19 +253,12 @@ def newest_commit_at(settings, spec: TableSpec) -> dt.datetime | None:
 def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.datetime | None = None) -> CheckOutcome:
     """Hours since the table's newest commit against the spec's limit (WARN); a table never written fails."""
     limit = spec.quality.freshness_hours
-    now = now or dt.datetime.now(dt.UTC)
-    age = None if last_commit is None else (now - last_commit).total_seconds() / 3600
+    age = None if last_commit is None else ((now or dt.datetime.now(dt.UTC)) - last_commit).total_seconds() / 3600
     passed = age is not None and (limit is None or age <= limit)
     detail = "the table has no commit" if age is None else f"newest commit {age:.1f} h ago (limit {limit:g} h)"
-    return CheckOutcome(
-        "freshness",
-        f"the newest commit is at most {limit:g} hours old",
-        passed,
-        0 if passed else 1,
-        detail,
-        severity=Severity.WARN,
-        figures={"hours_since_last_commit": round(age, 3) if age is not None else -1.0},
-    )
+    figures = {"hours_since_last_commit": round(age, 3) if age is not None else -1.0}
+    description = f"the newest commit is at most {limit:g} hours old"
+    return CheckOutcome("freshness", description, passed, int(not passed), detail, Severity.WARN, figures=figures)
 
 
 def post_write_outcomes(
@@ -326,16 +276,8 @@ def post_write_outcomes(
             most_keys = CURRENT_VERSIONS if "_valid_to" in target.columns else None  # an SCD2 history
             outcomes.append(reference_outcome(table, spec, reference, target, days, most_keys))
         else:
-            outcomes.append(
-                CheckOutcome(
-                    reference.name,
-                    f"{reference.table} exists",
-                    False,
-                    0,
-                    f"{reference.table} was never written: nothing to check against",
-                    Severity.WARN,
-                )
-            )
+            missing = f"{reference.table} was never written: nothing to check against"
+            outcomes.append(CheckOutcome(reference.name, f"{reference.table} exists", False, 0, missing, Severity.WARN))
     if spec.day_column:
         outcomes.append(row_count_outcome(table, spec, days))
     return outcomes

@@ -64,32 +64,19 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
         text = F.col(f"_text_{c.name}")
         if c.required:
             rules.append(F.when(text.isNull(), F.lit(f"missing required field {c.name}")))
-        rules.append(
-            F.when(
-                text.isNotNull() & F.col(c.name).isNull(),
-                F.concat(
-                    F.lit(f"a value of the wrong type: {c.name} expects {c.type}, got "), F.substring(text, 1, 60)
-                ),
-            )
-        )
+        got = F.concat(F.lit(f"a value of the wrong type: {c.name} expects {c.type}, got "), F.substring(text, 1, 60))
+        rules.append(F.when(text.isNotNull() & F.col(c.name).isNull(), got))
     for check in checks:
-        rules.append(
-            F.when(~F.coalesce(F.expr(check.predicate), F.lit(True)), F.lit(f"out of range: {check.description}"))
-        )
+        broken = ~F.coalesce(F.expr(check.predicate), F.lit(True))
+        rules.append(F.when(broken, F.lit(f"out of range: {check.description}")))
     if day_column and day:
-        rules.append(
-            F.when(
-                F.col(day_column) != F.lit(day),
-                F.concat(
-                    F.lit(f"{day_column} "), F.col(day_column).cast("string"), F.lit(f" is not the batch day {day}")
-                ),
-            )
-        )
+        found = F.col(day_column)
+        other_day = F.concat(F.lit(f"{day_column} "), found.cast("string"), F.lit(f" is not the batch day {day}"))
+        rules.append(F.when(found != F.lit(day), other_day))
     return F.coalesce(*rules)
 
 
 PARALLEL_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
-CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 
 
 @contextlib.contextmanager
@@ -101,30 +88,6 @@ def _session_conf(spark, key: str, value: str):
         yield
     finally:
         spark.conf.set(key, previous)
-
-
-@contextlib.contextmanager
-def _listed_by_the_driver(spark, files: list[str]):
-    """Local files listed by the driver: Spark lists more than 32 paths with a job of a task per path."""
-    if any("://" in path and not path.startswith("file:") for path in files):
-        yield
-        return
-    with _session_conf(spark, PARALLEL_LISTING_THRESHOLD, str(len(files) + 1)):
-        yield
-
-
-def _numbered_lines(spark, files: list[str]):
-    """Each line of `files` with its file and number, read a file at a time so numbering needs no shuffle. Lines
-    end as Hadoop's text reader ends them: at \\n, \\r\\n or \\r."""
-    from pyspark.sql import functions as F
-
-    with _listed_by_the_driver(spark, files):
-        whole = spark.read.text(files, wholetext=True).select(F.input_file_name().alias("source_file"), "value")
-    # Java splits at one plain character without a regex, much cheaper than the alternation
-    text = F.col("value")
-    lines = F.when(text.contains("\r"), F.split(text, "\\r\\n|\\r|\\n")).otherwise(F.split(text, "\n"))
-    split = whole.select("source_file", F.posexplode(lines).alias("_index", "raw_text"))
-    return split.select("raw_text", "source_file", (F.col("_index") + 1).cast("bigint").alias("line_number"))
 
 
 def read_validated(
@@ -143,63 +106,56 @@ def read_validated(
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if files:
-        lines = _numbered_lines(spark, files)
-    else:
+    if not files:
         lines = local_frame(spark, [], "raw_text string, source_file string, line_number bigint")
+    else:  # read a file at a time, so numbering needs no shuffle; lines end as Hadoop's do, at \n, \r\n or \r
+        # Local files listed by the driver: Spark lists more than 32 paths with a job of a task per path.
+        local = not any("://" in path and not path.startswith("file:") for path in files)
+        driver_lists = _session_conf(spark, PARALLEL_LISTING_THRESHOLD, str(len(files) + 1))
+        with driver_lists if local else contextlib.nullcontext():
+            whole = spark.read.text(files, wholetext=True).select(F.input_file_name().alias("source_file"), "value")
+        # Java splits at one plain character without a regex, much cheaper than the alternation
+        text = F.col("value")
+        ends = F.when(text.contains("\r"), F.split(text, "\\r\\n|\\r|\\n")).otherwise(F.split(text, "\n"))
+        split = whole.select("source_file", F.posexplode(ends).alias("_index", "raw_text"))
+        lines = split.select("raw_text", "source_file", (F.col("_index") + 1).cast("bigint").alias("line_number"))
+    line = ("raw_text", "source_file", "line_number")
+    names = [c.name for c in columns]
     # One parse into a map of each key's text; a line the map cannot take as json_object_keys would (not strict JSON,
     # a key given twice: a map finds the first value, a JSON reader the last) is read by keys, then fields.
     whole_map = F.from_json("raw_text", T.MapType(T.StringType(), T.StringType()), STRICT_JSON)
-    parsed = lines.where(F.trim("raw_text") != "").select(
-        "raw_text", "source_file", "line_number", whole_map.alias("_map")
-    )
+    parsed = lines.where(F.trim("raw_text") != "").select(*line, whole_map.alias("_map"))
     map_keys = F.map_keys("_map")
     once = F.col("_map").isNotNull() & (F.size(F.array_distinct(map_keys)) == F.size(map_keys))
-    parsed = parsed.select("raw_text", "source_file", "line_number", "_map", once.alias("_once"))
-    text_schema = T.StructType([T.StructField(c.name, T.StringType(), True) for c in columns])
+    parsed = parsed.select(*line, "_map", once.alias("_once"))
+    text_schema = T.StructType([T.StructField(name, T.StringType(), True) for name in names])
     reparsed = parsed.select(
-        "raw_text",
-        "source_file",
-        "line_number",
+        *line,
         "_map",
         "_once",
         F.when(F.col("_once"), map_keys).otherwise(F.json_object_keys("raw_text")).alias("_keys"),
         F.when(~F.col("_once"), F.from_json("raw_text", text_schema)).alias("_fields"),
     )
     texts = reparsed.select(
-        "raw_text",
-        "source_file",
-        "line_number",
+        *line,
         "_keys",
-        *[
-            F.when(F.col("_once"), F.col("_map")[c.name]).otherwise(F.col(f"_fields.{c.name}")).alias(f"_text_{c.name}")
-            for c in columns
-        ],
+        *[F.when(F.col("_once"), F.col("_map")[n]).otherwise(F.col(f"_fields.{n}")).alias(f"_text_{n}") for n in names],
     )
     typed = texts.select(
-        "raw_text",
-        "source_file",
-        "line_number",
+        *line,
         "_keys",
-        *[f"_text_{c.name}" for c in columns],
+        *[f"_text_{n}" for n in names],
         *[parse_exactly(F.col(f"_text_{c.name}"), c.type).alias(c.name) for c in columns],
     )
-    known = F.array(*[F.lit(c.name) for c in columns])
-    checked = typed.select(
-        "raw_text",
-        "source_file",
-        "line_number",
-        *[c.name for c in columns],
-        _reasons(columns, checks, day_column, day).alias("_reason"),
-        F.array_except("_keys", known).alias("_unknown"),
-    )
+    known = F.array(*[F.lit(n) for n in names])
+    reason = _reasons(columns, checks, day_column, day).alias("_reason")
+    checked = typed.select(*line, *names, reason, F.array_except("_keys", known).alias("_unknown"))
     # only a refused line's text is kept (what quarantine stores)
     undeclared = F.col("_unknown")
     checked = checked.select(
         F.when(F.col("_reason").isNotNull(), F.col("raw_text")).alias("raw_text"),
-        "source_file",
-        "line_number",
-        *[c.name for c in columns],
+        *line[1:],
+        *names,
         "_reason",
         F.when(F.size(undeclared) > 0, undeclared).alias("_unknown"),
     )
@@ -212,7 +168,7 @@ def read_validated(
         F.coalesce("_unknown", F.array().cast("array<string>")),
         lambda field: F.struct(F.lit(True).alias("unknown"), field.alias("name")),
     )
-    with _session_conf(spark, CACHE_COMPRESSED, "false"):
+    with _session_conf(spark, "spark.sql.inMemoryColumnarStorage.compressed", "false"):
         checked = checked.persist(StorageLevel.DISK_ONLY)
         # One job counts both: each line's verdict, and each field of it the spec does not declare.
         tally = checked.select(F.explode(F.concat(F.array(verdict), unknown_fields)).alias("entry")).groupBy("entry")
@@ -220,22 +176,14 @@ def read_validated(
     unknown = {name: count for is_field, name, count in counted if is_field}
     verdicts = {name: count for is_field, name, count in counted if not is_field}
     accepted_count, quarantined_count = verdicts.get("accepted", 0), verdicts.get("quarantined", 0)
-    first = (
-        checked.where(F.col("_reason").isNotNull())
-        .orderBy("source_file", "line_number")
-        .select("source_file", "line_number", "_reason")
-        .limit(5)
-        .collect()
-        if quarantined_count
-        else []
-    )
+    refused = checked.where(F.col("_reason").isNotNull())
+    in_order = refused.orderBy("source_file", "line_number").select("source_file", "line_number", "_reason")
+    first = in_order.limit(5).collect() if quarantined_count else []
     carried = [F.col(name) for name in dict.fromkeys(carry_columns)]
     accepted = checked.where(F.col("_reason").isNull()).select(
         *[c.name for c in columns], F.col("source_file").alias("_source_file")
     )
-    quarantined = checked.where(F.col("_reason").isNotNull()).select(
-        "source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *carried
-    )
+    quarantined = refused.select("source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *carried)
     # limit 0: an empty relation to the optimizer, so writing an empty side does not scan the persisted lines
     result = Validated(
         accepted=accepted if accepted_count else accepted.limit(0),
