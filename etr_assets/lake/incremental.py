@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable
 from enum import StrEnum
 
-from etr_assets.lake.writes import current_snapshot_id, iceberg_table  # noqa: F401 (tests import it here)
+from etr_assets.lake.writes import iceberg_table
 
 
 class ReadMode(StrEnum):
@@ -51,8 +52,7 @@ class ReadPlan:
     def table(self) -> str:
         """Markdown, one line per day, for the run's metadata."""
         lines = ["| day | read | why |", "|---|---|---|"]
-        lines += [f"| {d.day} | {d.mode} | {d.reason} |" for d in self.days]
-        return "\n".join(lines)
+        return "\n".join(lines + [f"| {d.day} | {d.mode} | {d.reason} |" for d in self.days])
 
 
 def lineage_since(
@@ -102,8 +102,7 @@ def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ..
     chain = lineage_since(parent_of, head, since)
     if chain is None:
         return head, f"snapshot {since} of {qualified} is not an ancestor of its current one (rolled back, or expired)"
-    others = [(sid, op) for sid, op in chain if op not in operations]
-    if others:
+    if others := [(sid, op) for sid, op in chain if op not in operations]:
         return head, f"snapshot {others[-1][0]} ({others[-1][1]}) of {qualified} changed rows in place"
     return head, None
 
@@ -129,13 +128,8 @@ def days_changed_by(spark, qualified: str, snapshot_ids: list[int], day_column: 
         snapshot = table.snapshot(int(sid))
         if snapshot is None:  # no longer kept: nothing known about it, as a query of its entries finds none
             continue
-        for files in (
-            snapshot.addedDataFiles(io),
-            snapshot.removedDataFiles(io),
-            snapshot.addedDeleteFiles(io),
-            snapshot.removedDeleteFiles(io),
-        ):
-            it = files.iterator()
+        for files in ("addedDataFiles", "removedDataFiles", "addedDeleteFiles", "removedDeleteFiles"):
+            it = getattr(snapshot, files)(io).iterator()
             while it.hasNext():
                 file = it.next()
                 at = position.get(int(file.specId()))
@@ -165,44 +159,25 @@ def plan_reads(
         return [(sid, op) for sid, op in chain if op != "replace" and ({day, None} & changed[sid])]
 
     def decide(day: dt.date, cursor: Cursor | None) -> DayRead:
+        whole = functools.partial(DayRead, day, ReadMode.WHOLE_DAY)
         if full_refresh:
-            return DayRead(day, ReadMode.WHOLE_DAY, "full refresh requested")
+            return whole("full refresh requested")
         if cursor is None:
-            return DayRead(day, ReadMode.WHOLE_DAY, "first build of the day (no cursor)")
+            return whole("first build of the day (no cursor)")
         if head is None:
-            return DayRead(day, ReadMode.WHOLE_DAY, "upstream table has no snapshot")
-        if cursor.downstream_snapshot_id is not None and (
-            downstream_head is None
-            or lineage_since(downstream_parent, downstream_head, cursor.downstream_snapshot_id) is None
-        ):
-            return DayRead(
-                day,
-                ReadMode.WHOLE_DAY,
-                f"{downstream} no longer descends from snapshot {cursor.downstream_snapshot_id} "
-                "(rolled back, or history expired)",
-            )
-        chain = lineage_since(upstream_parent, head, cursor.upstream_snapshot_id)
+            return whole("upstream table has no snapshot")
+        built, since = cursor.downstream_snapshot_id, cursor.upstream_snapshot_id
+        if built is not None and lineage_since(downstream_parent, downstream_head, built) is None:
+            return whole(f"{downstream} no longer descends from snapshot {built} (rolled back, or history expired)")
+        chain = lineage_since(upstream_parent, head, since)
         if chain is None:
-            return DayRead(
-                day,
-                ReadMode.WHOLE_DAY,
-                f"cursor snapshot {cursor.upstream_snapshot_id} is not in the upstream history "
-                "(expired or rolled back)",
-            )
+            return whole(f"cursor snapshot {since} is not in the upstream history (expired or rolled back)")
         touching = touched(chain, day)  # compaction (replace) snapshots change no rows
-        rewrites = [(sid, op) for sid, op in touching if op != "append"]
-        if rewrites:
-            return DayRead(
-                day, ReadMode.WHOLE_DAY, f"snapshot {rewrites[0][0]} ({rewrites[0][1]}) rewrote rows of the day"
-            )
+        if rewrites := [(sid, op) for sid, op in touching if op != "append"]:
+            return whole(f"snapshot {rewrites[0][0]} ({rewrites[0][1]}) rewrote rows of the day")
         if not touching:
-            return DayRead(day, ReadMode.UNCHANGED, f"no snapshot since {cursor.upstream_snapshot_id} changed the day")
-        return DayRead(
-            day,
-            ReadMode.APPENDED,
-            f"{len(touching)} append snapshot(s) since {cursor.upstream_snapshot_id}",
-            cursor.upstream_snapshot_id,
-        )
+            return DayRead(day, ReadMode.UNCHANGED, f"no snapshot since {since} changed the day")
+        return DayRead(day, ReadMode.APPENDED, f"{len(touching)} append snapshot(s) since {since}", since)
 
     return ReadPlan(head, tuple(decide(day, cursors.get(day)) for day in sorted(cursors)))
 
@@ -218,18 +193,16 @@ def read_plan(spark, upstream: str, plan: ReadPlan, day_column: str):
         if plan.upstream_snapshot_id is not None:  # None: a table with no snapshot yet reads as empty
             reader = reader.option("snapshot-id", plan.upstream_snapshot_id)
         full = reader.load(upstream).where(F.col(day_column).isin(full_days))
-    appended = None
     by_cursor: dict[int, list[dt.date]] = {}
     for d in plan.days:
         if d.mode == ReadMode.APPENDED:
             by_cursor.setdefault(d.since, []).append(d.day)
-    for since, days in sorted(by_cursor.items()):
-        rows = (
-            spark.read.format("iceberg")
-            .option("start-snapshot-id", since)
-            .option("end-snapshot-id", plan.upstream_snapshot_id)
-            .load(upstream)
-            .where(F.col(day_column).isin(days))
-        )
-        appended = rows if appended is None else appended.unionByName(rows)
-    return full, appended
+    appended = [
+        spark.read.format("iceberg")
+        .option("start-snapshot-id", since)
+        .option("end-snapshot-id", plan.upstream_snapshot_id)
+        .load(upstream)
+        .where(F.col(day_column).isin(days))
+        for since, days in sorted(by_cursor.items())
+    ]
+    return full, functools.reduce(lambda a, b: a.unionByName(b), appended) if appended else None

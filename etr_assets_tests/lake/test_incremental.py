@@ -7,12 +7,8 @@ import datetime as dt
 import pytest
 from pyspark.sql import functions as F
 
-from etr_assets.lake.incremental import (
-    Cursor,
-    ReadMode,
-    current_snapshot_id,
-)
-from etr_assets.lake.writes import append
+from etr_assets.lake.incremental import Cursor, ReadMode
+from etr_assets.lake.writes import append, current_snapshot_id
 from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
