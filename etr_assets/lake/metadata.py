@@ -56,9 +56,7 @@ def row_count(summary: Mapping[str, str], files: SnapshotFiles) -> RowCount:
     manifests: the one place the project derives a table's rows from metadata (why it is exact, and when it cannot
     tell: docs/quality-and-health.md#row-counts-from-metadata)."""
 
-    def num(key: str) -> int:
-        return int(summary.get(key, 0) or 0)
-
+    num = lambda key: int(summary.get(key, 0) or 0)
     if num("total-equality-deletes"):
         return RowCount(None, EQUALITY_DELETES_UNKNOWN)
     deleted = num("total-position-deletes")
@@ -73,7 +71,7 @@ def row_count(summary: Mapping[str, str], files: SnapshotFiles) -> RowCount:
 
 
 # Iceberg's reserved field id of a position-delete file's `file_path` column (its bounds name the data files).
-DELETE_FILE_PATH_FIELD_ID = 2147483546
+_PATH_ID = 2147483546
 
 
 class PyIcebergSnapshotFiles:
@@ -93,21 +91,16 @@ class PyIcebergSnapshotFiles:
 
         for file in self._live_files(ManifestContent.DELETES):
             if file.content == DataFileContent.POSITION_DELETES:
-                deletion_vector = file.file_format == FileFormat.PUFFIN
-                yield PositionDeleteFile(file.record_count, deletion_vector, _referenced_data_file(file))
+                # The data file it is scoped to: its `file_path` bounds are equal (Iceberg's own test,
+                # `ContentFileUtil.referencedDataFile`; pyiceberg does not read the v3 `referenced_data_file` field).
+                lower, upper = (file.lower_bounds or {}).get(_PATH_ID), (file.upper_bounds or {}).get(_PATH_ID)
+                scoped = lower.decode() if lower is not None and lower == upper else None
+                yield PositionDeleteFile(file.record_count, file.file_format == FileFormat.PUFFIN, scoped)
 
     def data_file_paths(self) -> Iterable[str]:
         from pyiceberg.manifest import ManifestContent
 
         return (file.file_path for file in self._live_files(ManifestContent.DATA))
-
-
-def _referenced_data_file(delete_file) -> str | None:
-    """The data file a position-delete file is scoped to: its `file_path` bounds are equal (Iceberg's own test,
-    `ContentFileUtil.referencedDataFile`; pyiceberg does not read the v3 `referenced_data_file` field)."""
-    lower = (delete_file.lower_bounds or {}).get(DELETE_FILE_PATH_FIELD_ID)
-    upper = (delete_file.upper_bounds or {}).get(DELETE_FILE_PATH_FIELD_ID)
-    return lower.decode() if lower is not None and lower == upper else None
 
 
 def snapshot_row_count(table, snapshot=None) -> RowCount:
@@ -152,22 +145,14 @@ class MetadataUnreadable(EtrError, RuntimeError):
 _VERSION_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
 
 
-def _local_table_dir(settings: Settings, spec: TableSpec | TableName) -> Path:
-    return Path(urlparse(settings.warehouse).path) / spec.namespace / spec.name
-
-
 def _local_metadata_file(settings: Settings, spec: TableSpec | TableName) -> Path | None:
     """The Hadoop catalog's current metadata.json (its number is in metadata/version-hint.text, or, as Iceberg
     does without a hint, the highest version present); None if the table was never created."""
-    folder = _local_table_dir(settings, spec) / "metadata"
+    folder = Path(urlparse(settings.warehouse).path) / spec.namespace / spec.name / "metadata"
     hint = folder / "version-hint.text"
     if not hint.exists():  # listed only then: the hint is the normal case and `etr tables` reads every table
-        versions = sorted(
-            (int(m.group(1)), p)
-            for p in (folder.iterdir() if folder.is_dir() else ())
-            if (m := _VERSION_FILE.match(p.name))
-        )
-        return versions[-1][1] if versions else None
+        files = folder.iterdir() if folder.is_dir() else ()
+        return max(((int(m.group(1)), p) for p in files if (m := _VERSION_FILE.match(p.name))), default=(0, None))[1]
     version = hint.read_text().strip()
     path = folder / f"v{version}.metadata.json"
     if not path.exists():
@@ -177,16 +162,11 @@ def _local_metadata_file(settings: Settings, spec: TableSpec | TableName) -> Pat
     return path
 
 
-def local_tables(settings: Settings) -> list[TableName]:
-    """Every table of the local Hadoop catalog, with or without a spec: folders of the warehouse with metadata."""
-    root = Path(urlparse(settings.warehouse).path)
-    return sorted(TableName(p.parent.parent.name, p.parent.name) for p in root.glob("*/*/metadata") if p.is_dir())
-
-
 def catalog_tables(settings: Settings) -> list[TableName]:
     """Every table the profile's catalog holds, whatever made it."""
-    if settings.profile == Profile.LOCAL:
-        return local_tables(settings)
+    if settings.profile == Profile.LOCAL:  # folders of the warehouse with metadata
+        root = Path(urlparse(settings.warehouse).path)
+        return sorted(TableName(p.parent.parent.name, p.parent.name) for p in root.glob("*/*/metadata") if p.is_dir())
     found = catalog(settings)
     return sorted(TableName(ns[-1], name) for ns in found.list_namespaces() for _, name in found.list_tables(ns))
 
@@ -214,38 +194,27 @@ def load_table(settings: Settings, spec: TableSpec | TableName):
 
 
 def catalog(settings: Settings):
-    """pyiceberg's view of the profile's catalog (s3: the JDBC catalog's database; aws: Glue)."""
+    """pyiceberg's view of the profile's catalog (s3: the JDBC catalog's database; aws: Glue). Credentials are never
+    properties: boto3 and pyarrow read the environment or role."""
+    s3 = {"s3.endpoint": settings.s3_endpoint, "s3.path-style-access": "true"} if settings.s3_endpoint else {}
     if settings.profile == Profile.S3:
         from pyiceberg.catalog.sql import SqlCatalog
 
-        return SqlCatalog(settings.catalog, **pyiceberg_s3_properties(settings))
+        # jdbc:postgresql://host:port/db -> postgresql+psycopg2://user:password@host:port/db
+        parsed = urlparse(settings.jdbc_url.removeprefix("jdbc:"))
+        auth = settings.jdbc_user + (f":{settings.jdbc_password}" if settings.jdbc_password else "")
+        netloc = f"{auth}@{parsed.netloc}" if auth else parsed.netloc
+        uri = f"{parsed.scheme}+psycopg2://{netloc}{parsed.path}"
+        region = {"s3.region": settings.region} if s3 else {}
+        return SqlCatalog(settings.catalog, uri=uri, warehouse=settings.warehouse, **s3, **region)
     if settings.profile == Profile.AWS:
         from pyiceberg.catalog.glue import GlueCatalog
 
-        return GlueCatalog(settings.catalog, **pyiceberg_glue_properties(settings))
+        props = {"client.region": settings.region, "warehouse": settings.warehouse, **s3}
+        if settings.glue_endpoint:
+            props["glue.endpoint"] = settings.glue_endpoint
+        return GlueCatalog(settings.catalog, **props)
     raise ValueError("the local profile's Hadoop catalog has no pyiceberg catalog; use load_table")
-
-
-def pyiceberg_s3_properties(settings: Settings) -> dict[str, str]:
-    # jdbc:postgresql://host:port/db -> postgresql+psycopg2://user:password@host:port/db
-    url = settings.jdbc_url.removeprefix("jdbc:")
-    parsed = urlparse(url)
-    auth = settings.jdbc_user + (f":{settings.jdbc_password}" if settings.jdbc_password else "")
-    netloc = f"{auth}@{parsed.netloc}" if auth else parsed.netloc
-    props = {"uri": f"{parsed.scheme}+psycopg2://{netloc}{parsed.path}", "warehouse": settings.warehouse}
-    if settings.s3_endpoint:
-        props |= {"s3.endpoint": settings.s3_endpoint, "s3.path-style-access": "true", "s3.region": settings.region}
-    return props
-
-
-def pyiceberg_glue_properties(settings: Settings) -> dict[str, str]:
-    """Glue + S3 for pyiceberg. Credentials are never properties: boto3 and pyarrow read the environment or role."""
-    props = {"client.region": settings.region, "warehouse": settings.warehouse}
-    if settings.glue_endpoint:
-        props["glue.endpoint"] = settings.glue_endpoint
-    if settings.s3_endpoint:
-        props |= {"s3.endpoint": settings.s3_endpoint, "s3.path-style-access": "true"}
-    return props
 
 
 def _first_line(error: BaseException) -> str:
@@ -257,21 +226,15 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
     has_spec = not isinstance(spec, TableName)
     try:
         table = load_table(settings, spec)
-    except MetadataUnreadable as error:
-        return TableStats(spec.identifier, exists=True, has_spec=has_spec, problem=str(error))
-    except Exception as error:  # a catalog that answers with garbage: one line, the other tables still listed
-        return TableStats(
-            spec.identifier, exists=True, has_spec=has_spec, problem=f"metadata unreadable: {_first_line(error)}"
-        )
+    except Exception as error:  # unreadable metadata, or a catalog answering garbage: the others still listed
+        problem = str(error) if isinstance(error, MetadataUnreadable) else f"metadata unreadable: {_first_line(error)}"
+        return TableStats(spec.identifier, exists=True, has_spec=has_spec, problem=problem)
     if table is None:
         return TableStats(spec.identifier, exists=False, has_spec=has_spec)
     metadata = table.metadata
     snapshot = table.current_snapshot()
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
-
-    def num(key: str) -> int:
-        return int(summary.get(key, 0) or 0)
-
+    num = lambda key: int(summary.get(key, 0) or 0)
     rows = snapshot_row_count(table, snapshot)
     return TableStats(
         table=spec.identifier,
@@ -293,14 +256,11 @@ def all_table_stats(settings: Settings, specs) -> list[TableStats]:
     """Every spec's table (created or not), then every other table of the catalog."""
     declared = {(s.namespace, s.name) for s in specs}
     try:
-        others = [t for t in catalog_tables(settings) if (t.namespace, t.name) not in declared]
+        others = [table_stats(settings, t) for t in catalog_tables(settings) if (t.namespace, t.name) not in declared]
     except Exception as error:  # the catalog cannot be listed: still report the declared tables
-        return [table_stats(settings, s) for s in specs] + [
-            TableStats(
-                "(catalog)", exists=False, has_spec=False, problem=f"cannot list the catalog: {_first_line(error)}"
-            )
-        ]
-    return [table_stats(settings, s) for s in specs] + [table_stats(settings, t) for t in others]
+        problem = f"cannot list the catalog: {_first_line(error)}"
+        others = [TableStats("(catalog)", exists=False, has_spec=False, problem=problem)]
+    return [table_stats(settings, s) for s in specs] + others
 
 
 # A table a query reads or writes: `[catalog.]namespace.name[.metadata table or branch_/tag_ ref]` after a keyword.
@@ -322,8 +282,7 @@ def unknown_tables(settings: Settings, query: str) -> list[tuple[str, list[str]]
         if re.search(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?TABLE$", query[: match.start() + len("TABLE")], re.IGNORECASE):
             continue  # the table this statement creates
         parts = [p for p in match.groups() if p]
-        if parts[0] == settings.catalog:
-            parts = parts[1:]
+        parts = parts[1:] if parts[0] == settings.catalog else parts
         if len(parts) < 2:
             continue
         name = f"{parts[0]}.{parts[1]}"

@@ -8,7 +8,7 @@ import json
 import uuid
 from collections.abc import Iterable
 
-from etr_assets.lake.metadata import PositionDeleteFile, RowCount, SnapshotFiles, row_count
+from etr_assets.lake.metadata import PositionDeleteFile, RowCount, row_count
 from etr_assets.lake.session import java_class
 
 WRITE_ID_PROPERTY = "etr.write-id"
@@ -28,26 +28,6 @@ class CommitInfo:
     table_rows: RowCount = RowCount(0)
     total_files: int = 0
     total_bytes: int = 0
-
-    @classmethod
-    def from_summary(
-        cls, table: str, snapshot_id: int, operation: str, summary: dict[str, str], files: SnapshotFiles
-    ) -> CommitInfo:
-        def num(key: str) -> int:
-            return int(summary.get(key, 0) or 0)
-
-        return cls(
-            table=table,
-            snapshot_id=snapshot_id,
-            operation=operation,
-            added_files=num("added-data-files"),
-            removed_files=num("deleted-data-files"),
-            added_records=num("added-records"),
-            removed_records=num("deleted-records"),
-            table_rows=row_count(summary, files),
-            total_files=num("total-data-files"),
-            total_bytes=num("total-files-size"),
-        )
 
 
 def iceberg_table(spark, qualified: str):
@@ -72,44 +52,46 @@ class JavaSnapshotFiles:
     def __init__(self, spark, table, snapshot) -> None:
         self._spark, self._table, self._snapshot = spark, table, snapshot
 
-    def position_delete_files(self) -> Iterable[PositionDeleteFile]:
+    def _live_files(self, deletes: bool):
         manifests = java_class(self._spark, "org.apache.iceberg.ManifestFiles")
-        content_files = java_class(self._spark, "org.apache.iceberg.util.ContentFileUtil")
         io, specs = self._table.io(), self._table.specs()
-        for manifest in self._snapshot.deleteManifests(io):
-            reader = manifests.readDeleteManifest(manifest, io, specs)
+        for manifest in self._snapshot.deleteManifests(io) if deletes else self._snapshot.dataManifests(io):
+            reader = (manifests.readDeleteManifest if deletes else manifests.read)(manifest, io, specs)
             try:
-                for file in reader.iterator():  # live entries only
-                    if file.content().name() != "POSITION_DELETES":
-                        continue
-                    if content_files.isDV(file):  # what the row count needs of a deletion vector: nothing
-                        yield PositionDeleteFile(int(file.recordCount()), True, None)
-                        continue
-                    referenced = content_files.referencedDataFileLocation(file)
-                    yield PositionDeleteFile(
-                        int(file.recordCount()), False, None if referenced is None else str(referenced)
-                    )
+                yield from reader.iterator()  # live entries only
             finally:
                 reader.close()
 
+    def position_delete_files(self) -> Iterable[PositionDeleteFile]:
+        content_files = java_class(self._spark, "org.apache.iceberg.util.ContentFileUtil")
+        for file in self._live_files(deletes=True):
+            if file.content().name() == "POSITION_DELETES":
+                vector = content_files.isDV(file)  # what the row count needs of a deletion vector: nothing
+                path = None if vector else content_files.referencedDataFileLocation(file)
+                yield PositionDeleteFile(int(file.recordCount()), vector, None if path is None else str(path))
+
     def data_file_paths(self) -> Iterable[str]:
-        manifests = java_class(self._spark, "org.apache.iceberg.ManifestFiles")
-        io, specs = self._table.io(), self._table.specs()
-        for manifest in self._snapshot.dataManifests(io):
-            reader = manifests.read(manifest, io, specs)
-            try:
-                for file in reader.iterator():  # live entries only
-                    yield str(file.location())
-            finally:
-                reader.close()
+        return (str(file.location()) for file in self._live_files(deletes=False))
 
 
 def _commit_info(spark, table, qualified: str, snapshot) -> CommitInfo:
     # The snapshot as one JSON text: reading its summary map entry by entry is two py4j round trips an entry.
     fields = json.loads(java_class(spark, "org.apache.iceberg.SnapshotParser").toJson(snapshot))
     summary = fields.get("summary", {})
-    files = JavaSnapshotFiles(spark, table, snapshot)
-    return CommitInfo.from_summary(qualified, int(fields["snapshot-id"]), summary.get("operation"), summary, files)
+
+    num = lambda key: int(summary.get(key, 0) or 0)
+    return CommitInfo(
+        table=qualified,
+        snapshot_id=int(fields["snapshot-id"]),
+        operation=summary.get("operation"),
+        added_files=num("added-data-files"),
+        removed_files=num("deleted-data-files"),
+        added_records=num("added-records"),
+        removed_records=num("deleted-records"),
+        table_rows=row_count(summary, JavaSnapshotFiles(spark, table, snapshot)),
+        total_files=num("total-data-files"),
+        total_bytes=num("total-files-size"),
+    )
 
 
 def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
@@ -119,10 +101,6 @@ def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
     if snapshot is None:
         return CommitInfo(table=qualified, snapshot_id=None, operation=None)
     return _commit_info(spark, table, qualified, snapshot)
-
-
-def new_write_id() -> str:
-    return uuid.uuid4().hex
 
 
 def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
@@ -139,6 +117,13 @@ def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
             parent = snapshot.parentId()
             snapshot = None if parent is None else table.snapshot(parent)
     return CommitInfo(table=qualified, snapshot_id=None, operation=None)
+
+
+def _write(spark, qualified: str, df, target: str, options: dict[str, str] | None, action):
+    """`action(writer)` writes `df` to `target` stamped with a new write id; the commit it made, found by that id."""
+    write_id = uuid.uuid4().hex
+    action(df.writeTo(target).options(**(options or {})).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id))
+    return find_commit(spark, qualified, write_id)
 
 
 def replace_days(
@@ -158,23 +143,14 @@ def replace_days(
     """
     from pyspark.sql import functions as F
 
-    write_id = new_write_id()
-    condition = F.col(date_column).isin(sorted(days))
     target = f"{qualified}.branch_{branch}" if branch else qualified
-    df.writeTo(target).options(**(options or {})).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id).overwrite(
-        condition
-    )
-    return find_commit(spark, qualified, write_id)
+    return _write(spark, qualified, df, target, options, lambda w: w.overwrite(F.col(date_column).isin(sorted(days))))
 
 
 def append(spark, qualified: str, df, options: dict[str, str] | None = None) -> CommitInfo:
-    write_id = new_write_id()
-    df.writeTo(qualified).options(**(options or {})).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id).append()
-    return find_commit(spark, qualified, write_id)
+    return _write(spark, qualified, df, qualified, options, lambda w: w.append())
 
 
 def table_location(spark, qualified: str) -> str:
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect():
-        if row["col_name"] == "Location":
-            return row["data_type"]
-    return ""
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect()
+    return next((row["data_type"] for row in rows if row["col_name"] == "Location"), "")
