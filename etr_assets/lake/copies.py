@@ -12,7 +12,6 @@ from etr_assets.lake.writes import table_location
 
 # A file written by a running write is an orphan until its commit: younger ones are left alone (and named).
 ORPHAN_GRACE = dt.timedelta(hours=1)
-DATA_FILE_SUFFIX = ".parquet"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,12 +21,10 @@ class FolderFile:
     modified: dt.datetime
 
 
-def _hadoop_path(spark, path: str):
-    return java_class(spark, "org.apache.hadoop.fs.Path")(path)
-
-
 def _file_system(spark, path: str):
-    return _hadoop_path(spark, path).getFileSystem(spark._jsc.hadoopConfiguration())
+    """(the Hadoop file system `path` is on, `path` as a Hadoop Path)."""
+    hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")(path)
+    return hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()), hadoop_path
 
 
 def normalized(path: str) -> str:
@@ -40,36 +37,24 @@ def normalized(path: str) -> str:
     return path
 
 
-def folder_files(spark, folder: str, suffix: str = DATA_FILE_SUFFIX) -> list[FolderFile]:
-    """Every file under `folder` (recursively) ending with `suffix`; none if the folder does not exist."""
-    fs = _file_system(spark, folder)
-    root = _hadoop_path(spark, folder)
-    if not fs.exists(root):
-        return []
-    found, files = [], fs.listFiles(root, True)
-    while files.hasNext():
-        status = files.next()
-        path = status.getPath().toString()
-        if path.endswith(suffix):
-            modified = dt.datetime.fromtimestamp(status.getModificationTime() / 1000, dt.UTC)
-            found.append(FolderFile(path, status.getLen(), modified))
-    return sorted(found, key=lambda f: f.path)
-
-
 def delete_file(spark, path: str) -> None:
-    _file_system(spark, path).delete(_hadoop_path(spark, path), False)
-
-
-def referenced_files(spark, qualified: str) -> set[str]:
-    """Every file (data and delete files) any kept snapshot of any ref references, normalized."""
-    return {normalized(r[0]) for r in spark.sql(f"SELECT file_path FROM {qualified}.all_files").collect()}
+    fs, hadoop_path = _file_system(spark, path)
+    fs.delete(hadoop_path, False)
 
 
 def orphan_files(spark, qualified: str) -> list[FolderFile]:
-    """Parquet files in the table's data folder that no kept snapshot references."""
-    location = table_location(spark, qualified).rstrip("/")
-    referenced = referenced_files(spark, qualified)
-    return [f for f in folder_files(spark, f"{location}/data") if normalized(f.path) not in referenced]
+    """Parquet files under the table's data folder that no kept snapshot of any ref references."""
+    folder = table_location(spark, qualified).rstrip("/") + "/data"
+    referenced = {normalized(r[0]) for r in spark.sql(f"SELECT file_path FROM {qualified}.all_files").collect()}
+    fs, root = _file_system(spark, folder)
+    found, files = [], fs.listFiles(root, True) if fs.exists(root) else None
+    while files is not None and files.hasNext():
+        status = files.next()
+        path = status.getPath().toString()
+        if path.endswith(".parquet") and normalized(path) not in referenced:
+            modified = dt.datetime.fromtimestamp(status.getModificationTime() / 1000, dt.UTC)
+            found.append(FolderFile(path, status.getLen(), modified))
+    return sorted(found, key=lambda f: f.path)
 
 
 def bounds_naming(spark, qualified: str, column: str, ids) -> dict[str, set[int]]:
@@ -85,9 +70,8 @@ def bounds_naming(spark, qualified: str, column: str, ids) -> dict[str, set[int]
         named = {int(v) for v in (row["lower"], row["upper"]) if v is not None} & wanted
         if named:
             state = {0: "EXISTING", 1: "ADDED", 2: "DELETED"}.get(row["status"], str(row["status"]))
-            found.setdefault(
-                f"manifest entry ({state}) of {row['path']}: a bound of {column} names {len(named)} subject(s)", set()
-            ).update(named)
+            where = f"manifest entry ({state}) of {row['path']}: a bound of {column} names {len(named)} subject(s)"
+            found.setdefault(where, set()).update(named)
     return found
 
 
@@ -103,19 +87,16 @@ def catalog_tables(spark, catalog: str) -> list[CatalogTable]:
     found = []
     for (namespace,) in spark.sql(f"SHOW NAMESPACES IN {catalog}").select("namespace").collect():
         for row in spark.sql(f"SHOW TABLES IN {catalog}.{namespace}").collect():
-            if row["isTemporary"]:
-                continue
-            qualified = f"{catalog}.{namespace}.{row['tableName']}"
-            columns = tuple(spark.table(qualified).columns)
-            found.append(CatalogTable(qualified, f"{namespace}.{row['tableName']}", columns))
+            if not row["isTemporary"]:
+                identifier = f"{namespace}.{row['tableName']}"
+                qualified = f"{catalog}.{identifier}"
+                found.append(CatalogTable(qualified, identifier, tuple(spark.table(qualified).columns)))
     return found
 
 
 def subject_like_columns(columns, subject_columns) -> list[str]:
     """Columns named like a subject column (`customer_id`, `CustomerId`, `buyer_customer_id`...)."""
 
-    def squash(name: str) -> str:
-        return name.lower().replace("_", "")
-
+    squash = lambda name: name.lower().replace("_", "")
     wanted = {squash(s) for s in subject_columns}
     return [c for c in columns if any(squash(c) == w or squash(c).endswith(w) for w in wanted)]

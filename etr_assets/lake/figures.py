@@ -65,13 +65,9 @@ def written_days(figures: dict[str, object]) -> set[str]:
 def check_figures(outcome: CheckOutcome) -> dict[str, object]:
     """What a check result reports: its numbers (plotted by the UI), and for a check of days its figure and verdict
     per day, from which a range run records a result on each day's partition (`etr_assets.defs.common`)."""
-    figures: dict[str, object] = {
-        "violations": outcome.violations,
-        "detail": outcome.examples or "none",
-        **outcome.figures,
-    }
+    figures: dict[str, object] = {"violations": outcome.violations, "detail": outcome.examples or "none"}
+    figures |= outcome.figures
     if outcome.by_day:
-        verdicts = outcome.day_verdicts()
-        figures["by_day"] = Tagged("json", outcome.by_day)
-        figures["days_failed"] = Tagged("json", sorted(day for day, passed in verdicts.items() if not passed))
+        failed = sorted(day for day, passed in outcome.day_verdicts().items() if not passed)
+        figures |= {"by_day": Tagged("json", outcome.by_day), "days_failed": Tagged("json", failed)}
     return figures

@@ -21,8 +21,7 @@ def spark_type(type_name: str) -> DataType:
 
     if type_name in SIMPLE_TYPES:
         return getattr(T, SIMPLE_TYPES[type_name][0])()
-    decimal = decimal_type(type_name)
-    if decimal:
+    if decimal := decimal_type(type_name):
         return T.DecimalType(*decimal)
     raise ValueError(f"unsupported column type {type_name!r}")
 
@@ -49,8 +48,7 @@ def parse_exactly(text: SqlColumn, type_name: str) -> SqlColumn:
 
     if type_name == "string":
         return text
-    decimal = decimal_type(type_name)
-    if decimal:
+    if decimal := decimal_type(type_name):
         whole, fraction = decimal[0] - decimal[1], decimal[1]
         pattern = rf"^-?[0-9]{{1,{max(whole, 1)}}}" + (rf"([.][0-9]{{1,{fraction}}})?$" if fraction else "$")
     else:
@@ -94,8 +92,7 @@ def local_frame(spark: SparkSession, rows: Iterable[dict | tuple], schema: Struc
 def conform(df: DataFrame, spec: TableSpec) -> DataFrame:
     """Select the spec's columns in its order, cast to its types: what the table expects, nothing else."""
     present = set(df.columns)  # each `df.columns` asks the JVM for the schema
-    missing = [c.name for c in spec.columns if c.name not in present]
-    if missing:
+    if missing := [c.name for c in spec.columns if c.name not in present]:
         raise ValueError(f"cannot write {spec.identifier}: the data lacks columns {missing}")
     # SQL text, not Column objects: each Column costs py4j round trips, and every write conforms its frame.
     return df.selectExpr(

@@ -15,7 +15,11 @@ from etr_assets.lake.specs import MIB, TableSpec
 from etr_assets.settings import Settings
 
 SMALL_FILE_RATIO = 0.75  # rewrite_data_files' default min-file-size-bytes is 75% of the target size
-_RANK = {Severity.OK: 0, Severity.WARN: 1, Severity.ERROR: 2}
+_FIGURES = (  # what figures() reports
+    "rows data_files data_bytes average_file_bytes small_files small_file_share mergeable_small_files "
+    "mergeable_small_file_share partitions delete_files snapshots oldest_snapshot_age_days manifests "
+    "metadata_file_bytes"
+).split()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,23 +54,7 @@ class TableHealth:
 
     def figures(self) -> dict[str, float]:
         """The numeric figures, by name (what a check plots and the maintenance log keeps); rows only when known."""
-        names = (
-            "rows",
-            "data_files",
-            "data_bytes",
-            "average_file_bytes",
-            "small_files",
-            "small_file_share",
-            "mergeable_small_files",
-            "mergeable_small_file_share",
-            "partitions",
-            "delete_files",
-            "snapshots",
-            "oldest_snapshot_age_days",
-            "manifests",
-            "metadata_file_bytes",
-        )
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return {name: getattr(self, name) for name in _FIGURES if getattr(self, name) is not None}
 
     def describe(self) -> str:
         if not self.exists:
@@ -81,12 +69,7 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
     table = load_table(settings, spec)
     if table is None:
         return TableHealth(spec.identifier, exists=False)
-    figures = _measure(table, spec, now or dt.datetime.now(dt.UTC))
-    status, reasons = judge(spec, figures)
-    return dataclasses.replace(figures, status=status, reasons=reasons, measured_seconds=time.perf_counter() - started)
-
-
-def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
+    now = now or dt.datetime.now(dt.UTC)
     metadata = table.metadata
     snapshot = table.current_snapshot()
     # a manifest whose entries are all deleted is skipped by planning: not counted
@@ -99,9 +82,8 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
     from pyiceberg.manifest import ManifestContent
 
     small_limit = int(spec.target_file_size_bytes * SMALL_FILE_RATIO)
-    data_files = data_bytes = delete_files = 0
+    data_files = data_bytes = delete_files = small_bytes = 0
     small_by_partition: Counter = Counter()
-    small_bytes = 0
     partitions = set()
     for manifest, manifest_entries in entries:
         for entry in manifest_entries:
@@ -120,7 +102,7 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
     mergeable = sum(count - 1 for count in small_by_partition.values())
     oldest_ms = min((s.timestamp_ms for s in metadata.snapshots), default=None)
     rows = snapshot_row_count(table, snapshot)
-    return TableHealth(
+    health = TableHealth(
         table=spec.identifier,
         exists=True,
         rows=rows.rows,
@@ -138,15 +120,12 @@ def _measure(table, spec: TableSpec, now: dt.datetime) -> TableHealth:
         snapshots=len(metadata.snapshots),
         oldest_snapshot_age_days=(now.timestamp() * 1000 - oldest_ms) / 86_400_000 if oldest_ms else 0.0,
         manifests=len(manifests),
-        metadata_file_bytes=_metadata_file_bytes(table),
+        metadata_file_bytes=len(table.io.new_input(table.metadata_location)) if table.metadata_location else 0,
         current_snapshot_id=snapshot.snapshot_id if snapshot else None,
         target_file_bytes=spec.target_file_size_bytes,
     )
-
-
-def _metadata_file_bytes(table) -> int:
-    location = getattr(table, "metadata_location", None)
-    return len(table.io.new_input(location)) if location else 0
+    status, reasons = judge(spec, health)
+    return dataclasses.replace(health, status=status, reasons=reasons, measured_seconds=time.perf_counter() - started)
 
 
 def retained_snapshots(spec: TableSpec) -> int:
@@ -170,17 +149,13 @@ def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
         or health.small_file_bytes >= health.target_file_bytes
     )
     if worth_merging:  # a few tiny files of a new table: nothing compaction would improve
-        over(
-            "mergeable small-file share",
-            round(health.mergeable_small_file_share, 3),
-            limits.max_small_file_share,
-            errors=False,
-        )
+        share = round(health.mergeable_small_file_share, 3)
+        over("mergeable small-file share", share, limits.max_small_file_share, errors=False)
     over("delete files", health.delete_files, limits.max_delete_files)
     over("snapshots", health.snapshots, limits.max_snapshots)
     if health.snapshots > retained_snapshots(spec):  # expiry keeps that many, however old: nothing to fix below it
         over("oldest snapshot age", round(health.oldest_snapshot_age_days, 1), limits.max_snapshot_age_days, " days")
     over("manifests", health.manifests, limits.max_manifests)
     over("metadata file", round(health.metadata_file_bytes / MIB, 2), limits.max_metadata_file_mb, " MB")
-    status = max((level for level, _ in findings), key=_RANK.__getitem__, default=Severity.OK)
+    status = max((level for level, _ in findings), key=list(Severity).index, default=Severity.OK)
     return status, tuple(f"{level}: {text}" for level, text in findings)

@@ -15,7 +15,6 @@ T = TypeVar("T")
 # Class names (or message fragments) of Iceberg's commit conflicts, as they surface through py4j.
 CONFLICT_MARKERS = (
     "org.apache.iceberg.exceptions.CommitFailedException",
-    "org.apache.iceberg.exceptions.ValidationException: Found conflicting files",
     "Found conflicting files",
     "Found new conflicting delete files",
     "Cannot commit, found new",
@@ -51,7 +50,6 @@ def run_with_retries(
     on_retry: Callable[[int, BaseException], None] | None = None,
 ) -> T:
     """Run `operation` (which must re-read its inputs each time); retry only commit conflicts."""
-    rng = random.Random()
     for attempt in range(1, attempts + 1):
         try:
             return operation()
@@ -65,5 +63,5 @@ def run_with_retries(
                 ) from error
             if on_retry:
                 on_retry(attempt, error)
-            time.sleep(rng.uniform(0, min(max_delay, base_delay * 2 ** (attempt - 1))))
+            time.sleep(random.uniform(0, min(max_delay, base_delay * 2 ** (attempt - 1))))
     raise AssertionError("unreachable")

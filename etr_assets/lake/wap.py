@@ -27,36 +27,20 @@ def branch_name(run_id: str) -> str:
     return AUDIT_BRANCH_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[:36]
 
 
-def create_branch(spark, qualified: str, branch: str) -> None:
-    """A branch of main to write to (addressed as `<table>.branch_<name>`, so no session-wide setting leaks)."""
-    spark.sql(f"ALTER TABLE {qualified} CREATE BRANCH IF NOT EXISTS `{branch}`")
-
-
-def read_branch(spark, qualified: str, branch: str):
-    return spark.read.format("iceberg").option("branch", branch).load(qualified)
-
-
 def evaluate(spark, qualified: str, spec: TableSpec, branch: str, days: list[dt.date]) -> list[CheckOutcome]:
     """Each expectation over the rebuilt days, and their keys' uniqueness in the whole table, as seen on the branch."""
-    table = read_branch(spark, qualified, branch)
+    table = spark.read.format("iceberg").option("branch", branch).load(qualified)
     outcomes = expectation_outcomes(table, spec, days)
     if spec.unique_key:
         outcomes.append(uniqueness_outcome(table, spec, days))
     return outcomes
 
 
-def publish(spark, catalog: str, qualified: str, branch: str) -> None:
-    """Fast-forward main to the branch, then drop it. Fails if main moved meanwhile (nothing published)."""
-    identifier = qualified.split(".", 1)[1]
-    spark.sql(f"CALL {catalog}.system.fast_forward('{identifier}', 'main', '{branch}')")
-    spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS `{branch}`")
-
-
 def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, days: list[dt.date], write):
-    """`write(branch)` writes to the branch; check it; publish. Returns (write's result, outcomes); raises
-    AuditFailed."""
+    """`write(branch)` writes to the branch; check it; publish. Returns (write's result, outcomes)."""
     qualified = spec.qualified(catalog)
-    create_branch(spark, qualified, branch)
+    # a branch of main, written as `<table>.branch_<name>` so no session-wide setting leaks
+    spark.sql(f"ALTER TABLE {qualified} CREATE BRANCH IF NOT EXISTS `{branch}`")
     result = write(branch)
     outcomes = evaluate(spark, qualified, spec, branch, days)
     failed = [o for o in outcomes if not o.passed]
@@ -68,5 +52,7 @@ def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, days:
             branch,
             outcomes,
         )
-    publish(spark, catalog, qualified, branch)
+    # main fast-forwarded to the branch, which is then dropped; fails if main moved meanwhile (nothing published)
+    spark.sql(f"CALL {catalog}.system.fast_forward('{spec.identifier}', 'main', '{branch}')")
+    spark.sql(f"ALTER TABLE {qualified} DROP BRANCH IF EXISTS `{branch}`")
     return result, outcomes
