@@ -52,7 +52,7 @@ def through_library(spark, settings: Settings, day: dt.date) -> int:
     with serve(ApiConfig(seed=settings.api_seed, transactions_per_day=settings.api_transactions_per_day)) as api:
         fetch_day(ApiClient(api.url, "etr-local-token", settings.api_page_size, 30.0), raw, "transactions", day)
     days = [day]
-    pipeline.load_bronze(spark, settings.catalog, raw, days, settings.max_reject_rate)
+    pipeline.load_bronze(spark, settings.catalog, raw, days, max_reject_rate=settings.max_reject_rate)
     pipeline.build_silver(spark, settings.catalog, days, audit_branch=branch_name(uuid.uuid4().hex))
     pipeline.build_gold(spark, settings.catalog, days, audit_branch=branch_name(uuid.uuid4().hex))
     return 4

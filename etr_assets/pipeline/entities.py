@@ -3,46 +3,33 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
-from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult, load_bronze_days
+from etr_assets.lake.bronze import LayerResult, load_bronze_days
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import EntityFeed, FeedMode
-from etr_assets.lake.frames import conform, count_by_day, local_frame, spark_type
+from etr_assets.lake.frames import conform, local_frame, spark_type
 from etr_assets.lake.scd2 import Scd2Result
 from etr_assets.lake.scd2_log import apply_log, read_cursor
-from etr_assets.lake.writes import replace_days
+from etr_assets.pipeline.transactions import write_days
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
 from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS  # noqa: F401 (the feeds this module's functions take)
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 
-def load_bronze(
-    spark,
-    catalog: str,
-    raw: RawZone,
-    feed: EntityFeed,
-    days: list[dt.date],
-    max_reject_rate: float = DEFAULT_MAX_REJECT_RATE,
-    max_day_shrink: float = DEFAULT_MAX_DAY_SHRINK,
-) -> LayerResult:
+def load_bronze(spark, catalog: str, raw: RawZone, feed: EntityFeed, days: list[dt.date], **policy) -> LayerResult:
     # History depends on every observation, so batches left pending by an earlier failed run are finished
     # first, whatever their day: the landing step that follows recomputes with them.
-    return load_bronze_days(
-        spark, catalog, raw, feed.raw, days, max_reject_rate, finish_pending=True, max_day_shrink=max_day_shrink
-    )
+    return load_bronze_days(spark, catalog, raw, feed.raw, days, finish_pending=True, **policy)
 
 
 def scd2_records(bronze_df, feed: EntityFeed):
     """Bronze rows as SCD2 input: typed like the landing table, with lineage and the snapshot time."""
     from pyspark.sql import functions as F
 
-    landing = {c.name: c for c in feed.landing.columns}
-    typed = [
-        F.col(c.name).cast(spark_type(landing[c.name].type)).alias(c.name)
-        for c in feed.raw.api_columns
-        if c.name in landing
-    ]
+    landing = {c.name: spark_type(c.type) for c in feed.landing.columns}
+    typed = [F.col(c.name).cast(landing[c.name]).alias(c.name) for c in feed.raw.api_columns if c.name in landing]
     # A snapshot "as of" a day describes the end of that day.
     snapshot_at = F.to_timestamp(F.date_add(F.col("_as_of"), 1)).alias("_snapshot_at")
     return bronze_df.select(*typed, "_batch_id", "_source_file", snapshot_at)
@@ -53,8 +40,7 @@ def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], fu
     being built; the rows read are whatever bronze gained since the last build, days loaded by other runs too."""
     ensure_table(spark, catalog, feed.landing)
     bronze = feed.raw.bronze.qualified(catalog)
-    to_records = lambda rows: scd2_records(rows, feed)  # noqa: E731
-    held = held_keys(spark, catalog, feed)
+    to_records, held = functools.partial(scd2_records, feed=feed), held_keys(spark, catalog, feed)
     return apply_log(
         spark, catalog, feed.landing, bronze, to_records, feed.mode, full_refresh, held, feed.raw.day_column
     )
@@ -81,8 +67,7 @@ def days_to_apply(spark, catalog: str, feed: EntityFeed, full_refresh: bool = Fa
 
 def held_keys(spark, catalog: str, feed: EntityFeed):
     """(key, `_batch_id`) of records a snapshot sent that validation refused: present, state unknown."""
-    key = feed.landing.scd2.key
-    quarantine = feed.raw.quarantine.qualified(catalog)
+    key, quarantine = feed.landing.scd2.key, feed.raw.quarantine.qualified(catalog)
     if feed.mode != FeedMode.FULL or not spark.catalog.tableExists(quarantine):
         return None
     table = spark.table(quarantine)
@@ -119,8 +104,7 @@ def customer_activity(spark, catalog: str, days: list[dt.date]):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog))
-    table = GOLD_CUSTOMER_ACTIVITY.qualified(catalog)
+    silver, table = spark.table(SILVER_TRANSACTIONS.qualified(catalog)), GOLD_CUSTOMER_ACTIVITY.qualified(catalog)
     figures = ["transactions", "approved_amount", "last_transaction_date"]
     frames, started_over = [], []
     for run in consecutive_runs(days):
@@ -152,26 +136,22 @@ def customer_activity(spark, catalog: str, days: list[dt.date]):
             F.greatest("last_transaction_date", "_run_last_transaction_date").alias("last_transaction_date"),
         )
         frames.append(total.where(F.col("transactions") > 0))
-    rows = frames[0]
-    for frame in frames[1:]:
-        rows = rows.unionByName(frame)
-    return conform(rows.withColumn("_computed_at", F.current_timestamp()), GOLD_CUSTOMER_ACTIVITY), started_over
+    rows = functools.reduce(lambda a, b: a.unionByName(b), frames).withColumn("_computed_at", F.current_timestamp())
+    return conform(rows, GOLD_CUSTOMER_ACTIVITY), started_over
 
 
 def build_customer_activity(spark, catalog: str, days: list[dt.date]) -> LayerResult:
     changes = ensure_table(spark, catalog, GOLD_CUSTOMER_ACTIVITY)
     activity, started_over = customer_activity(spark, catalog, days)
-    activity = activity.cache()
-    counts = count_by_day(activity, days, "as_of_date")
-    commit = replace_days(spark, GOLD_CUSTOMER_ACTIVITY.qualified(catalog), activity, "as_of_date", days)
-    activity.unpersist()
     warnings = tuple(
         f"{GOLD_CUSTOMER_ACTIVITY.identifier} holds no figures for {day - dt.timedelta(days=1)}: {day} was summed "
         "from every earlier silver day (build the days before it first to keep a day's cost to its own rows)"
         for day in started_over
     )
     extra = {"days_summed_from_all_of_silver": ", ".join(d.isoformat() for d in started_over) or "none"}
-    return LayerResult(commit, changes, counts, extra, warnings)
+    return write_days(
+        spark, catalog, GOLD_CUSTOMER_ACTIVITY, activity, days, "as_of_date", changes, extra=extra, warnings=warnings
+    )
 
 
 def customer_profiles(spark, catalog: str, days: list[dt.date]):
@@ -207,8 +187,5 @@ def customer_profiles(spark, catalog: str, days: list[dt.date]):
 def build_customer_profiles(spark, catalog: str, days: list[dt.date]) -> LayerResult:
     changes = ensure_table(spark, catalog, GOLD_CUSTOMER_PROFILES)
     ensure_table(spark, catalog, GOLD_CUSTOMER_ACTIVITY)  # read even before its first build
-    profiles = customer_profiles(spark, catalog, days).cache()
-    counts = count_by_day(profiles, days, "as_of_date")
-    commit = replace_days(spark, GOLD_CUSTOMER_PROFILES.qualified(catalog), profiles, "as_of_date", days)
-    profiles.unpersist()
-    return LayerResult(commit, changes, counts)
+    profiles = customer_profiles(spark, catalog, days)
+    return write_days(spark, catalog, GOLD_CUSTOMER_PROFILES, profiles, days, "as_of_date", changes)

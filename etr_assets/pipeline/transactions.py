@@ -4,14 +4,9 @@ the days it builds in one Iceberg commit, so running a day again gives the same 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
-from etr_assets.lake.bronze import (
-    DEFAULT_MAX_DAY_SHRINK,
-    DEFAULT_MAX_REJECT_RATE,
-    BadInputError,
-    LayerResult,
-    load_bronze_days,
-)
+from etr_assets.lake.bronze import BadInputError, LayerResult, load_bronze_days
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import conform, count_by_day
 from etr_assets.lake.incremental import Cursor, ReadMode, plan_reads, read_plan
@@ -25,24 +20,26 @@ from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMA
 
 __all__ = ["TRANSACTIONS", "BadInputError", "LayerResult", "build_gold", "build_silver", "load_bronze"]
 
-API_COLUMNS = TRANSACTIONS.api_columns
+
+def load_bronze(spark, catalog: str, raw: RawZone, days: list[dt.date], **policy) -> LayerResult:
+    """Replace each day of bronze with the newest downloaded raw batch of that day, then mark it complete (`policy`:
+    max_reject_rate, max_day_shrink)."""
+    return load_bronze_days(spark, catalog, raw, TRANSACTIONS, days, **policy)
 
 
-def load_bronze(
-    spark,
-    catalog: str,
-    raw: RawZone,
-    days: list[dt.date],
-    max_reject_rate: float = DEFAULT_MAX_REJECT_RATE,
-    max_day_shrink: float = DEFAULT_MAX_DAY_SHRINK,
-) -> LayerResult:
-    """Replace each day of bronze with the newest downloaded raw batch of that day, then mark it complete."""
-    return load_bronze_days(spark, catalog, raw, TRANSACTIONS, days, max_reject_rate, max_day_shrink=max_day_shrink)
+def _newest(df, tiebreak):
+    """One row per transaction id: the newest update, ties to the later batch, then to the highest `tiebreak`."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy("transaction_id").orderBy(
+        F.col("updated_at").desc(), F.col("_batch_id").desc(), tiebreak
+    )
+    return df.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
 
 def clean_transactions(bronze_df):
     """Typed, validated, one row per transaction id: the latest update wins, deterministically."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     typed = bronze_df.withColumns(
@@ -53,35 +50,34 @@ def clean_transactions(bronze_df):
             "status": F.upper(F.trim("status")),
         }
     )
+    required = ("transaction_id", "customer_id", "merchant_id", "amount", "transaction_date", "updated_at")
     valid = typed.where(
-        F.col("transaction_id").isNotNull()
-        & F.col("customer_id").isNotNull()
-        & F.col("merchant_id").isNotNull()
-        & F.col("amount").isNotNull()
+        functools.reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in required])
         & (F.col("amount") >= 0)
         & F.col("currency").rlike("^[A-Z]{3}$")
         & F.col("status").isin(*STATUSES)
-        & F.col("transaction_date").isNotNull()
-        & F.col("updated_at").isNotNull()
     )
-    # Ties on updated_at are broken by later batch, then by row content, so reruns pick the same row.
-    newest_first = Window.partitionBy("transaction_id").orderBy(
-        F.col("updated_at").desc(), F.col("_batch_id").desc(), F.xxhash64(*[c.name for c in API_COLUMNS]).desc()
-    )
-    latest = valid.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
+    # Ties on updated_at and batch are broken by row content, so reruns pick the same row.
+    latest = _newest(valid, F.xxhash64(*[c.name for c in TRANSACTIONS.api_columns]).desc())
     return latest.withColumn("_processed_at", F.current_timestamp())
 
 
-def _replace(spark, catalog: str, spec, df, days: list[dt.date], audit_branch: str | None):
+def _replace(spark, catalog: str, spec, df, days, audit_branch: str | None, day_column="transaction_date"):
     """Replace the days directly, or through write-audit-publish on `audit_branch` (raises AuditFailed)."""
-    qualified = spec.qualified(catalog)
-    if audit_branch is None:
-        return replace_days(spark, qualified, df, "transaction_date", days), ()
+    write = functools.partial(replace_days, spark, spec.qualified(catalog), df, day_column, days)  # write(branch)
+    return write_audit_publish(spark, catalog, spec, audit_branch, days, write) if audit_branch else (write(), ())
 
-    def write(branch: str):
-        return replace_days(spark, qualified, df, "transaction_date", days, branch=branch)
 
-    return write_audit_publish(spark, catalog, spec, audit_branch, days, write)
+def write_days(spark, catalog: str, spec, rows, days, day_column: str, changes, audit_branch=None, **result):
+    """A layer's result of replacing `days` of `spec` with `rows` (cached while counted and written), directly or
+    through write-audit-publish on `audit_branch`; `result`: more LayerResult fields."""
+    rows = rows.cache()
+    try:
+        counts = count_by_day(rows, days, day_column)
+        commit, checks = _replace(spark, catalog, spec, rows, days, audit_branch, day_column)
+    finally:
+        rows.unpersist()
+    return LayerResult(commit, changes, counts, checks=tuple(checks), **result)
 
 
 def build_silver(
@@ -106,11 +102,11 @@ def build_silver(
     )
     full, appended = read_plan(spark, bronze_table, plan, "transaction_date")
     read = [df for df in (full, appended) if df is not None]
-    bronze_read = read[0].unionByName(read[1]) if len(read) == 2 else (read[0] if read else None)
-    received = bronze_read.count() if bronze_read is not None else 0
-    appended_days = set()
-    if appended is not None:
-        appended_days = {r[0] for r in appended.select("transaction_date").distinct().collect()}
+    bronze_read = functools.reduce(lambda a, b: a.unionByName(b), read) if read else None
+    received = bronze_read.count() if read else 0
+    appended_days = (
+        {r[0] for r in appended.select("transaction_date").distinct().collect()} if appended is not None else set()
+    )
     rebuild = sorted(set(plan.of(ReadMode.WHOLE_DAY)) | appended_days)
 
     extra = {
@@ -173,14 +169,10 @@ def build_silver(
 def merge_latest(current_silver, new_rows):
     """Silver rows of some days plus newly cleaned rows: one row per transaction id, the newest update winning (ties
     to the later batch, then to the new row, so a merge equals a full rebuild)."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     both = current_silver.withColumn("_new", F.lit(0)).unionByName(new_rows.withColumn("_new", F.lit(1)))
-    newest_first = Window.partitionBy("transaction_id").orderBy(
-        F.col("updated_at").desc(), F.col("_batch_id").desc(), F.col("_new").desc()
-    )
-    return both.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank", "_new")
+    return _newest(both, F.col("_new").desc()).drop("_new")
 
 
 def daily_summary(silver_df):
@@ -188,18 +180,15 @@ def daily_summary(silver_df):
 
     approved = F.col("status").isin("APPROVED", "PROCESSED")
 
-    def count_if(condition):
-        return F.sum(F.when(condition, 1).otherwise(0)).cast("bigint")
-
     def sum_if(condition):
         return F.coalesce(F.sum(F.when(condition, F.col("amount"))), F.lit(0)).cast("decimal(18,2)")
 
     return silver_df.groupBy("transaction_date", "currency").agg(
         F.count(F.lit(1)).alias("transactions"),
-        count_if(approved).alias("approved"),
-        count_if(F.col("status") == "DECLINED").alias("declined"),
-        count_if(F.col("status") == "REFUNDED").alias("refunded"),
-        count_if(F.col("status") == "PENDING").alias("pending"),
+        F.count_if(approved).alias("approved"),
+        F.count_if(F.col("status") == "DECLINED").alias("declined"),
+        F.count_if(F.col("status") == "REFUNDED").alias("refunded"),
+        F.count_if(F.col("status") == "PENDING").alias("pending"),
         sum_if(approved).alias("gross_amount"),
         sum_if(F.col("status") == "REFUNDED").alias("refunded_amount"),
         F.avg("amount").cast("decimal(12,2)").alias("average_amount"),
@@ -214,10 +203,5 @@ def build_gold(spark, catalog: str, days: list[dt.date], audit_branch: str | Non
 
     silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog)).where(F.col("transaction_date").isin(sorted(days)))
     changes = ensure_table(spark, catalog, GOLD_DAILY_SUMMARY)
-    summary = conform(daily_summary(silver), GOLD_DAILY_SUMMARY).cache()
-    counts = count_by_day(summary, days, "transaction_date")
-    try:
-        commit, checks = _replace(spark, catalog, GOLD_DAILY_SUMMARY, summary, days, audit_branch)
-    finally:
-        summary.unpersist()
-    return LayerResult(commit, changes, counts, checks=tuple(checks))
+    summary = conform(daily_summary(silver), GOLD_DAILY_SUMMARY)
+    return write_days(spark, catalog, GOLD_DAILY_SUMMARY, summary, days, "transaction_date", changes, audit_branch)
