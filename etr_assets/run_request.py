@@ -1,0 +1,187 @@
+"""`etr run DAY` / `etr run FIRST..LAST`: which days a run of etr_pipeline is for, checked before anything runs.
+
+A mistake (not a day, a reversed range, a day before the partitions start or one not yet over) is one line naming
+what was wrong, the valid format and the valid days, and no run is launched. A valid request launches the run
+`dg launch --job etr_pipeline --partition D` (or `--partition-range A...B`) launches: the same job and tags, in
+$DAGSTER_HOME's instance (so the UI shows it), its log streamed, then its id and summary. Inside the job the raw
+assets, its first steps, call `days_of_run` on the run's tags: a run launched some other way without a day, or
+with a reversed range, fails there with the same line before any table is touched.
+
+Only the standard library at module level: `etr` commands must not import Dagster or pyspark to check a day.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from etr_assets.errors import EtrError
+
+JOB = "etr_pipeline"
+FORMAT = "give YYYY-MM-DD or FIRST..LAST"
+# Dagster's run tags for a partition and for a single-run range (what `dg launch` and the UI set).
+PARTITION_TAG = "dagster/partition"
+RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+RANGE = re.compile(r"(.*?)\.{2,3}(.*)")  # FIRST..LAST, or FIRST...LAST as `dg launch --partition-range` takes it
+# The run's console log at INFO (what ./dev demo uses): progress a person reads, not Dagster's DEBUG lines.
+QUIET_LOG = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+REQUEST_EXIT = 2  # a mistake in the request (as argparse's usage errors); a failed run exits 1
+
+
+class RunRequestError(EtrError, ValueError):
+    """A day or range that etr_pipeline has no partitions for; the message is the one line to show."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Days:
+    """The days of one run: a partition (`first == last`, not `ranged`), or a range run as one run."""
+
+    first: dt.date
+    last: dt.date
+    ranged: bool = False
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """The run tags `dg launch --partition` / `--partition-range` gives such a run."""
+        if not self.ranged:
+            return {PARTITION_TAG: self.first.isoformat()}
+        return {RANGE_START_TAG: self.first.isoformat(), RANGE_END_TAG: self.last.isoformat()}
+
+    def __str__(self) -> str:
+        return f"{self.first}..{self.last}" if self.ranged else str(self.first)
+
+
+def last_complete_day(now: dt.datetime | None = None) -> dt.date:
+    """The newest daily partition: the day before today, UTC (a DailyPartitionsDefinition ending at end_offset 0)."""
+    now = now or dt.datetime.now(dt.UTC)
+    return now.astimezone(dt.UTC).date() - dt.timedelta(days=1)
+
+
+def _mistake(what: str, start: dt.date, now: dt.datetime | None) -> RunRequestError:
+    last = last_complete_day(now)
+    if last < start:
+        return RunRequestError(f"{what}: no day can run yet: the first day, {start}, has not ended (UTC)")
+    return RunRequestError(f"{what}: {FORMAT}, between {start} and {last}")
+
+
+def _day(text: str, start: dt.date, now: dt.datetime | None) -> dt.date:
+    try:
+        if not ISO_DAY.fullmatch(text):
+            raise ValueError(text)
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        raise _mistake(f"{text} is not a day", start, now) from None
+    if day < start:
+        raise _mistake(f"{day} is before the first day", start, now)
+    if day > last_complete_day(now):
+        raise _mistake(f"{day} has not ended yet (UTC)", start, now)
+    return day
+
+
+def _days(first_text: str, last_text: str, shown: str, start: dt.date, now: dt.datetime | None) -> Days:
+    if not first_text or not last_text:
+        raise _mistake(f"{shown} is not a range", start, now)
+    first, last = _day(first_text, start, now), _day(last_text, start, now)
+    if last < first:
+        raise _mistake(f"{shown} is reversed: its first day is after its last", start, now)
+    return Days(first, last, ranged=True)
+
+
+def parse_request(text: str | None, start: dt.date, now: dt.datetime | None = None) -> Days:
+    """`DAY` or `FIRST..LAST` (or `FIRST...LAST`) as days of etr_pipeline's partitions, which run from `start`
+    (the setting ETR_START_DATE) to yesterday, UTC; a RunRequestError saying in one line what is wrong otherwise."""
+    text = (text or "").strip()
+    if not text:
+        raise _mistake("no day given", start, now)
+    ranged = RANGE.fullmatch(text)
+    if ranged:
+        return _days(ranged[1].strip(), ranged[2].strip(), text, start, now)
+    day = _day(text, start, now)
+    return Days(day, day)
+
+
+def days_of_run(tags: Mapping[str, str], start: dt.date, now: dt.datetime | None = None) -> Days:
+    """The days a run of etr_pipeline is for, from its tags, checked as `parse_request` checks a request: the
+    job's first steps call this, so a run launched without a day, or with an empty or reversed range, fails there."""
+    if tags.get(PARTITION_TAG):
+        return parse_request(tags[PARTITION_TAG], start, now)
+    first, last = tags.get(RANGE_START_TAG, "").strip(), tags.get(RANGE_END_TAG, "").strip()
+    if first or last:
+        return _days(first, last, f"{first}...{last}", start, now)
+    raise _mistake(f"no day given ({JOB} runs for a partition or a range of them)", start, now)
+
+
+# --- launching -----------------------------------------------------------------------------------------------
+
+
+def dagster_home(etr_home: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """$DAGSTER_HOME, or where ./dev keeps the instance ($ETR_HOME/dagster) when that one is prepared."""
+    env = os.environ if environ is None else environ
+    if env.get("DAGSTER_HOME", "").strip():
+        return Path(env["DAGSTER_HOME"].strip())
+    home = etr_home / "dagster"
+    if (home / "dagster.yaml").is_file():
+        return home
+    raise EtrError(
+        f"DAGSTER_HOME is not set and {home} has no dagster.yaml: export DAGSTER_HOME (./dev uses "
+        "$ETR_HOME/dagster), or run ./dev setup to prepare that one"
+    )
+
+
+def launch_command(days: Days) -> list[str]:
+    """What `dg launch --job etr_pipeline --partition ...` runs (`dagster job execute` in this environment), with
+    the tags it gives the run and the console log at INFO."""
+    return [
+        *(sys.executable, "-m", "dagster", "job", "execute", "-m", "etr_assets.definitions", "-j", JOB),
+        *("--tags", json.dumps(days.tags), "--config-json", json.dumps(QUIET_LOG)),
+    ]
+
+
+def run(request: str | None, start: dt.date, etr_home: Path) -> int:
+    """`etr run`: check the request, launch its run with its log streamed, end with its id and summary. The exit
+    code: 0 when the run succeeded, 1 when it failed, 2 (and no run) for a mistake in the request."""
+    try:
+        days = parse_request(request, start)
+    except RunRequestError as mistake:
+        print(f"etr run: {mistake}", file=sys.stderr)
+        return REQUEST_EXIT
+    home = dagster_home(etr_home)
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    env.setdefault("PYTHONWARNINGS", "ignore")  # as ./dev demo: Dagster's preview and beta notices are not news
+    print(f"etr run: {JOB} for {days} (DAGSTER_HOME={home}); starting...", file=sys.stderr, flush=True)
+    launched = time.time()
+    worker = subprocess.Popen(launch_command(days), env=env)
+    try:
+        code = worker.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the run too (same process group): let it end and record that
+        code = worker.wait()
+    return _report(home, days, worker.pid, launched, code)
+
+
+def _report(home: Path, days: Days, pid: int, launched: float, code: int) -> int:
+    from dagster import DagsterInstance, RunsFilter
+
+    from etr_assets.defs.run_guard import PID_TAG
+    from etr_assets.run_summary import summarize_run
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        since = dt.datetime.fromtimestamp(launched, dt.UTC)
+        runs = instance.get_runs(RunsFilter(job_name=JOB, tags=days.tags, created_after=since))
+        # The run that process executed (its worker tags), else the newest such run (it failed before its steps).
+        run = next((r for r in runs if r.tags.get(PID_TAG) == str(pid)), next(iter(runs), None))
+        summary = summarize_run(instance, run.run_id) if run else None
+    if summary is None:
+        print(f"etr run: dagster job execute exited {code} without a run of {JOB} (its log is above)", file=sys.stderr)
+        return code or 1
+    print(f"run {summary.run_id}")
+    print("\n".join(summary.lines()))
+    return 0 if code == 0 and summary.status == "SUCCESS" else 1
