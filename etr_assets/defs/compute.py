@@ -7,12 +7,13 @@ body is `yield from layer_runner.run(...)`: the runner alone decides where.
 to exercise the whole protocol without AWS.
 """
 
+import dataclasses
 import sys
 
 from dagster import AssetExecutionContext, ConfigurableResource, Failure, MaterializeResult
 from pydantic import Field
 
-from etr_assets.defs.common import check_results, days_of, on_partitions
+from etr_assets.defs.common import check_results, on_partitions
 from etr_assets.defs.metadata import as_metadata, log_partition_counts
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake.wap import branch_name
@@ -32,16 +33,10 @@ class LayerRunner(ConfigurableResource):
     region: str = "ap-southeast-5"
     s3_endpoint: str = ""
 
-    @property
-    def remote(self) -> bool:
-        return self.compute != Compute.LOCAL
-
     def aws_client(self):
-        """The boto3 client of the compute service (credentials from the environment or the role)."""
+        """The boto3 client of the compute service (glue or emr-serverless; credentials from the environment)."""
         import boto3
 
-        if self.compute not in (Compute.GLUE, Compute.EMR_SERVERLESS):
-            raise ValueError(f"LayerRunner.compute={self.compute} has no AWS service (glue or emr-serverless)")
         return boto3.client(self.compute.value, region_name=self.region)  # the values are the services' names
 
     def run(
@@ -55,18 +50,14 @@ class LayerRunner(ConfigurableResource):
         the materialization and the check results. Bronze's raw zone (run) config travels with the request, so a
         remote bronze obeys it too."""
         layer = context.asset_key.to_user_string()
-        request = LayerRequest(
-            layer,
-            [d.isoformat() for d in days_of(context)],
-            branch_name(context.run.run_id),
-            {**(raw_zone.policy() if raw_zone else {}), **(options or {})},
-        )
-        if not self.remote:
+        policy = raw_zone.policy() if raw_zone else {}
+        request = LayerRequest(layer, context.partition_keys, branch_name(context.run.run_id), policy | (options or {}))
+        if self.compute == Compute.LOCAL:
             spark, conf = lake.session(), lake.spark.spark_config or {}
             zone, root = (raw_zone.zone, raw_zone.root) if raw_zone else (None, "")
             yield from show(context, report_layer(spark, lake.catalog, zone, request, context.run.run_id, conf, root))
             return
-        extras = request.to_extras() | {"settings": self.settings_env, "platform": self.compute.value}
+        extras = dataclasses.asdict(request) | {"settings": self.settings_env, "platform": self.compute.value}
         context.log.info(f"running {layer} on {self.compute} for {', '.join(request.days)}")
         if self.compute == Compute.SUBPROCESS:
             from dagster import PipesSubprocessClient
@@ -82,12 +73,28 @@ class LayerRunner(ConfigurableResource):
         yield from show(context, Report.from_json(report))
 
     def _aws_pipes_client(self):
+        """dagster-aws writes each run's messages under a random top-level key; here they go under `pipes/`, inside
+        what the IAM policy grants and what the bucket's lifecycle rule expires. (dagster-aws is imported only when a
+        run goes remote: it costs a second at import.)"""
+        from contextlib import contextmanager
+
         import boto3
-        from dagster_aws.pipes import PipesEMRServerlessClient, PipesGlueClient, PipesS3ContextInjector
+        from dagster_aws.pipes import (
+            PipesEMRServerlessClient,
+            PipesGlueClient,
+            PipesS3ContextInjector,
+            PipesS3MessageReader,
+        )
+
+        class PrefixedS3MessageReader(PipesS3MessageReader):
+            @contextmanager
+            def get_params(self):
+                with super().get_params() as params:
+                    yield {**params, "key_prefix": f"{PIPES_PREFIX}/{params['key_prefix']}"}
 
         s3 = boto3.client("s3", region_name=self.region, endpoint_url=self.s3_endpoint or None)
         injector = PipesS3ContextInjector(bucket=self.bucket, client=s3, key_prefix=PIPES_PREFIX)
-        reader = prefixed_message_reader(bucket=self.bucket, client=s3, interval=2)
+        reader = PrefixedS3MessageReader(bucket=self.bucket, client=s3, interval=2)
         client = self.aws_client()
         if self.compute == Compute.GLUE:
             return PipesGlueClient(context_injector=injector, message_reader=reader, client=client)
@@ -106,33 +113,12 @@ def show(context: AssetExecutionContext, report: Report):
         raise Failure(description=report.failure, metadata=as_metadata(report.failure_figures))
 
 
-def prefixed_message_reader(**kwargs):
-    """dagster-aws writes each run's messages under a random top-level key; here they go under `pipes/`, inside
-    what the IAM policy grants and what the bucket's lifecycle rule expires. (dagster-aws is imported only when a
-    run goes remote: it costs a second at import.)"""
-    from contextlib import contextmanager
-
-    from dagster_aws.pipes import PipesS3MessageReader
-
-    class PrefixedS3MessageReader(PipesS3MessageReader):
-        @contextmanager
-        def get_params(self):
-            with super().get_params() as params:
-                yield {**params, "key_prefix": f"{PIPES_PREFIX}/{params['key_prefix']}"}
-
-    return PrefixedS3MessageReader(**kwargs)
-
-
 def build_layer_runner(settings: Settings) -> LayerRunner:
-    params = {}
-    if settings.compute == Compute.GLUE:
-        params = jobs.glue_job_run_params(settings)
-    elif settings.compute == Compute.EMR_SERVERLESS:
-        params = jobs.emr_serverless_job_run_params(settings)
+    params = {Compute.GLUE: jobs.glue_job_run_params, Compute.EMR_SERVERLESS: jobs.emr_serverless_job_run_params}
     return LayerRunner(
+        start_job_run_params=params[settings.compute](settings) if settings.compute in params else {},
         compute=settings.compute,
         settings_env=jobs.settings_env(settings),
-        start_job_run_params=params,
         bucket=settings.bucket,
         region=settings.region,
         s3_endpoint=settings.s3_endpoint,

@@ -4,32 +4,15 @@ Each asset is a thin call into `etr_assets.pipeline.transactions`; a run over a 
 backfill) rebuilds all of its days in one Spark job and one Iceberg commit per table.
 """
 
-import datetime as dt
-
-from dagster import (
-    AssetExecutionContext,
-    AssetRecordsFilter,
-    AssetsDefinition,
-    Config,
-)
+from dagster import AssetExecutionContext, AssetRecordsFilter, AssetsDefinition, Config
 from pydantic import Field
 
-from etr_assets.defs.common import (
-    days_of,
-    table_asset,
-    table_key,
-)
+from etr_assets.defs.common import table_asset, table_key
 from etr_assets.defs.compute import LayerRunner
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
-from etr_assets.lake.incremental import Cursor
-from etr_assets.pipeline.layers import cursor_options
 from etr_assets.settings import Settings
-from etr_assets.tables.transactions import (
-    BRONZE_TRANSACTIONS,
-    GOLD_DAILY_SUMMARY,
-    SILVER_TRANSACTIONS,
-)
+from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
 
 def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
@@ -57,10 +40,7 @@ def build_transaction_assets(settings: Settings) -> list[AssetsDefinition]:
     def silver_bnpl_transactions_clean(
         context: AssetExecutionContext, config: SilverConfig, lake: LakeResource, layer_runner: LayerRunner
     ):
-        options = {
-            "cursors": cursor_options(silver_cursors(context, days_of(context))),
-            "full_refresh": config.full_refresh,
-        }
+        options = {"cursors": silver_cursors(context), "full_refresh": config.full_refresh}
         yield from layer_runner.run(context, lake, options=options)
 
     @table_asset(
@@ -82,16 +62,17 @@ class SilverConfig(Config):
     )
 
 
-def silver_cursors(context: AssetExecutionContext, days: list[dt.date]) -> dict[dt.date, Cursor | None]:
-    """Per day, the bronze and silver snapshots recorded by the latest materialization of that partition."""
-    cursors: dict[dt.date, Cursor | None] = {}
-    for day in days:
+def silver_cursors(context: AssetExecutionContext) -> dict[str, list[int | None] | None]:
+    """Per day, the bronze and silver snapshots recorded by the latest materialization of that partition (as JSON:
+    the request may travel to a remote job; `pipeline.layers` makes them `Cursor`s)."""
+    cursors = {}
+    for day in context.partition_keys:
         records = context.instance.fetch_materializations(
-            AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[day.isoformat()]), limit=1
+            AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[day]), limit=1
         ).records
         metadata = records[0].asset_materialization.metadata if records else {}
         upstream = _snapshot_id(metadata.get("bronze_snapshot_id"))
-        cursors[day] = Cursor(upstream, _snapshot_id(metadata.get("silver_snapshot_id"))) if upstream else None
+        cursors[day] = [upstream, _snapshot_id(metadata.get("silver_snapshot_id"))] if upstream else None
     return cursors
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable
+from functools import partial
 
 from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult
 from etr_assets.lake.evolve import TableChanges
@@ -24,16 +25,9 @@ from etr_assets.lake.specs import CURRENT_VERSIONS, TableSpec
 from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, table_location
 from etr_assets.pipeline import entities, transactions
 from etr_assets.sources.raw_zone import RawZone
-from etr_assets.tables.entities import (
-    BRONZE_CUSTOMERS,
-    BRONZE_MERCHANTS,
-    GOLD_CUSTOMER_ACTIVITY,
-    GOLD_CUSTOMER_PROFILES,
-    LANDING_CUSTOMERS,
-    LANDING_MERCHANTS,
-)
-from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS
-from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES
+from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS, TRANSACTIONS
+from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +39,6 @@ class LayerRequest:
     audit_branch: str | None = None
     # Per layer: bronze's max_reject_rate and max_day_shrink, silver's cursors, full_refresh.
     options: dict = dataclasses.field(default_factory=dict)
-
-    def to_extras(self) -> dict:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_extras(cls, extras: dict) -> LayerRequest:
@@ -110,67 +101,44 @@ def _policy(request: LayerRequest) -> dict[str, float]:
     }
 
 
-def _bronze_transactions(spark, catalog, raw, request) -> LayerResult:
-    return transactions.load_bronze(spark, catalog, raw(), request.dates, **_policy(request))
-
-
 def _silver_transactions(spark, catalog, raw, request) -> LayerResult:
     cursors = {
-        dt.date.fromisoformat(day): Cursor(*value) if value else None
-        for day, value in (request.option("cursors") or {}).items()
+        dt.date.fromisoformat(day): Cursor(*c) if c else None for day, c in request.option("cursors", {}).items()
     }
     return transactions.build_silver(
         spark, catalog, request.dates, request.audit_branch, cursors or None, bool(request.option("full_refresh"))
     )
 
 
-def _gold_summary(spark, catalog, raw, request) -> LayerResult:
-    return transactions.build_gold(spark, catalog, request.dates, request.audit_branch)
+def _entity_bronze(feed: EntityFeed, spark, catalog, raw, request) -> LayerResult:
+    return entities.load_bronze(spark, catalog, raw(), feed, request.dates, **_policy(request))
 
 
-def _entity_bronze(feed: EntityFeed) -> Build:
-    def build(spark, catalog, raw, request) -> LayerResult:
-        return entities.load_bronze(spark, catalog, raw(), feed, request.dates, **_policy(request))
-
-    return build
-
-
-def _entity_history(feed: EntityFeed) -> Build:
-    def build(spark, catalog, raw, request) -> LayerResult:
-        full_refresh = bool(request.option("full_refresh"))
-        applied = entities.days_to_apply(spark, catalog, feed, full_refresh)
-        started = time.time_ns() // 1000  # every version the apply writes carries a later `_ingested_at`
-        result = entities.build_landing(spark, catalog, feed, request.dates, full_refresh)
-        table = feed.landing.qualified(catalog)
-        current_rows = spark.sql(f"SELECT count(*) FROM {table} WHERE {CURRENT_VERSIONS}").first()[0]
-        commit = commit_of(spark, table, result.snapshot_id) if result.changed else CommitInfo(table, None, None)
-        extra = {
-            # History is not written by day: what the step wrote is the versions it inserted and those it closed.
-            "rows_written": result.inserted + result.updated,
-            "current_rows": current_rows,
-            "versions_inserted": result.inserted,
-            "versions_updated": result.updated,
-            "versions_removed": result.deleted,
-            "history_method": str(result.method),
-            "history_reason": result.reason,
-            # The snapshot days this apply took in; those not requested are recorded as materialized too
-            # (`defs.metadata.log_partition_counts`).
-            "days_applied": Tagged("json", [d.isoformat() for d in applied]),
-        }
-        # A history has no days: its row rules are checked on the versions this apply wrote (older ones passed
-        # when they were written), a filter data files are skipped by, not on every version ever kept.
-        written = f"_ingested_at >= timestamp_micros({started})"
-        return LayerResult(commit, TableChanges(table), {}, extra, written_rows=written)
-
-    return build
-
-
-def _activity(spark, catalog, raw, request) -> LayerResult:
-    return entities.build_customer_activity(spark, catalog, request.dates)
-
-
-def _profiles(spark, catalog, raw, request) -> LayerResult:
-    return entities.build_customer_profiles(spark, catalog, request.dates)
+def _entity_history(feed: EntityFeed, spark, catalog, raw, request) -> LayerResult:
+    full_refresh = bool(request.option("full_refresh"))
+    applied = entities.days_to_apply(spark, catalog, feed, full_refresh)
+    started = time.time_ns() // 1000  # every version the apply writes carries a later `_ingested_at`
+    result = entities.build_landing(spark, catalog, feed, request.dates, full_refresh)
+    table = feed.landing.qualified(catalog)
+    current_rows = spark.sql(f"SELECT count(*) FROM {table} WHERE {CURRENT_VERSIONS}").first()[0]
+    commit = commit_of(spark, table, result.snapshot_id) if result.changed else CommitInfo(table, None, None)
+    extra = {
+        # History is not written by day: what the step wrote is the versions it inserted and those it closed.
+        "rows_written": result.inserted + result.updated,
+        "current_rows": current_rows,
+        "versions_inserted": result.inserted,
+        "versions_updated": result.updated,
+        "versions_removed": result.deleted,
+        "history_method": str(result.method),
+        "history_reason": result.reason,
+        # The snapshot days this apply took in; those not requested are recorded as materialized too
+        # (`defs.metadata.log_partition_counts`).
+        "days_applied": Tagged("json", [d.isoformat() for d in applied]),
+    }
+    # A history has no days: its row rules are checked on the versions this apply wrote (older ones passed
+    # when they were written), a filter data files are skipped by, not on every version ever kept.
+    written = f"_ingested_at >= timestamp_micros({started})"
+    return LayerResult(commit, TableChanges(table), {}, extra, written_rows=written)
 
 
 def layer_name(spec: TableSpec) -> str:
@@ -181,21 +149,24 @@ def layer_name(spec: TableSpec) -> str:
 LAYERS: dict[str, Layer] = {
     layer_name(layer.spec): layer
     for layer in (
-        Layer(BRONZE_TRANSACTIONS, _bronze_transactions),
+        Layer(
+            TRANSACTIONS.bronze,
+            lambda spark, catalog, raw, r: transactions.load_bronze(spark, catalog, raw(), r.dates, **_policy(r)),
+        ),
         Layer(SILVER_TRANSACTIONS, _silver_transactions),
-        Layer(GOLD_DAILY_SUMMARY, _gold_summary),
-        Layer(BRONZE_CUSTOMERS, _entity_bronze(CUSTOMERS)),
-        Layer(BRONZE_MERCHANTS, _entity_bronze(MERCHANTS)),
-        Layer(LANDING_CUSTOMERS, _entity_history(CUSTOMERS)),
-        Layer(LANDING_MERCHANTS, _entity_history(MERCHANTS)),
-        Layer(GOLD_CUSTOMER_ACTIVITY, _activity),
-        Layer(GOLD_CUSTOMER_PROFILES, _profiles),
+        Layer(
+            GOLD_DAILY_SUMMARY,
+            lambda spark, catalog, raw, r: transactions.build_gold(spark, catalog, r.dates, r.audit_branch),
+        ),
+        *(Layer(feed.raw.bronze, partial(_entity_bronze, feed)) for feed in (CUSTOMERS, MERCHANTS)),
+        *(Layer(feed.landing, partial(_entity_history, feed)) for feed in (CUSTOMERS, MERCHANTS)),
+        Layer(
+            GOLD_CUSTOMER_ACTIVITY,
+            lambda spark, catalog, raw, r: entities.build_customer_activity(spark, catalog, r.dates),
+        ),
+        Layer(
+            GOLD_CUSTOMER_PROFILES,
+            lambda spark, catalog, raw, r: entities.build_customer_profiles(spark, catalog, r.dates),
+        ),
     )
 }
-
-
-def cursor_options(cursors: dict[dt.date, Cursor | None]) -> dict:
-    """Silver's cursors as JSON (ints survive JSON exactly in Python)."""
-    return {
-        day.isoformat(): [c.upstream_snapshot_id, c.downstream_snapshot_id] if c else None for day, c in cursors.items()
-    }

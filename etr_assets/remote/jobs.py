@@ -15,10 +15,7 @@ from etr_assets.lake.session import ICEBERG_EXTENSIONS, catalog_conf
 from etr_assets.settings import Settings
 
 PIPES_VERSION = "1.13.27"  # dagster-pipes matching dagster==1.13.27
-CODE_PREFIX = "code"
-SCRIPT_KEY = f"{CODE_PREFIX}/run_layer.py"
-PACKAGE_KEY = f"{CODE_PREFIX}/etr_assets.zip"
-GLUE_VERSION = "5.0"
+SCRIPT_KEY, PACKAGE_KEY = "code/run_layer.py", "code/etr_assets.zip"
 
 
 def code_uri(settings: Settings, key: str) -> str:
@@ -45,15 +42,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         env["ETR_ICEBERG_PROVIDED"] = "true"
     if settings.profile == "local":
         env["ETR_HOME"] = str(settings.home)
-    for name, value in (("ETR_S3_ENDPOINT", settings.s3_endpoint), ("ETR_GLUE_ENDPOINT", settings.glue_endpoint)):
-        if value:
-            env[name] = value
-    return env
-
-
-def glue_conf_argument(conf: dict[str, str]) -> str:
-    """Glue takes one `--conf` argument: further pairs are chained inside its value (`a=1 --conf b=2`)."""
-    return " --conf ".join(f"{key}={value}" for key, value in conf.items())
+    optional = {"ETR_S3_ENDPOINT": settings.s3_endpoint, "ETR_GLUE_ENDPOINT": settings.glue_endpoint}
+    return env | {name: value for name, value in optional.items() if value}
 
 
 def glue_job_run_params(settings: Settings) -> dict:
@@ -64,7 +54,8 @@ def glue_job_run_params(settings: Settings) -> dict:
         "NumberOfWorkers": settings.glue_workers,
         "Arguments": {
             "--datalake-formats": "iceberg",
-            "--conf": glue_conf_argument(job_spark_conf(settings)),
+            # Glue takes one `--conf` argument: further pairs are chained inside its value (`a=1 --conf b=2`).
+            "--conf": " --conf ".join(f"{key}={value}" for key, value in job_spark_conf(settings).items()),
             "--extra-py-files": code_uri(settings, PACKAGE_KEY),
             "--additional-python-modules": f"dagster-pipes=={PIPES_VERSION}",
             "--enable-glue-datacatalog": "true",
@@ -77,7 +68,7 @@ def glue_job_definition(settings: Settings, role_arn: str) -> dict:
     return {
         "Name": settings.glue_job_name,
         "Role": role_arn,
-        "GlueVersion": GLUE_VERSION,
+        "GlueVersion": "5.0",
         "Command": {"Name": "glueetl", "ScriptLocation": code_uri(settings, SCRIPT_KEY), "PythonVersion": "3"},
         "WorkerType": settings.glue_worker_type,
         "NumberOfWorkers": settings.glue_workers,
@@ -113,8 +104,9 @@ def package_zip() -> bytes:
 
 def upload_code(s3_client, settings: Settings) -> list[str]:
     """Put the entry script and the package where the job definitions point (run on each deploy)."""
-    s3_client.put_object(
-        Bucket=settings.bucket, Key=SCRIPT_KEY, Body=Path(__file__).with_name("run_layer.py").read_bytes()
-    )
-    s3_client.put_object(Bucket=settings.bucket, Key=PACKAGE_KEY, Body=package_zip())
+    for key, body in (
+        (SCRIPT_KEY, Path(__file__).with_name("run_layer.py").read_bytes()),
+        (PACKAGE_KEY, package_zip()),
+    ):
+        s3_client.put_object(Bucket=settings.bucket, Key=key, Body=body)
     return [code_uri(settings, SCRIPT_KEY), code_uri(settings, PACKAGE_KEY)]

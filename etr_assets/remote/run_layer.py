@@ -23,15 +23,12 @@ from etr_assets.pipeline.report import report_layer
 from etr_assets.settings import Settings
 from etr_assets.sources.s3_storage import open_raw_zone
 
-PLATFORM_EXTRA = "platform"  # where the job runs: on these, the platform configures the Spark session
-MANAGED_PLATFORMS = ("glue", "emr-serverless")
+MANAGED_PLATFORMS = ("glue", "emr-serverless")  # the extra "platform": on these, the platform configures Spark
 
 
 def open_pipes():
     from dagster_pipes import (
         PipesCliArgsParamsLoader,
-        PipesDefaultContextLoader,
-        PipesDefaultMessageWriter,
         PipesEnvVarParamsLoader,
         PipesS3ContextLoader,
         PipesS3MessageWriter,
@@ -40,15 +37,13 @@ def open_pipes():
 
     cli = any(arg.startswith("--dagster-pipes") for arg in sys.argv)
     params = PipesCliArgsParamsLoader() if cli else PipesEnvVarParamsLoader()
-    if "bucket" in params.load_context_params():
-        import boto3
+    if "bucket" not in params.load_context_params():
+        return open_dagster_pipes(params_loader=params)  # files: the default context loader and message writer
+    import boto3
 
-        s3 = boto3.client("s3")
-        return open_dagster_pipes(
-            params_loader=params, context_loader=PipesS3ContextLoader(s3), message_writer=PipesS3MessageWriter(s3)
-        )
+    s3 = boto3.client("s3")
     return open_dagster_pipes(
-        params_loader=params, context_loader=PipesDefaultContextLoader(), message_writer=PipesDefaultMessageWriter()
+        params_loader=params, context_loader=PipesS3ContextLoader(s3), message_writer=PipesS3MessageWriter(s3)
     )
 
 
@@ -68,7 +63,7 @@ def main() -> None:
         extras = dict(pipes.extras)
         request = LayerRequest.from_extras(extras)
         settings = Settings.from_env({**os.environ, **(extras.get("settings") or {}), "ETR_COMPUTE": "local"})
-        spark = session(settings, extras.get(PLATFORM_EXTRA, "local"))
+        spark = session(settings, extras.get("platform", "local"))
         pipes.log.info(
             f"building {request.layer} for {', '.join(request.days)} on {settings.profile}/{settings.catalog}"
         )
