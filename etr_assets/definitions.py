@@ -5,14 +5,19 @@ Importing it reads settings and builds definitions only: no JVM starts until an 
 
 from __future__ import annotations
 
-from dagster import Definitions
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    Definitions,
+    build_schedule_from_partitioned_job,
+    define_asset_job,
+)
 
 from etr_assets.defs.bootstrap import build_bootstrap_job
-from etr_assets.defs.common import table_key
+from etr_assets.defs.common import PIPELINE_GROUPS, table_key
 from etr_assets.defs.compute import build_layer_runner
 from etr_assets.defs.entities import build_entity_assets
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
-from etr_assets.defs.jobs import daily_schedule, pipeline_job
 from etr_assets.defs.maintenance import build_maintenance
 from etr_assets.defs.operations import abandon_raw_batch, rollback_table, silver_daily_growth
 from etr_assets.defs.quality import build_freshness_checks, freshness_job, freshness_schedule
@@ -29,7 +34,20 @@ def build_definitions(settings: Settings) -> Definitions:
     assets = build_raw_assets(settings) + build_transaction_assets(settings) + build_entity_assets(settings)
     table_specs = [spec for spec in ALL_SPECS if any(table_key(spec) in a.keys for a in assets)]
     freshness = build_freshness_checks(settings, table_specs)
-    job = pipeline_job(exclude_checks=freshness)
+    job = define_asset_job(  # freshness checks run on their own schedule
+        name="etr_pipeline",
+        selection=AssetSelection.groups(*PIPELINE_GROUPS) - AssetSelection.checks(*freshness),
+        description="Fetch a day from the BNPL API (transactions, customers, merchants) and refresh "
+        "every layer for it.",
+    )
+    # At 02:00 UTC for the day that just ended; stopped by default so a fresh install does nothing alone.
+    daily = build_schedule_from_partitioned_job(
+        job,
+        name="etr_pipeline_daily",
+        hour_of_day=2,
+        default_status=DefaultScheduleStatus.STOPPED,
+        description="Each night, runs etr_pipeline for the previous day's partition.",
+    )
     checks_job = freshness_job(freshness)
     maintenance = build_maintenance(settings, table_specs)  # health checks, maintenance job, sensor, schedule
     erasure = build_erasure_job(settings, frozenset(table_key(spec) for spec in table_specs))
@@ -45,7 +63,7 @@ def build_definitions(settings: Settings) -> Definitions:
             erasure,
             maintenance.job,
         ],
-        schedules=[daily_schedule(job), freshness_schedule(checks_job), maintenance.schedule],
+        schedules=[daily, freshness_schedule(checks_job), maintenance.schedule],
         sensors=[build_pending_batches_sensor(settings), maintenance.sensor, dead_runs_sensor],
         resources=build_resources(settings) | ERASURE_RESOURCES | {"layer_runner": build_layer_runner(settings)},
         # One process per run, steps in order: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s);

@@ -61,7 +61,6 @@ class Settings:
     jdbc_password: str = ""
     # The BNPL API
     api_url: str = ""  # empty: the local profile starts the synthetic API on loopback for the run
-    api_token_env: str = "ETR_API_TOKEN"
     api_seed: int = 7
     api_transactions_per_day: int = 200
     api_page_size: int = 1000  # the synthetic API's largest: a day of a million transactions is 1,030 pages and files
@@ -90,10 +89,9 @@ class Settings:
             raise SettingsError("ETR_PROFILE=s3 needs ETR_JDBC_URL (the PostgreSQL Iceberg catalog)")
         if self.table_format_version not in (0, 2, 3):
             raise SettingsError(f"ETR_TABLE_FORMAT_VERSION={self.table_format_version} must be 2 or 3 (or unset)")
-        if not 0 <= self.max_reject_rate <= 1:
-            raise SettingsError(f"ETR_MAX_REJECT_RATE={self.max_reject_rate} must be between 0 and 1")
-        if not 0 <= self.max_day_shrink <= 1:
-            raise SettingsError(f"ETR_MAX_DAY_SHRINK={self.max_day_shrink} must be between 0 and 1")
+        for name, share in (("ETR_MAX_REJECT_RATE", self.max_reject_rate), ("ETR_MAX_DAY_SHRINK", self.max_day_shrink)):
+            if not 0 <= share <= 1:
+                raise SettingsError(f"{name}={share} must be between 0 and 1")
         if self.compute != Compute.LOCAL and self.profile == Profile.LOCAL:
             raise SettingsError(f"ETR_COMPUTE={self.compute} needs a shared lake: ETR_PROFILE=aws (or s3), not local")
         if self.compute == Compute.GLUE and not self.glue_job_name:
@@ -129,19 +127,10 @@ class Settings:
         return self.home / "spark"
 
     @property
-    def dagster_home(self) -> Path:
-        return self.home / "dagster"
-
-    @property
     def format_version(self) -> int:
         """The Iceberg format version of new tables (unless their spec pins one): ETR_TABLE_FORMAT_VERSION, else 3,
         but 2 on aws, where Amazon Athena (which cannot read v3) queries the tables."""
         return self.table_format_version or (2 if self.profile == Profile.AWS else 3)
-
-    @property
-    def serialize_writers(self) -> bool:
-        """The Hadoop catalog has no atomic commit on a local disk: one writer per table at a time."""
-        return self.profile == Profile.LOCAL
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -160,18 +149,12 @@ class Settings:
         return cls(**{**defaults, **values})
 
 
-# The driver heap when ETR_SPARK_DRIVER_MEMORY is unset: a quarter of the machine leaves room for a second run,
-# Dagster and the page cache (docs/production.md#driver-memory).
-DRIVER_MEMORY_SHARE = 0.25
-DRIVER_MEMORY_FLOOR_MB = 1024
-DRIVER_MEMORY_CAP_MB = 8192
-
-
 def driver_memory_for(total_bytes: int | None) -> str:
-    """The driver heap for a machine (or container) of `total_bytes`, in Spark's notation: a quarter of it, at
-    least 1g and at most 8g, in whole 256 MB; 1g when the size is unknown."""
-    share = int((total_bytes or 0) * DRIVER_MEMORY_SHARE) // 2**20 // 256 * 256
-    megabytes = min(max(share, DRIVER_MEMORY_FLOOR_MB), DRIVER_MEMORY_CAP_MB)
+    """The driver heap for a machine (or container) of `total_bytes`, in Spark's notation: a quarter of it (room
+    for a second run, Dagster and the page cache: docs/production.md#driver-memory), at least 1g and at most 8g, in
+    whole 256 MB; 1g when the size is unknown."""
+    share = (total_bytes or 0) // 4 // 2**20 // 256 * 256
+    megabytes = min(max(share, 1024), 8192)
     return f"{megabytes // 1024}g" if megabytes % 1024 == 0 else f"{megabytes}m"
 
 

@@ -8,18 +8,10 @@ needs jars only Glue and EMR ship); elsewhere `ensure_table` on the profile's Sp
 from dagster import OpExecutionContext, job, op
 
 from etr_assets.defs.resources import LakeResource
-from etr_assets.lake.bootstrap import BootstrapResult, bootstrap_catalog, bootstrap_with_spark
+from etr_assets.lake.bootstrap import bootstrap_catalog, bootstrap_with_spark
 from etr_assets.lake.metadata import catalog as pyiceberg_catalog
 from etr_assets.settings import Settings
 from etr_assets.tables import ALL_SPECS
-
-
-def bootstrap(settings: Settings, lake: LakeResource | None) -> BootstrapResult:
-    if settings.profile == "aws":
-        return bootstrap_catalog(pyiceberg_catalog(settings), ALL_SPECS, settings.warehouse, settings.format_version)
-    if lake is None:
-        raise ValueError(f"ETR_PROFILE={settings.profile}: bootstrap creates tables through Spark and needs the lake")
-    return bootstrap_with_spark(lake.session(), lake.catalog, ALL_SPECS)
 
 
 def build_bootstrap_job(settings: Settings):
@@ -28,7 +20,11 @@ def build_bootstrap_job(settings: Settings):
         description="Creates every database and Iceberg table declared in the specs that does not exist yet.",
     )
     def create_databases_and_tables(context: OpExecutionContext, lake: LakeResource) -> None:
-        result = bootstrap(settings, lake)
+        if settings.profile == "aws":
+            catalog = pyiceberg_catalog(settings)
+            result = bootstrap_catalog(catalog, ALL_SPECS, settings.warehouse, settings.format_version)
+        else:
+            result = bootstrap_with_spark(lake.session(), lake.catalog, ALL_SPECS)
         context.log.info(result.describe())
         context.add_output_metadata(
             {

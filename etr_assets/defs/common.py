@@ -1,6 +1,5 @@
 """Pieces every asset module shares: partitions, keys, pools, and how a table asset is declared and reported."""
 
-import datetime as dt
 import warnings
 
 from dagster import (
@@ -23,13 +22,10 @@ from dagster import (
 from etr_assets.defs.dagster_private import materialization_of
 from etr_assets.defs.metadata import as_metadata, definition_metadata
 from etr_assets.lake.figures import check_figures
-from etr_assets.lake.quality import (
-    CheckOutcome,
-    Severity,
-)
+from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.specs import WAP_ENABLED, TableSpec
 from etr_assets.pipeline.layers import layer_name
-from etr_assets.settings import Settings
+from etr_assets.settings import Profile, Settings
 from etr_assets.tables.feeds import RAW_FEEDS
 
 # BackfillPolicy is marked beta; single-run backfills are what `--partition-range` needs, so we accept it.
@@ -38,6 +34,7 @@ warnings.filterwarnings("ignore", category=BetaWarning, message=".*backfill_poli
 warnings.filterwarnings("ignore", category=PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
 SINGLE_RUN = BackfillPolicy.single_run()
+PIPELINE_GROUPS = ("raw", "bronze", "landing", "silver", "gold")  # the asset groups of etr_pipeline
 
 
 def daily_partitions(settings: Settings) -> DailyPartitionsDefinition:
@@ -53,15 +50,11 @@ def previous_day(key: AssetKey) -> AssetDep:
     return AssetDep(key, partition_mapping=TimeWindowPartitionMapping(start_offset=-1, end_offset=-1))
 
 
-def days_of(context: AssetExecutionContext) -> list[dt.date]:
-    return [dt.date.fromisoformat(key) for key in context.partition_keys]
-
-
 def table_pool(settings: Settings, spec: TableSpec) -> str | None:
     """One writer per table at a time where the catalog cannot arbitrate commits (local Hadoop catalog); for SCD2
     tables everywhere (their keyed MERGEs conflict with any concurrent commit and would only retry); and for
     bronze everywhere (a day's first load is an append, which Iceberg does not check against another first load)."""
-    single_writer = settings.serialize_writers or spec.scd2 or spec.namespace == "bronze"
+    single_writer = settings.profile == Profile.LOCAL or spec.scd2 or spec.namespace == "bronze"
     return f"iceberg_{spec.namespace}_{spec.name}" if single_writer else None
 
 
@@ -171,12 +164,7 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
             )
 
 
-def table_asset(
-    settings: Settings,
-    spec: TableSpec,
-    deps: list[AssetKey | AssetDep],
-    description: str,
-):
+def table_asset(settings: Settings, spec: TableSpec, deps: list[AssetKey | AssetDep], description: str):
     """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
 
     A table with a day column has its checks partitioned by day too (a result per day's partition; a preview in

@@ -2,9 +2,7 @@
 moves or changes any of it fails `etr_assets_tests/defs/test_check_partitions.py` or `test_run_summary.py`."""
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 from dagster._core.execution.plan.objects import ErrorSource
 
 USER_CODE_ERROR = ErrorSource.USER_CODE_ERROR  # a step failure Dagster wrapped around the code's own error

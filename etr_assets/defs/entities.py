@@ -3,18 +3,10 @@
 Each is one call of the layer runner (`etr_assets.defs.compute`): in this run's Spark, or on Glue / EMR Serverless
 through Dagster Pipes with ETR_COMPUTE, like the transaction assets."""
 
-from dagster import (
-    AssetExecutionContext,
-    AssetsDefinition,
-    Config,
-)
+from dagster import AssetExecutionContext, AssetsDefinition, Config
 from pydantic import Field
 
-from etr_assets.defs.common import (
-    previous_day,
-    table_asset,
-    table_key,
-)
+from etr_assets.defs.common import previous_day, table_asset, table_key
 from etr_assets.defs.compute import LayerRunner
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
@@ -26,9 +18,7 @@ from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 
 def build_entity_assets(settings: Settings) -> list[AssetsDefinition]:
-    assets = []
-    for feed in (CUSTOMERS, MERCHANTS):
-        assets += _feed_assets(settings, feed)
+    assets = [*_feed_assets(settings, CUSTOMERS), *_feed_assets(settings, MERCHANTS)]
 
     @table_asset(
         settings,
@@ -83,6 +73,5 @@ def _feed_assets(settings: Settings, feed: EntityFeed) -> list[AssetsDefinition]
 
 class HistoryConfig(Config):
     full_refresh: bool = Field(
-        default=False,
-        description="Recompute the whole history from every bronze observation instead of extending it.",
+        default=False, description="Recompute the whole history from every bronze observation instead of extending it."
     )

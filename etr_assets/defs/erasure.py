@@ -28,14 +28,7 @@ from pydantic import Field
 from etr_assets.defs.common import table_key, table_pool
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.defs.run_guard import in_process_executor
-from etr_assets.lake.erasure import (
-    ErasureRequest,
-    RawErasure,
-    TableErasure,
-    audit_key,
-    erase_table_step,
-    held_ids,
-)
+from etr_assets.lake.erasure import ErasureRequest, RawErasure, TableErasure, audit_key, erase_table_step, held_ids
 from etr_assets.lake.erasure.store import RequestStore, open_request_store
 from etr_assets.lake.specs import TableSpec
 from etr_assets.pipeline.erasure import erase_raw_step, erasure_stages, prove_step
@@ -60,10 +53,6 @@ class ErasureConfig(Config):
 
 def request_store(raw_zone: RawZoneResource) -> RequestStore:
     return open_request_store(raw_zone.root, s3_endpoint=raw_zone.s3_endpoint, region=raw_zone.region)
-
-
-def op_name(spec: TableSpec) -> str:
-    return f"erase_{spec.namespace}_{spec.name}"
 
 
 def _request_op(settings: Settings):
@@ -116,7 +105,7 @@ def erase_raw_zone(
 
 def _table_op(settings: Settings, spec: TableSpec, observe: bool):
     @op(
-        name=op_name(spec),
+        name=f"erase_{spec.namespace}_{spec.name}",
         out=_IN_MEMORY,
         ins={"request": In(ErasureRequest), "after": In(Nothing)},
         pool=table_pool(settings, writer_spec(spec)),

@@ -39,7 +39,7 @@ from pydantic import Field
 
 from etr_assets.defs.common import table_key, table_pool
 from etr_assets.defs.resources import LakeResource
-from etr_assets.lake.health import TableHealth, table_health
+from etr_assets.lake.health import table_health
 from etr_assets.lake.maintenance import MaintenanceResult, maintain_table
 from etr_assets.lake.quality import Severity
 from etr_assets.lake.specs import TableSpec
@@ -72,25 +72,20 @@ def build_maintenance(
         checks=[health_check(settings, spec) for spec in table_asset_specs],
         job=maintenance_job,
         sensor=health_sensor(settings, specs, maintenance_job),
-        schedule=weekly_schedule(maintenance_job),
+        schedule=ScheduleDefinition(
+            name="table_maintenance_weekly",
+            job=maintenance_job,
+            cron_schedule="0 3 * * 0",
+            execution_timezone="UTC",
+            run_config=tables_config([]),
+            default_status=DefaultScheduleStatus.STOPPED,
+            description="Every Sunday at 03:00 UTC, maintains every table (compaction, manifests, snapshot expiry, "
+            "orphan files), healthy or not.",
+        ),
     )
 
 
 # --- the check -------------------------------------------------------------------------------------------------
-
-
-def health_metadata(health: TableHealth) -> dict[str, object]:
-    """Numbers the UI plots over time; the snapshot id as a string (Iceberg ids exceed 32 bits)."""
-    metadata: dict[str, object] = {name: value for name, value in health.figures().items()}
-    metadata |= {
-        "status": str(health.status),  # Dagster metadata takes plain text, not an enum
-        "reasons": "; ".join(health.reasons) or "none",
-        "table": health.table,
-        "snapshot_id": str(health.current_snapshot_id) if health.current_snapshot_id is not None else "none",
-        "target_file_bytes": health.target_file_bytes,
-        "measured_ms": round(health.measured_seconds * 1000, 1),
-    }
-    return metadata
 
 
 def health_check(settings: Settings, spec: TableSpec) -> AssetChecksDefinition:
@@ -123,7 +118,16 @@ def health_check(settings: Settings, spec: TableSpec) -> AssetChecksDefinition:
             passed=health.status == Severity.OK,
             severity=AssetCheckSeverity.ERROR if health.status == Severity.ERROR else AssetCheckSeverity.WARN,
             description=health.describe(),
-            metadata=health_metadata(health),
+            # Numbers the UI plots over time; the snapshot id as a string (Iceberg ids exceed 32 bits).
+            metadata=dict(health.figures())
+            | {
+                "status": str(health.status),  # Dagster metadata takes plain text, not an enum
+                "reasons": "; ".join(health.reasons) or "none",
+                "table": health.table,
+                "snapshot_id": str(health.current_snapshot_id) if health.current_snapshot_id is not None else "none",
+                "target_file_bytes": health.target_file_bytes,
+                "measured_ms": round(health.measured_seconds * 1000, 1),
+            },
         )
 
     return table_health_check
@@ -187,17 +191,10 @@ def run_metadata(result: MaintenanceResult) -> dict[str, object]:
         "seconds": round(result.seconds, 2),
         "snapshot_id": str(after.current_snapshot_id) if after.current_snapshot_id is not None else "none",
     }
-    for name in (
-        "data_files",
-        "small_files",
-        "delete_files",
-        "snapshots",
-        "manifests",
-        "metadata_file_bytes",
-        "data_bytes",
-    ):
-        metadata[f"{name}_before"] = getattr(before, name)
-        metadata[f"{name}_after"] = getattr(after, name)
+    counts = "data_files small_files delete_files snapshots manifests metadata_file_bytes data_bytes".split()
+    metadata |= {
+        f"{name}_{when}": getattr(h, name) for name in counts for when, h in (("before", before), ("after", after))
+    }
     if result.orphans.removed:
         metadata["orphan_files"] = MetadataValue.json(list(result.orphans.removed[:50]))
     return metadata
@@ -229,9 +226,7 @@ def _maintain_op(settings: Settings, spec: TableSpec, observed: bool):
     return maintain
 
 
-def build_maintenance_job(
-    settings: Settings, specs: tuple[TableSpec, ...], observed: list[TableSpec] = ()
-) -> JobDefinition:
+def build_maintenance_job(settings: Settings, specs: tuple[TableSpec, ...], observed: list[TableSpec]) -> JobDefinition:
     select_tables = _select_op(specs)
     steps = [(spec, _maintain_op(settings, spec, spec in observed)) for spec in specs]
 
@@ -260,14 +255,6 @@ def tables_config(tables: list[str]) -> dict[str, object]:
 IN_FLIGHT = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
-def maintenance_in_flight(instance, spec: TableSpec) -> bool:
-    """A table_maintenance run for this table is queued or running (the sensor's runs carry the etr/table tag)."""
-    runs = instance.get_runs(
-        filters=RunsFilter(job_name=JOB_NAME, tags={"etr/table": spec.identifier}, statuses=IN_FLIGHT), limit=1
-    )
-    return bool(runs)
-
-
 def health_sensor(settings: Settings, specs: tuple[TableSpec, ...], maintenance_job: JobDefinition) -> SensorDefinition:
     @sensor(
         name="table_health_maintenance",
@@ -284,7 +271,10 @@ def health_sensor(settings: Settings, specs: tuple[TableSpec, ...], maintenance_
             health = table_health(settings, spec)
             if not health.needs_maintenance:
                 continue
-            if maintenance_in_flight(context.instance, spec):  # its run will fix this state; the pool queues more
+            # A maintenance of this table queued or running (the sensor's runs carry the etr/table tag) will fix this
+            # state; the pool would only queue more.
+            in_flight = RunsFilter(job_name=JOB_NAME, tags={"etr/table": spec.identifier}, statuses=IN_FLIGHT)
+            if context.instance.get_runs(filters=in_flight, limit=1):
                 context.log.info(f"{spec.identifier}: {health.status}, maintenance already queued or running")
                 continue
             seen.append(health.describe())
@@ -302,16 +292,3 @@ def health_sensor(settings: Settings, specs: tuple[TableSpec, ...], maintenance_
         return SensorResult(run_requests=requests)
 
     return table_health_maintenance
-
-
-def weekly_schedule(maintenance_job: JobDefinition) -> ScheduleDefinition:
-    return ScheduleDefinition(
-        name="table_maintenance_weekly",
-        job=maintenance_job,
-        cron_schedule="0 3 * * 0",
-        execution_timezone="UTC",
-        run_config=tables_config([]),
-        default_status=DefaultScheduleStatus.STOPPED,
-        description="Every Sunday at 03:00 UTC, maintains every table (compaction, manifests, snapshot expiry, "
-        "orphan files), healthy or not.",
-    )

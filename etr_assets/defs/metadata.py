@@ -53,10 +53,8 @@ def log_partition_counts(context, figures: dict[str, object]) -> None:
     as an observation (the UI lists it under the partition and plots it). A day the step wrote without being asked
     (a pending batch it finished, a snapshot day a history took in) is recorded as a materialization of that
     partition, with a warning, so the UI's partitions and staleness say what the table holds."""
-    counts = partition_counts(figures)
-    partitioned = context.has_partition_key or context.has_partition_key_range
-    requested = set(context.partition_keys) if partitioned else set()
-    unrequested = sorted(written_days(figures) - requested) if requested else []
+    counts, requested = partition_counts(figures), set(context.partition_keys)  # every asset here is partitioned
+    unrequested = sorted(written_days(figures) - requested)
     for day, rows in counts.items():
         if day not in unrequested:
             context.log_event(
@@ -74,6 +72,5 @@ def log_partition_counts(context, figures: dict[str, object]) -> None:
     )
     for day in unrequested:
         metadata = {"written_by_run_of": f"{run_days[0]}...{run_days[-1]}"}
-        if day in counts:
-            metadata["dagster/partition_row_count"] = int(counts[day])
+        metadata |= {"dagster/partition_row_count": int(counts[day])} if day in counts else {}
         context.log_event(AssetMaterialization(asset_key=context.asset_key, partition=day, metadata=metadata))

@@ -21,12 +21,11 @@ from etr_assets.lake.bookkeeping import TABLE_CHANGES
 from etr_assets.lake.bronze import abandon_batch
 from etr_assets.lake.quality import Metric, record_metrics
 from etr_assets.lake.timetravel import daily_growth, rollback
-from etr_assets.pipeline.entities import CUSTOMERS, MERCHANTS
-from etr_assets.pipeline.transactions import TRANSACTIONS
 from etr_assets.tables import spec_for
+from etr_assets.tables.feeds import RAW_FEEDS as FEEDS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
-RAW_FEEDS = {feed.endpoint: feed for feed in (TRANSACTIONS, CUSTOMERS.raw, MERCHANTS.raw)}
+RAW_FEEDS = {feed.endpoint: feed for feed in FEEDS}
 
 
 class RollbackConfig(Config):

@@ -1,16 +1,10 @@
 """Raw assets: each API endpoint's day fetched into the raw zone as a new batch (pending until loaded)."""
 
-from dagster import (
-    AssetExecutionContext,
-    AssetKey,
-    AssetsDefinition,
-    Failure,
-    MaterializeResult,
-    MetadataValue,
-    asset,
-)
+import datetime as dt
 
-from etr_assets.defs.common import SINGLE_RUN, daily_partitions, days_of
+from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, Failure, MaterializeResult, MetadataValue, asset
+
+from etr_assets.defs.common import SINGLE_RUN, daily_partitions
 from etr_assets.defs.metadata import log_partition_counts
 from etr_assets.defs.resources import BnplApiResource, RawZoneResource
 from etr_assets.lake.exhaustion import exhaustion
@@ -43,8 +37,15 @@ def _raw_asset(settings: Settings, endpoint: str) -> AssetsDefinition:
     ) -> MaterializeResult:
         client, zone = bnpl_api.client(), raw_zone.zone()
         batches, records = {}, {}
-        for day in days_of(context):
-            batch, manifest = _fetch(client, zone, endpoint, day, raw_zone.root)
+        for day in map(dt.date.fromisoformat, context.partition_keys):
+            try:
+                batch, manifest = fetch_day(client, zone, endpoint, day)
+            except OSError as failed:  # a full disk in one line naming it (the batch stays pending, never loaded half)
+                doing, folders = f"fetching {endpoint} of {day} into the raw zone", {raw_zone.root: "the raw zone"}
+                exhausted = exhaustion(failed, doing, {}, jvm_exit_code=lambda: None, folders=folders)
+                if exhausted is None:
+                    raise
+                raise Failure(description=str(exhausted)) from None
             batches[day.isoformat()] = batch.key
             records[day.isoformat()] = manifest.records
             context.log.info(f"{day}: {manifest.records} records in {len(manifest.files)} file(s) -> {batch.key}")
@@ -60,15 +61,3 @@ def _raw_asset(settings: Settings, endpoint: str) -> AssetsDefinition:
         )
 
     return fetch
-
-
-def _fetch(client, zone, endpoint: str, day, root: str):
-    """`fetch_day`, with a full disk told in one line naming it (the batch stays pending, never loaded half)."""
-    try:
-        return fetch_day(client, zone, endpoint, day)
-    except OSError as failed:
-        doing = f"fetching {endpoint} of {day} into the raw zone"
-        exhausted = exhaustion(failed, doing, {}, jvm_exit_code=lambda: None, folders={root: "the raw zone"})
-        if exhausted is None:
-            raise
-        raise Failure(description=str(exhausted)) from None

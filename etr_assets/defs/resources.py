@@ -88,7 +88,7 @@ class BnplApiResource(ConfigurableResource):
 def build_resources(settings: Settings) -> dict[str, object]:
     if settings.api_url:
         api = BnplApiResource(
-            base_url=settings.api_url, token=EnvVar(settings.api_token_env), page_size=settings.api_page_size
+            base_url=settings.api_url, token=EnvVar("ETR_API_TOKEN"), page_size=settings.api_page_size
         )
     elif settings.profile == "local":
         api = BnplApiResource(

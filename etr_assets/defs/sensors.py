@@ -4,8 +4,7 @@ import datetime as dt
 
 from dagster import AssetSelection, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
-from etr_assets.defs.common import table_key
-from etr_assets.defs.jobs import PIPELINE_GROUPS
+from etr_assets.defs.common import PIPELINE_GROUPS, table_key
 from etr_assets.defs.raw import raw_key
 from etr_assets.defs.resources import RawZoneResource
 from etr_assets.settings import Settings
