@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import decimal
 import json
 import sys
 from pathlib import Path
@@ -25,50 +24,39 @@ def render_table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join([line, rule, *body])
 
 
-def _jsonable(value: object) -> object:
-    if isinstance(value, (dt.date, dt.datetime)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+def _json(value: dict) -> str:
+    """One JSON line; dates in ISO 8601, decimals (and anything else JSON has no type for) as text."""
+    return json.dumps(value, default=lambda v: v.isoformat() if isinstance(v, dt.date) else str(v))
 
 
-def _error_line(exc: BaseException) -> str:
-    """The first meaningful line of a Spark/Java error, without the JVM's stack."""
+def _spark_failed(command: str, exc: BaseException, doing: str, settings: Settings) -> int:
+    """A Spark/Java error in one line on stderr, without the JVM's stack: the setting to raise when the JVM ran out
+    of memory or disk, else the first meaningful line of the error."""
+    from etr_assets.lake.exhaustion import exhaustion
+    from etr_assets.lake.session import spark_conf
+
     text = str(getattr(exc, "desc", None) or exc)
     java = getattr(exc, "java_exception", None)
     if java is not None:
         text = str(java.getMessage() or java.toString())
-    return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-
-
-def read_query(args: argparse.Namespace) -> str:
-    """The query: the argument, `-` for standard input, or --file."""
-    if args.file is not None:
-        return args.file.read_text()
-    if args.query == "-":
-        return sys.stdin.read()
-    if args.query is None:
-        raise RuntimeError('give a query, "-" to read it from standard input, or --file FILE')
-    return args.query
+    line = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    print(f"etr {command}: {exhaustion(exc, doing, spark_conf(settings)) or line}", file=sys.stderr)
+    return 1
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.lake.metadata import unknown_tables
 
-    query = read_query(args)
+    if args.file is None and args.query is None:
+        raise RuntimeError('give a query, "-" to read it from standard input, or --file FILE')
+    query = args.file.read_text() if args.file else sys.stdin.read() if args.query == "-" else args.query
     unknown = unknown_tables(settings, query)  # from the catalog's metadata: no JVM for a misspelt name
     if unknown:
         for name, near in unknown:
             hint = f"; did you mean {' or '.join(near)}?" if near else "; `etr tables` lists the tables"
             print(f"etr sql: table {name} does not exist in catalog {settings.catalog}{hint}", file=sys.stderr)
         return 1
-    from etr_assets.lake.exhaustion import exhaustion
-    from etr_assets.lake.session import get_spark, spark_conf
+    from etr_assets.lake.session import get_spark
 
     if sys.stderr.isatty():  # a person waits: say why (scripts read an empty stderr on success)
         print("etr sql: starting Spark (a few seconds)...", file=sys.stderr, flush=True)
@@ -77,14 +65,12 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
         df = spark.sql(query)
         rows = df.limit(args.limit + 1).collect() if args.limit else df.collect()
     except Exception as exc:  # AnalysisException, ParseException, Py4JJavaError...
-        exhausted = exhaustion(exc, "running the query", spark_conf(settings))  # names the setting to raise
-        print(f"etr sql: {exhausted or _error_line(exc)}", file=sys.stderr)
-        return 1
+        return _spark_failed("sql", exc, "running the query", settings)
     truncated = bool(args.limit) and len(rows) > args.limit
     rows = rows[: args.limit] if args.limit else rows
     if args.json:
         for row in rows:
-            print(json.dumps(_jsonable(row.asDict(recursive=True))))
+            print(_json(row.asDict(recursive=True)))
     else:
         print(render_table(df.columns, [list(r) for r in rows]))
         more = f" (first {args.limit}; use --limit 0 for all)" if truncated else ""
@@ -99,7 +85,7 @@ def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
     stats = all_table_stats(settings, ALL_SPECS)
     if args.json:
         for s in stats:
-            print(json.dumps(_jsonable({**s.__dict__, "current_snapshot_id": str(s.current_snapshot_id or "")})))
+            print(_json({**s.__dict__, "current_snapshot_id": str(s.current_snapshot_id or "")}))
     else:
         rows = [_table_row(s) for s in stats]
         print(render_table(["table", "rows", "snapshots", "files", "size", "last updated"], rows))
@@ -174,43 +160,34 @@ def cmd_erase(settings: Settings, args: argparse.Namespace) -> int:
     store = open_request_store(settings.raw_root, s3_endpoint=settings.s3_endpoint, region=settings.region)
     recorded = store.record(args.reference, read_ids(args.ids))
     print(f"recorded erasure request {recorded.reference}: {recorded.customers} customer(s), in {recorded.uri}")
-    print(f"{launch_hint(recorded.reference)[0].upper()}{launch_hint(recorded.reference)[1:]}")
+    hint = launch_hint(recorded.reference)
+    print(f"{hint[0].upper()}{hint[1:]}")
     print("The ids stay in that file only until the erasure is proven; they never go into Dagster's storage.")
     return 0
-
-
-def operator() -> str:
-    """Who runs this command, for the audit: the login name on this host."""
-    import getpass
-    import socket
-
-    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 def cmd_lift_suppression(settings: Settings, args: argparse.Namespace) -> int:
     """An erased customer signed up again and consented: one audited LIFT_SUPPRESSION row (keyed hash, reference,
     who, why, when) lets later loads store them again. No Dagster run: the id never reaches its storage."""
+    import getpass
+    import socket
+
     from etr_assets.lake.bookkeeping import GDPR_ACTIONS
     from etr_assets.lake.erasure import ErasureError, audit_key, validate_customer_ids
     from etr_assets.lake.erasure.suppression import lift_suppression
-    from etr_assets.lake.exhaustion import exhaustion
-    from etr_assets.lake.session import get_spark, spark_conf
+    from etr_assets.lake.session import get_spark
 
+    ids = validate_customer_ids(read_ids([args.id]), "id")  # an ErasureError: one line from main
+    if len(ids) != 1:
+        raise ErasureError(f"{len(ids)} ids given: lift one customer's suppression at a time")
+    key = audit_key(settings.profile)  # the erasure's key: the same id hashes to the same entry
+    by = args.by or f"{getpass.getuser()}@{socket.gethostname()}"  # the login name on this host
     try:
-        ids = validate_customer_ids(read_ids([args.id]), "id")
-        if len(ids) != 1:
-            raise ErasureError(f"{len(ids)} ids given: lift one customer's suppression at a time")
-        key = audit_key(settings.profile)  # the erasure's key: the same id hashes to the same entry
-        row = lift_suppression(
-            get_spark(settings), settings.catalog, key, ids[0], args.reference, args.reason, by=args.by or operator()
-        )
-    except ErasureError as exc:
-        print(f"etr lift-suppression: {exc}", file=sys.stderr)
-        return 1
+        row = lift_suppression(get_spark(settings), settings.catalog, key, ids[0], args.reference, args.reason, by=by)
+    except EtrError:
+        raise
     except Exception as exc:  # Py4JJavaError, AnalysisException: one line, never Java's stack
-        exhausted = exhaustion(exc, "recording the lift", spark_conf(settings))
-        print(f"etr lift-suppression: {exhausted or _error_line(exc)}", file=sys.stderr)
-        return 1
+        return _spark_failed("lift-suppression", exc, "recording the lift", settings)
     print(
         f"lifted the suppression of 1 customer (keyed hash {row['subject_hash'][:12]}...) under {row['request_id']}: "
         f"{row['action']} recorded in {GDPR_ACTIONS.qualified(settings.catalog)} ({row['detail']}); the next loads "
@@ -229,20 +206,16 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("-f", "--file", type=Path, help="read the query from this file")
     sql.add_argument("--json", action="store_true", help="one JSON object per row")
     sql.add_argument("--limit", type=int, default=100, help="rows to print at most (0: all; default 100)")
-    sql.set_defaults(run=cmd_sql)
     tables = sub.add_parser("tables", help="list every table with rows, snapshots, files and size")
     tables.add_argument("--json", action="store_true", help="one JSON object per table")
-    tables.set_defaults(run=cmd_tables)
     api = sub.add_parser("api", help="serve the synthetic BNPL API until Ctrl-C")
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8765)
-    api.set_defaults(run=cmd_api)
     policy = sub.add_parser("iam-policy", help="print the pipeline's least-privilege IAM policy (JSON)")
     policy.add_argument("--bucket", default=iam.DEFAULT_BUCKET)
     policy.add_argument("--region", default=iam.DEFAULT_REGION)
     policy.add_argument("--account", default="*", help="the AWS account id (default: any account the role is in)")
     policy.add_argument("--glue-job", default=iam.DEFAULT_GLUE_JOB)
-    policy.set_defaults(run=cmd_iam_policy)
     prepare = sub.add_parser(
         "prepare-instance",
         help="make $DAGSTER_HOME ready for this code location: dagster.yaml (if missing), storage, table pools",
@@ -250,12 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument(
         "--config", type=Path, help="dagster.yaml to install when there is none (default: the laptop one)"
     )
-    prepare.set_defaults(run=cmd_prepare_instance)
     summary = sub.add_parser(
         "run-summary", help="a Dagster run in three lines: assets, rows written, checks passed/warned/failed"
     )
     summary.add_argument("run_id", nargs="?", help="the run (default: the newest run of $DAGSTER_HOME's instance)")
-    summary.set_defaults(run=cmd_run_summary)
     erase = sub.add_parser(
         "erase",
         help="record a GDPR erasure request (reference and customer ids) for the gdpr_erasure job, "
@@ -263,7 +234,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     erase.add_argument("--reference", required=True, help="the request's reference, e.g. GDPR-2025-0042")
     erase.add_argument("ids", nargs="+", metavar="ID", help="customer ids to erase; `-`: read them from standard input")
-    erase.set_defaults(run=cmd_erase)
     lift = sub.add_parser(
         "lift-suppression",
         help="let an erased customer be stored again (they signed up again and consented): an audited "
@@ -273,15 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     lift.add_argument("--reason", required=True, help="why this customer may be stored again (kept in the audit)")
     lift.add_argument("--by", help="who lifts it, for the audit (default: your login name @ this host)")
     lift.add_argument("id", metavar="ID", help="the customer id; `-`: read it from standard input")
-    lift.set_defaults(run=cmd_lift_suppression)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    run = globals()[f"cmd_{args.command.replace('-', '_')}"]  # `etr lift-suppression` runs cmd_lift_suppression
     try:
-        settings = Settings.from_env()
-        return args.run(settings, args)
+        return run(Settings.from_env(), args)
     except (EtrError, RuntimeError, OSError) as exc:  # EtrError: a project error, one line naming what and where
         print(f"etr {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
 
@@ -12,6 +13,7 @@ from etr_assets.defs.dagster_private import USER_CODE_ERROR
 ROW_FIGURES = ("rows_written", "dagster/partition_row_count")  # the first a materialization has
 SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not stored (`lake/bronze.py`)
 PROOF, SUPPRESSION = "proof", "suppression"  # gdpr_erasure's prove_erasure step (`defs/erasure.py`)
+STEP_FAILURE, STEP_OUTPUT = DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_OUTPUT
 REASON_CHARS = 600  # a reason longer than this is cut: the summary stays readable
 
 
@@ -86,40 +88,29 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         return None
     rows: dict[str, int] = {}
     suppressed: dict[str, int] = {}
-    passed = warned = failed = 0
+    verdicts: Counter[str] = Counter()
     not_passed, failures, proof = [], [], ""
     kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION}
-    steps = {DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_OUTPUT}
-    for record in instance.all_logs(run.run_id, of_type=kinds | steps):
+    for record in instance.all_logs(run.run_id, of_type=kinds | {STEP_FAILURE, STEP_OUTPUT}):
         event = record.dagster_event
-        if event.event_type == DagsterEventType.STEP_OUTPUT:
-            proof = proof_of(event.event_specific_data.metadata) or proof
-            continue
-        if event.event_type == DagsterEventType.STEP_FAILURE:
-            data = event.event_specific_data
+        data = event.event_specific_data
+        if event.event_type == STEP_OUTPUT:
+            proof = proof_of(data.metadata) or proof
+        elif event.event_type == STEP_FAILURE:
             failures.append((event.step_key, failure_reason(data)))
             proof = proof_of(data.user_failure_data.metadata if data.user_failure_data else {}) or proof
-            continue
-        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
-            materialization = event.event_specific_data.materialization
-            metadata = materialization.metadata
-            written = next((metadata[k] for k in ROW_FIGURES if k in metadata), None)
+        elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            key, metadata = data.materialization.asset_key.to_user_string(), data.materialization.metadata
+            written = next((metadata[k].value for k in ROW_FIGURES if k in metadata), 0)
             # A range run materializes each day with the same figures (the whole run's): count them once.
-            rows.setdefault(
-                materialization.asset_key.to_user_string(), int(written.value if written is not None else 0)
-            )
+            rows.setdefault(key, int(written))
             if SUPPRESSED in metadata:
-                suppressed.setdefault(materialization.asset_key.to_user_string(), int(metadata[SUPPRESSED].value))
-            continue
-        evaluation = event.event_specific_data
-        if evaluation.passed:
-            passed += 1
-            continue
-        not_passed.append(f"{evaluation.asset_key.to_user_string()}:{evaluation.check_name}")
-        if evaluation.severity == AssetCheckSeverity.WARN:
-            warned += 1
+                suppressed.setdefault(key, int(metadata[SUPPRESSED].value))
+        elif data.passed:
+            verdicts["passed"] += 1
         else:
-            failed += 1
+            verdicts["warned" if data.severity == AssetCheckSeverity.WARN else "failed"] += 1
+            not_passed.append(f"{data.asset_key.to_user_string()}:{data.check_name}")
     stats = instance.get_run_stats(run.run_id)
     seconds = stats.end_time - stats.start_time if stats.start_time and stats.end_time else None
     return RunSummary(
@@ -129,9 +120,9 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         _partitions(run.tags),
         seconds,
         rows,
-        passed,
-        warned,
-        failed,
+        verdicts["passed"],
+        verdicts["warned"],
+        verdicts["failed"],
         tuple(not_passed),
         sum(suppressed.values()),
         tuple(failures),
