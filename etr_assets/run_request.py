@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -137,12 +138,12 @@ def dagster_home(etr_home: Path, environ: Mapping[str, str] | None = None) -> Pa
     )
 
 
-def launch_command(days: Days) -> list[str]:
+def launch_command(days: Days, config: Path) -> list[str]:
     """What `dg launch --job etr_pipeline --partition ...` runs (`dagster job execute` in this environment), with
-    the tags it gives the run and the console log at INFO."""
+    the tags it gives the run, and `config`: a run config file (QUIET_LOG's)."""
     return [
         *(sys.executable, "-m", "dagster", "job", "execute", "-m", "etr_assets.definitions", "-j", JOB),
-        *("--tags", json.dumps(days.tags), "--config-json", json.dumps(QUIET_LOG)),
+        *("--tags", json.dumps(days.tags), "-c", str(config)),
     ]
 
 
@@ -159,11 +160,14 @@ def run(request: str | None, start: dt.date, etr_home: Path) -> int:
     env.setdefault("PYTHONWARNINGS", "ignore")  # as ./dev demo: Dagster's preview and beta notices are not news
     print(f"etr run: {JOB} for {days} (DAGSTER_HOME={home}); starting...", file=sys.stderr, flush=True)
     launched = time.time()
-    worker = subprocess.Popen(launch_command(days), env=env)
-    try:
-        code = worker.wait()
-    except KeyboardInterrupt:  # Ctrl-C reached the run too (same process group): let it end and record that
-        code = worker.wait()
+    with tempfile.TemporaryDirectory(prefix="etr-run-") as folder:
+        config = Path(folder) / "run.yaml"
+        config.write_text(json.dumps(QUIET_LOG))  # JSON is YAML
+        worker = subprocess.Popen(launch_command(days, config), env=env)
+        try:
+            code = worker.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the run too (same process group): let it end and record that
+            code = worker.wait()
     return _report(home, days, worker.pid, launched, code)
 
 
