@@ -9,6 +9,7 @@ from etr_assets.defs.metadata import log_partition_counts
 from etr_assets.defs.resources import BnplApiResource, RawZoneResource
 from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.figures import Tagged
+from etr_assets.run_request import RunRequestError, days_of_run
 from etr_assets.settings import Settings
 from etr_assets.sources.fetch import ENDPOINTS, SOURCE, fetch_day
 
@@ -35,6 +36,10 @@ def _raw_asset(settings: Settings, endpoint: str) -> AssetsDefinition:
     def fetch(
         context: AssetExecutionContext, bnpl_api: BnplApiResource, raw_zone: RawZoneResource
     ) -> MaterializeResult:
+        try:  # the job's first steps: a run without a day, or with a reversed range, stops here in one line
+            days_of_run(context.run.tags, settings.start_date)
+        except RunRequestError as mistake:
+            raise Failure(description=str(mistake)) from None
         client, zone = bnpl_api.client(), raw_zone.zone()
         batches, records = {}, {}
         for day in map(dt.date.fromisoformat, context.partition_keys):
