@@ -58,6 +58,18 @@ def test_each_mistake_is_one_line_exit_2_and_no_run(tmp_path: Path) -> None:
     assert runs_in(env) == []  # nothing was launched
 
 
+def test_the_days_start_at_etr_start_date_as_the_jobs_partitions_do(tmp_path: Path) -> None:
+    """`./dev demo` and `./dev ui` set ETR_START_DATE to the demo's first day: `etr run` reads the same setting."""
+    env = isolated_env(tmp_path, ETR_START_DATE="2025-01-03")
+    done = subprocess.run(
+        [sys.executable, "-c", NOTHING_HEAVY, "run", "2025-01-02..2025-01-04"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"etr run: 2025-01-02 is before the first day: give YYYY-MM-DD or FIRST..LAST, between 2025-01-03 and "
+        f"{last_complete_day()}"
+    ], done.stderr
+
+
 @pytest.fixture
 def pipeline_job(settings):
     from etr_assets.definitions import build_definitions

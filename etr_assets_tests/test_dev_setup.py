@@ -66,3 +66,37 @@ def test_the_demo_runs_the_most_recent_complete_days_unless_told_otherwise():
     bad_day, bad_count = demo_range("3", "2025-13-40"), demo_range("three")
     assert bad_day.returncode != 0 and "LAST_DAY '2025-13-40' is not a date" in bad_day.stderr
     assert bad_count.returncode != 0 and "DAYS 'three' is not a positive number" in bad_count.stderr
+
+
+def dev_function(name: str, call: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run dev's own function `name` (its definition cut out of the script), then `call`, in `env`."""
+    script = (REPO / "dev").read_text()
+    body = script[script.index(f"{name}() {{") :]
+    body = body[: body.index("\n}\n") + 3]
+    return subprocess.run(["bash", "-c", f"{body}\n{call}"], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_the_demos_partitions_start_at_its_first_day_unless_etr_start_date_is_set(tmp_path):
+    """A fresh demo's partitions are its own days (the UI's asset pages filled, not 3 of ~700); a later demo of
+    earlier days moves the start back, never forward; a set ETR_START_DATE (a deployment's) stands and nothing is
+    recorded; ./dev ui reads the recorded day, so its partitions, `etr run`'s and the demo's agree."""
+    import os
+
+    home = tmp_path / "etr"
+    env = {k: v for k, v in os.environ.items() if k != "ETR_START_DATE"} | {"ETR_HOME": str(home)}
+    recorded = home / "start_date"
+
+    assert dev_function("demo_start", "demo_start 2026-11-23", env).stdout == "2026-11-23\n"
+    assert recorded.read_text() == "2026-11-23\n"
+    assert dev_function("demo_start", "demo_start 2026-11-24", env).stdout == "2026-11-23\n"  # never forward
+    assert dev_function("demo_start", "demo_start 2025-01-06", env).stdout == "2025-01-06\n"  # earlier days: back
+    assert recorded.read_text() == "2025-01-06\n"
+    ui = 'use_recorded_start; echo "${ETR_START_DATE:-unset}"'
+    assert dev_function("use_recorded_start", ui, env).stdout == "2025-01-06\n"
+
+    deployment = env | {"ETR_START_DATE": "2024-06-01"}
+    assert dev_function("demo_start", "demo_start 2026-11-23", deployment).stdout == "2024-06-01\n"
+    assert recorded.read_text() == "2025-01-06\n"  # untouched
+    assert dev_function("use_recorded_start", ui, deployment).stdout == "2024-06-01\n"
+    recorded.unlink()  # no demo ran here: the setting's default
+    assert dev_function("use_recorded_start", ui, env).stdout == "unset\n"
