@@ -181,8 +181,8 @@ def _report(home: Path, days: Days, pid: int, launched: float, code: int) -> int
         since = dt.datetime.fromtimestamp(launched, dt.UTC)
         runs = instance.get_runs(RunsFilter(job_name=JOB, tags=days.tags, created_after=since))
         # The run that process executed (its worker tags), else the newest such run (it failed before its steps).
-        run = next((r for r in runs if r.tags.get(PID_TAG) == str(pid)), next(iter(runs), None))
-        summary = summarize_run(instance, run.run_id) if run else None
+        ours = next((r for r in runs if r.tags.get(PID_TAG) == str(pid)), next(iter(runs), None))
+        summary = summarize_run(instance, ours.run_id) if ours else None
     if summary is None:
         print(f"etr run: dagster job execute exited {code} without a run of {JOB} (its log is above)", file=sys.stderr)
         return code or 1

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 
+from etr_assets.errors import EtrError
 from etr_assets.run_request import (
     PARTITION_TAG,
     RANGE_END_TAG,
     RANGE_START_TAG,
     Days,
     RunRequestError,
+    dagster_home,
     days_of_run,
     last_complete_day,
     parse_request,
@@ -98,3 +101,13 @@ def test_a_runs_tags_are_checked_the_same_way():
         with pytest.raises(RunRequestError) as raised:
             days_of_run(tags, START, NOW)
         assert str(raised.value) == f"{what}: {VALID}", tags
+
+
+def test_the_instance_is_dagster_home_else_the_one_dev_prepares_under_etr_home(tmp_path):
+    assert dagster_home(tmp_path, {"DAGSTER_HOME": "/srv/dagster"}) == Path("/srv/dagster")
+    with pytest.raises(EtrError) as raised:  # one line from `etr`: where it looked, and what to do
+        dagster_home(tmp_path, {})
+    assert str(raised.value).startswith(f"DAGSTER_HOME is not set and {tmp_path / 'dagster'} has no dagster.yaml")
+    (tmp_path / "dagster").mkdir()
+    (tmp_path / "dagster" / "dagster.yaml").write_text("")
+    assert dagster_home(tmp_path, {"DAGSTER_HOME": " "}) == tmp_path / "dagster"
