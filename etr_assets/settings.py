@@ -177,48 +177,25 @@ def machine_memory_bytes() -> int | None:
     return min(sizes) if sizes else None
 
 
-def _csv(raw: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in raw.split(",") if part.strip())
-
-
-def _flag(raw: str) -> bool:
-    return raw.lower() in ("1", "true", "yes")
-
-
 _KINDS = {int: "an integer", float: "a number", dt.date.fromisoformat: "a date (YYYY-MM-DD)"}
-
-# Field -> (variables, first set wins; parser). The defaults are the fields' own, written once above.
+_PARSERS = {  # a field's type -> how its variable is read; any other type is read as text
+    "int": int,
+    "float": float,
+    "bool": lambda raw: raw.lower() in ("1", "true", "yes"),
+    "tuple[str, ...]": lambda raw: tuple(part.strip() for part in raw.split(",") if part.strip()),  # comma-separated
+    "dt.date": dt.date.fromisoformat,
+    "Path": Path,
+}
+_NAMED = {  # the variables not spelled ETR_ and the field's name in capitals; the first set wins
+    "driver_memory": ("ETR_SPARK_DRIVER_MEMORY",),
+    "shuffle_partitions": ("ETR_SPARK_SHUFFLE_PARTITIONS",),
+    "provided_iceberg": ("ETR_ICEBERG_PROVIDED",),
+    "executor_memory": ("ETR_SPARK_EXECUTOR_MEMORY",),
+    "bucket": ("ETR_S3_BUCKET",),
+    "region": ("ETR_AWS_REGION", "AWS_REGION"),
+}
+# Field -> (variables, parser from the field's type). The defaults are the fields' own, written once above.
 ENVIRONMENT = {
-    "profile": (("ETR_PROFILE",), str),
-    "home": (("ETR_HOME",), Path),
-    "catalog": (("ETR_CATALOG",), str),
-    "spark_master": (("ETR_SPARK_MASTER",), str),
-    "driver_memory": (("ETR_SPARK_DRIVER_MEMORY",), str),
-    "shuffle_partitions": (("ETR_SPARK_SHUFFLE_PARTITIONS",), int),
-    "spark_jars": (("ETR_SPARK_JARS",), _csv),
-    "spark_packages": (("ETR_SPARK_PACKAGES",), _csv),
-    "provided_iceberg": (("ETR_ICEBERG_PROVIDED",), _flag),
-    "executor_memory": (("ETR_SPARK_EXECUTOR_MEMORY",), str),
-    "table_format_version": (("ETR_TABLE_FORMAT_VERSION",), int),
-    "bucket": (("ETR_S3_BUCKET",), str),
-    "s3_endpoint": (("ETR_S3_ENDPOINT",), str),
-    "region": (("ETR_AWS_REGION", "AWS_REGION"), str),
-    "glue_endpoint": (("ETR_GLUE_ENDPOINT",), str),
-    "jdbc_url": (("ETR_JDBC_URL",), str),
-    "jdbc_user": (("ETR_JDBC_USER",), str),
-    "jdbc_password": (("ETR_JDBC_PASSWORD",), str),
-    "api_url": (("ETR_API_URL",), str),
-    "api_seed": (("ETR_API_SEED",), int),
-    "api_transactions_per_day": (("ETR_API_TRANSACTIONS_PER_DAY",), int),
-    "api_page_size": (("ETR_API_PAGE_SIZE",), int),
-    "start_date": (("ETR_START_DATE",), dt.date.fromisoformat),
-    "max_reject_rate": (("ETR_MAX_REJECT_RATE",), float),
-    "max_day_shrink": (("ETR_MAX_DAY_SHRINK",), float),
-    "pending_alert_hours": (("ETR_PENDING_ALERT_HOURS",), float),
-    "compute": (("ETR_COMPUTE",), str),
-    "glue_job_name": (("ETR_GLUE_JOB_NAME",), str),
-    "glue_worker_type": (("ETR_GLUE_WORKER_TYPE",), str),
-    "glue_workers": (("ETR_GLUE_WORKERS",), int),
-    "emr_application_id": (("ETR_EMR_APPLICATION_ID",), str),
-    "remote_role_arn": (("ETR_REMOTE_ROLE_ARN",), str),
+    f.name: (_NAMED.get(f.name, (f"ETR_{f.name.upper()}",)), _PARSERS.get(f.type, str))
+    for f in dataclasses.fields(Settings)
 }
