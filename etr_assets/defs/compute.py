@@ -1,5 +1,5 @@
 """Where a table layer runs: in the run's own Spark (`ETR_COMPUTE=local`), or as a Glue 5.0 / EMR Serverless job
-through Dagster Pipes. Either way `etr_assets.pipeline.report.report_layer` runs it (in the job:
+through Dagster Pipes. Either way `etr_assets.pipeline.layers.report_layer` runs it (in the job:
 `etr_assets/remote/run_layer.py`, which sends the report back) and `show` records the report. Every table asset's
 body is `yield from layer_runner.run(...)`: the runner alone decides where.
 
@@ -13,12 +13,10 @@ import sys
 from dagster import AssetExecutionContext, ConfigurableResource, Failure, MaterializeResult
 from pydantic import Field
 
-from etr_assets.defs.common import check_results, on_partitions
-from etr_assets.defs.metadata import as_metadata, log_partition_counts
+from etr_assets.defs.common import as_metadata, check_results, log_partition_counts, on_partitions
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.lake.wap import branch_name
-from etr_assets.pipeline.layers import LayerRequest
-from etr_assets.pipeline.report import Report, report_layer
+from etr_assets.pipeline.layers import LayerRequest, Report, report_layer
 from etr_assets.remote import jobs
 from etr_assets.settings import Compute, Settings
 

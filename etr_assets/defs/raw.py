@@ -4,8 +4,7 @@ import datetime as dt
 
 from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, Failure, MaterializeResult, MetadataValue, asset
 
-from etr_assets.defs.common import SINGLE_RUN, daily_partitions
-from etr_assets.defs.metadata import log_partition_counts
+from etr_assets.defs.common import SINGLE_RUN, daily_partitions, log_partition_counts
 from etr_assets.defs.resources import BnplApiResource, RawZoneResource
 from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.figures import Tagged

@@ -1,10 +1,10 @@
-"""Every table layer of the pipeline, by asset key, and the one way to run and finish it.
+"""Every table layer of the pipeline, by asset key, and the one way to run, finish and report it.
 
 `run_layer` builds a layer (the library call its asset makes), then finishes it: the post-write checks not already
 run on an audit branch, their metric rows in monitoring.data_quality_metrics, and the materialization's figures.
-The Dagster assets run it in process and the remote job (Glue, EMR Serverless through Dagster Pipes) runs it in
-the job (`etr_assets.remote.run_layer`), so the two cannot drift; `etr_assets.defs.compute.LayerRunner` decides
-which. A blocking check that fails raises `AuditFailed` (main untouched) before anything is finished.
+A blocking check that fails raises `AuditFailed` (main untouched) before anything is finished. `report_layer` runs
+it and says what happened: `etr_assets.defs.compute` shows that `Report` whether the layer ran in process or a
+Glue/EMR job (`etr_assets.remote.run_layer`) sent it as one Pipes message, so the two ways cannot drift.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from functools import partial
 
 from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult
 from etr_assets.lake.evolve import TableChanges
+from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.feeds import EntityFeed
 from etr_assets.lake.figures import Tagged, layer_figures
 from etr_assets.lake.incremental import Cursor
-from etr_assets.lake.quality import CheckOutcome, metrics_of, post_write_outcomes, record_metrics
+from etr_assets.lake.quality import CheckOutcome, Severity, metrics_of, post_write_outcomes, record_metrics
 from etr_assets.lake.specs import CURRENT_VERSIONS, TableSpec
+from etr_assets.lake.wap import AuditFailed
 from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, table_location
 from etr_assets.pipeline import entities, transactions
 from etr_assets.sources.raw_zone import RawZone
@@ -93,6 +95,59 @@ def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerReq
     return FinishedLayer(figures, outcomes, result.warnings)
 
 
+@dataclasses.dataclass(frozen=True)
+class Report:
+    figures: dict[str, object]  # the materialization's metadata (lake.figures); none when the layer failed
+    outcomes: list[CheckOutcome]  # every check of the write, a failed audit's included
+    logs: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (level, message) for the run's log
+    failure: str | None = None  # why the run fails, after its checks are recorded
+    failure_figures: dict[str, object] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Report:
+        """The report again from `dataclasses.asdict(report)`, the JSON a remote job sends through Pipes."""
+
+        def tagged(figures: dict) -> dict:
+            return {
+                k: Tagged(**v) if isinstance(v, dict) and set(v) == {"kind", "value"} else v for k, v in figures.items()
+            }
+
+        outcomes = [CheckOutcome(**o | {"severity": Severity(o["severity"])}) for o in data["outcomes"]]
+        return cls(tagged(data["figures"]), outcomes, data["logs"], data["failure"], tagged(data["failure_figures"]))
+
+
+def report_layer(
+    spark, catalog: str, raw: Callable[[], RawZone], request: LayerRequest, run_id: str, spark_conf: dict, raw_root: str
+) -> Report:
+    """Run the layer and say what happened. A failed audit records its metric rows and reports its checks before
+    the run fails; a JVM out of memory or disk fails it in one line naming the setting or the folder; any other
+    error is raised as it is."""
+    spec = LAYERS[request.layer].spec
+    try:
+        finished = run_layer(spark, catalog, raw, request, run_id)
+    except AuditFailed as failed:
+        record_metrics(spark, catalog, metrics_of(spec, failed.results), run_id)
+        inspect = f"`etr sql \"SELECT * FROM {spec.identifier} VERSION AS OF '{failed.branch}'\"`"
+        return Report(
+            {}, list(failed.results), [], str(failed), {"audit_branch": failed.branch, "inspect": Tagged("md", inspect)}
+        )
+    except Exception as failed:
+        days = request.days[0] + (f"..{request.days[-1]}" if len(request.days) > 1 else "")
+        folders = {raw_root: "the raw zone"} if raw_root else {}  # with the conf's scratch and warehouse
+        exhausted = exhaustion(failed, f"building {spec.identifier} for {days}", spark_conf, folders=folders)
+        if exhausted is None:
+            raise
+        return Report({}, [], [], str(exhausted))
+    f = finished.figures
+    rows = f.get("dagster/row_count", "an unknown number of rows")
+    commit = f"{f['operation']} snapshot {f['snapshot_id']} (+{f['files_added']}/-{f['files_removed']} files)"
+    summary = f"{spec.identifier}: {f['rows_written']} rows written, {rows} in the table; " + (
+        commit if f["snapshot_id"] != "none" else "nothing committed"
+    )
+    logs = [("info", summary)] + [("warning", warning) for warning in finished.warnings]
+    return Report(f, list(finished.outcomes), logs)
+
+
 # --- the layers -----------------------------------------------------------------------------------------------
 def _policy(request: LayerRequest) -> dict[str, float]:
     return {
@@ -132,7 +187,7 @@ def _entity_history(feed: EntityFeed, spark, catalog, raw, request) -> LayerResu
         "history_method": str(result.method),
         "history_reason": result.reason,
         # The snapshot days this apply took in; those not requested are recorded as materialized too
-        # (`defs.metadata.log_partition_counts`).
+        # (`defs.common.log_partition_counts`).
         "days_applied": Tagged("json", [d.isoformat() for d in applied]),
     }
     # A history has no days: its row rules are checked on the versions this apply wrote (older ones passed

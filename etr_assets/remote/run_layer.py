@@ -1,7 +1,7 @@
 """Entry script of a remote job (Glue 5.0, EMR Serverless): run one layer, send its report through Dagster Pipes.
 
 The Dagster side (`etr_assets.defs.compute.LayerRunner`) puts a `LayerRequest` and the lake's settings in the Pipes
-context's extras; this script runs the layer with `etr_assets.pipeline.report.report_layer`, as the runner does in
+context's extras; this script runs the layer with `etr_assets.pipeline.layers.report_layer`, as the runner does in
 process, and sends the `Report` as one custom message, which the runner records as it records its own. A failure
 the report describes (a failed audit, memory or disk exhausted) ends the job normally: the Pipes clients drop
 every message of a job that fails.
@@ -18,8 +18,7 @@ import os
 import sys
 from functools import partial
 
-from etr_assets.pipeline.layers import LayerRequest
-from etr_assets.pipeline.report import report_layer
+from etr_assets.pipeline.layers import LayerRequest, report_layer
 from etr_assets.settings import Settings
 from etr_assets.sources.s3_storage import open_raw_zone
 

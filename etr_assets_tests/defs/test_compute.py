@@ -16,7 +16,7 @@ from etr_assets.definitions import build_definitions
 from etr_assets.defs.compute import LayerRunner
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
 from etr_assets.lake.wap import branch_name
-from etr_assets.pipeline import report
+from etr_assets.pipeline import layers
 from etr_assets.pipeline.layers import LayerRequest
 from etr_assets.remote import jobs
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
@@ -28,10 +28,10 @@ def test_a_layer_out_of_heap_fails_with_one_line_naming_the_setting(spark, monke
     def out_of_heap(*args, **kwargs):  # a real JVM error, thrown before anything is allocated
         jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.Byte.TYPE, 2**31 - 1)
 
-    monkeypatch.setattr(report, "run_layer", out_of_heap)
+    monkeypatch.setattr(layers, "run_layer", out_of_heap)
     request = LayerRequest("bronze/bnpl_transactions_raw", ["2025-01-01", "2025-01-02"])
 
-    failed = report.report_layer(spark, "etr", None, request, "r1", {"spark.driver.memory": "1g"}, "/lake/raw")
+    failed = layers.report_layer(spark, "etr", None, request, "r1", {"spark.driver.memory": "1g"}, "/lake/raw")
 
     assert not failed.figures and not failed.outcomes
     assert failed.failure == (
@@ -45,11 +45,11 @@ def test_other_layer_failures_pass_through_unchanged(spark, monkeypatch):
     def bad_input(*args, **kwargs):
         raise ValueError("raw batch x: 3 of 4 records refused")
 
-    monkeypatch.setattr(report, "run_layer", bad_input)
+    monkeypatch.setattr(layers, "run_layer", bad_input)
     request = LayerRequest("bronze/bnpl_transactions_raw", ["2025-01-01"])
 
     with pytest.raises(ValueError, match="3 of 4 records refused"):
-        report.report_layer(spark, "etr", None, request, "r1", {}, "/lake/raw")
+        layers.report_layer(spark, "etr", None, request, "r1", {}, "/lake/raw")
 
 
 # --- the same days run in process and in the remote job ------------------------------------------------------------

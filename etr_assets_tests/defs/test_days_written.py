@@ -12,7 +12,7 @@ from dagster import (
     materialize,
 )
 
-from etr_assets.defs.metadata import log_partition_counts
+from etr_assets.defs.common import log_partition_counts
 from etr_assets.lake.figures import Tagged
 
 KEY = AssetKey(["landing", "customers"])
