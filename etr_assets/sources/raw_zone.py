@@ -151,12 +151,6 @@ class RawZone:
         self.storage.write_bytes(f"{batch.key}/{PENDING}", json.dumps(marker).encode())
         return batch
 
-    def write_part(self, batch: Batch, number: int, records: list[dict]) -> str:
-        """Records serialized by us (tests, tools); a fetch stores the API's own text with `write_lines`."""
-        return self.write_lines(
-            batch, number, [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records]
-        )
-
     def write_lines(self, batch: Batch, number: int, lines: list[str]) -> str:
         """One JSON-lines part file holding `lines` (each one record's text, no line break) as given."""
         name = f"part-{number:05d}.jsonl"

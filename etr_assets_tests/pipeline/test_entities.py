@@ -13,6 +13,7 @@ from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_api import customers_as_of
 from etr_assets.tables.entities import LANDING_CUSTOMERS
 from etr_assets_tests.models import TRACKED, in_order_history
+from etr_assets_tests.sources.raw_parts import write_part
 
 DAYS = [dt.date(2024, 1, 20), dt.date(2024, 2, 10), dt.date(2024, 3, 5), dt.date(2024, 4, 1)]
 
@@ -117,7 +118,7 @@ def test_a_customer_whose_record_is_quarantined_keeps_its_version_and_is_not_clo
             dict(c, risk_segment="UNKNOWN") if day == days[1] and c["customer_id"] == held else c for c in snapshot
         ]
         batch = raw.start_batch("bnpl", "customers", day)
-        raw.seal(batch, [raw.write_part(batch, 1, records)], len(records))
+        raw.seal(batch, [write_part(raw, batch, 1, records)], len(records))
         entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [day])
         entities.build_landing(lake, settings.catalog, entities.CUSTOMERS, [day])  # extends history day by day
 
@@ -147,7 +148,7 @@ def test_a_customer_whose_record_is_quarantined_keeps_its_version_and_is_not_clo
 
 def plant_customers(raw, day, records):
     batch = raw.start_batch("bnpl", "customers", day)
-    raw.seal(batch, [raw.write_part(batch, 1, records)], len(records))
+    raw.seal(batch, [write_part(raw, batch, 1, records)], len(records))
     return batch
 
 

@@ -13,6 +13,7 @@ from etr_assets.pipeline.erasure import erase_raw_zone, scan_raw_zone
 from etr_assets.sources.raw_zone import RawZone, local_raw_zone
 from etr_assets.sources.s3_storage import s3_raw_zone
 from etr_assets_tests.infra import create_bucket, moto_server, s3_client
+from etr_assets_tests.sources.raw_parts import write_part
 
 REGION = "ap-southeast-5"
 DAY = dt.date(2025, 1, 5)
@@ -43,20 +44,22 @@ def raw(request, tmp_path) -> RawZone:
 def test_raw_files_are_rewritten_without_the_customer_and_batches_stay_consistent(raw):
     # A loaded batch of two files, and a newer pending one (downloaded, not loaded yet).
     loaded = raw.start_batch("bnpl", "transactions", DAY)
-    part1 = raw.write_part(loaded, 1, [transaction(1, ERASED), transaction(2, KEPT), transaction(3, str(ERASED))])
-    part2 = raw.write_part(loaded, 2, [transaction(4, ERASED)])  # only the erased customer: the file becomes empty
+    part1 = write_part(raw, loaded, 1, [transaction(1, ERASED), transaction(2, KEPT), transaction(3, str(ERASED))])
+    part2 = write_part(raw, loaded, 2, [transaction(4, ERASED)])  # only the erased customer: the file becomes empty
     raw.seal(loaded, [part1, part2], 4)
     raw.mark_complete(loaded, {"outcome": "loaded"})
     pending = raw.start_batch("bnpl", "transactions", DAY)
-    raw.seal(pending, [raw.write_part(pending, 1, [transaction(5, KEPT), transaction(6, ERASED)])], 2)
+    raw.seal(pending, [write_part(raw, pending, 1, [transaction(5, KEPT), transaction(6, ERASED)])], 2)
     customers = raw.start_batch("bnpl", "customers", DAY)
     raw.seal(
-        customers, [raw.write_part(customers, 1, [{"customer_id": ERASED, "email": "a@b.c"}, {"customer_id": KEPT}])], 2
+        customers,
+        [write_part(raw, customers, 1, [{"customer_id": ERASED, "email": "a@b.c"}, {"customer_id": KEPT}])],
+        2,
     )
     # A malformed line still naming the customer is erased too; the merchants feed holds no customer and is left alone.
     raw.storage.write_bytes(f"{customers.key}/part-00002.jsonl", f'{{"customer_id": "{ERASED}", broken\n'.encode())
     merchants = raw.start_batch("bnpl", "merchants", DAY)
-    raw.seal(merchants, [raw.write_part(merchants, 1, [{"merchant_id": ERASED}])], 1)
+    raw.seal(merchants, [write_part(raw, merchants, 1, [{"merchant_id": ERASED}])], 1)
 
     result = erase_raw_zone(raw, ErasureRequest.create("REQ-RAW", [ERASED, 7], b"k"))
 

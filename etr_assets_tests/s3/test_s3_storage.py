@@ -12,6 +12,7 @@ import pytest
 from etr_assets.sources.raw_zone import RawZone, RawZoneError
 from etr_assets.sources.s3_storage import S3Storage, s3_raw_zone
 from etr_assets_tests.infra import AWS_TEST_ENV, create_bucket, list_keys, moto_server, s3_client
+from etr_assets_tests.sources.raw_parts import write_part
 
 REGION = "ap-southeast-5"
 DAY = dt.date(2025, 1, 5)
@@ -138,7 +139,7 @@ def test_raw_zone_batch_lifecycle_on_s3(client, bucket):
     assert raw.batches("bnpl", "transactions", DAY) == [batch]
     assert raw.latest_sealed("bnpl", "transactions", DAY) is None  # pending, no manifest: never loaded
 
-    name = raw.write_part(batch, 1, [{"id": 1, "note": "ünïcode"}, {"id": 2}])
+    name = write_part(raw, batch, 1, [{"id": 1, "note": "ünïcode"}, {"id": 2}])
     raw.seal(batch, [name], 2)
     assert raw.latest_sealed("bnpl", "transactions", DAY) == batch
     assert raw.uncommitted("bnpl", "transactions", DAY) == [batch]
@@ -159,7 +160,7 @@ def test_raw_zone_batch_lifecycle_on_s3(client, bucket):
 def test_s3_raw_zone_uri_scheme_for_glue_and_emr(client, bucket):
     raw = s3_raw_zone(client, bucket, prefix="landing", uri_scheme="s3")
     batch = raw.start_batch("bnpl", "transactions", DAY)
-    raw.seal(batch, [raw.write_part(batch, 1, [{"id": 1}])], 1)
+    raw.seal(batch, [write_part(raw, batch, 1, [{"id": 1}])], 1)
     assert raw.file_uris(batch) == [f"s3://{bucket}/landing/{batch.key}/part-00001.jsonl"]
 
 
@@ -174,7 +175,7 @@ def test_the_dagster_raw_zone_resource_writes_to_s3(endpoint, client):
     create_bucket(client, bucket)
     zone = RawZoneResource(root=f"s3://{bucket}/raw", s3_endpoint=endpoint, region=REGION).zone()
     batch = zone.start_batch("bnpl", "transactions", DAY)
-    zone.seal(batch, [zone.write_part(batch, 1, [{"id": 1}])], 1)
+    zone.seal(batch, [write_part(zone, batch, 1, [{"id": 1}])], 1)
     assert zone.latest_sealed("bnpl", "transactions", DAY) == batch
     assert zone.file_uris(batch) == [f"s3a://{bucket}/raw/{batch.key}/part-00001.jsonl"]
     assert f"raw/{batch.key}/_manifest.json" in list_keys(client, bucket)

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from etr_assets.sources.raw_zone import RawZoneError, local_raw_zone
+from etr_assets_tests.sources.raw_parts import write_part
 
 DAY = dt.date(2025, 1, 5)
 
@@ -17,7 +18,7 @@ def test_batch_lifecycle_pending_then_sealed_then_complete(tmp_path):
     assert (folder / ".pending").exists() and batch.day == DAY
     assert raw.latest_sealed("bnpl", "transactions", DAY) is None  # half-downloaded: never loaded
 
-    name = raw.write_part(batch, 1, [{"id": 1, "note": "ünïcode"}, {"id": 2}])
+    name = write_part(raw, batch, 1, [{"id": 1, "note": "ünïcode"}, {"id": 2}])
     raw.seal(batch, [name], 2)
     assert raw.latest_sealed("bnpl", "transactions", DAY) == batch
     assert raw.uncommitted("bnpl", "transactions", DAY) == [batch]
@@ -49,6 +50,6 @@ def test_reading_an_unsealed_batch_names_it(tmp_path):
 def test_writes_are_atomic_no_temp_files_left(tmp_path):
     raw = local_raw_zone(tmp_path)
     batch = raw.start_batch("bnpl", "transactions", DAY)
-    raw.write_part(batch, 1, [{"id": 1}])
+    write_part(raw, batch, 1, [{"id": 1}])
     leftovers = [p for p in tmp_path.rglob("*") if p.name.startswith(".tmp-")]
     assert leftovers == []

@@ -27,6 +27,7 @@ from etr_assets.sources.raw_zone import (
 )
 from etr_assets.sources.s3_storage import S3Storage
 from etr_assets_tests.infra import aws_test_env, create_bucket, moto_server, s3_client
+from etr_assets_tests.sources.raw_parts import write_part
 
 REGION = "ap-southeast-5"
 SOURCE = "bnpl"
@@ -137,9 +138,9 @@ def a_days_reads(zone: Zone, endpoint: str, history: int) -> dict[str, tuple[dic
     completed_batches(raw, endpoint, history)
     cut = raw.start_batch(SOURCE, endpoint, TODAY - dt.timedelta(days=1), now=NOW - dt.timedelta(hours=30))
     older = raw.start_batch(SOURCE, endpoint, TODAY, now=NOW - dt.timedelta(hours=10))
-    raw.seal(older, [raw.write_part(older, 1, [{"id": 1}])], 1)
+    raw.seal(older, [write_part(raw, older, 1, [{"id": 1}])], 1)
     newer = raw.start_batch(SOURCE, endpoint, TODAY, now=NOW - dt.timedelta(hours=1))
-    raw.seal(newer, [raw.write_part(newer, 1, [{"id": 1}, {"id": 2}])], 2)
+    raw.seal(newer, [write_part(raw, newer, 1, [{"id": 1}, {"id": 2}])], 2)
     assert index_entries(raw, endpoint) == [cut.batch_id, older.batch_id, newer.batch_id, INDEX_BUILT]
 
     steps = {
@@ -235,7 +236,7 @@ def test_a_crash_between_the_index_entry_and_the_pending_marker_is_recovered(zon
     assert stale.batch == cut and not stale.sealed and stale.age == dt.timedelta(hours=8)  # its age from its id
 
     refetched = raw.start_batch(SOURCE, endpoint, day, now=NOW)
-    raw.seal(refetched, [raw.write_part(refetched, 1, [{"id": 1}])], 1)
+    raw.seal(refetched, [write_part(raw, refetched, 1, [{"id": 1}])], 1)
     assert raw.latest_sealed(SOURCE, endpoint, day) == refetched
     raw.settle(refetched, {"snapshot_id": "1"})
     assert raw.pending(SOURCE, endpoint) == []
@@ -246,7 +247,7 @@ def test_a_crash_between_the_index_entry_and_the_pending_marker_is_recovered(zon
 def test_a_crash_after_complete_before_the_entry_is_removed_heals_in_pending(zone):
     raw, endpoint = zone.raw, "merchants"
     batch = raw.start_batch(SOURCE, endpoint, dt.date(2025, 1, 1), now=NOW)
-    raw.seal(batch, [raw.write_part(batch, 1, [{"id": 1}])], 1)
+    raw.seal(batch, [write_part(raw, batch, 1, [{"id": 1}])], 1)
     assert raw.pending(SOURCE, endpoint) == [batch]
     zone.storage.fail_on = ("delete", batch.batch_id)
     with pytest.raises(RawZoneError, match="simulated crash"):
@@ -264,7 +265,7 @@ def test_a_crash_after_complete_before_the_entry_is_removed_heals_in_pending(zon
 def test_abandoning_a_batch_removes_its_entry(zone):
     raw, endpoint = zone.raw, "customers"
     batch = raw.start_batch(SOURCE, endpoint, dt.date(2025, 1, 1), now=NOW)
-    raw.seal(batch, [raw.write_part(batch, 1, [{"id": 1}])], 1)
+    raw.seal(batch, [write_part(raw, batch, 1, [{"id": 1}])], 1)
     raw.abandon(batch, "the source will never fix it")
     assert raw.pending(SOURCE, endpoint) == [] and index_entries(raw, endpoint) == [INDEX_BUILT]
     assert raw.latest_sealed(SOURCE, endpoint, batch.day) is None
