@@ -3,9 +3,14 @@ abandoned batches), data-quality metrics and the maintenance log."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import local_frame, spark_schema
 from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def _bookkeeping(namespace: str, name: str, description: str, day_column: str, *columns: Column) -> TableSpec:
@@ -101,7 +106,7 @@ TABLE_MAINTENANCE_LOG = _bookkeeping(
 )
 
 
-def record_rows(spark, catalog: str, spec: TableSpec, rows: list[dict]) -> None:
+def record_rows(spark: SparkSession, catalog: str, spec: TableSpec, rows: list[dict]) -> None:
     """Append `rows` to the bookkeeping table `spec` (created or evolved first): one small file, one commit."""
     if not rows:
         return

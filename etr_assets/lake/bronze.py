@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import math
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from etr_assets.errors import EtrError
 from etr_assets.lake.evolve import TableChanges, ensure_table
@@ -19,6 +20,9 @@ from etr_assets.lake.timetravel import record_change
 from etr_assets.lake.validate import Validated, read_validated
 from etr_assets.lake.writes import CommitInfo, append, current_snapshot_id, replace_days
 from etr_assets.sources.raw_zone import Batch, RawZone
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEFAULT_MAX_REJECT_RATE = 0.05
 # Validated rows per writing task (one file per day each): a day of a million transactions is written by two.
@@ -74,7 +78,7 @@ def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated,
 
 
 def load_bronze_days(
-    spark,
+    spark: SparkSession,
     catalog: str,
     raw: RawZone,
     feed: RawFeed,
@@ -250,7 +254,14 @@ def load_bronze_days(
 
 
 def abandon_batch(
-    spark, catalog: str, raw: RawZone, feed: RawFeed, batch_id: str, reason: str, audit: TableSpec, run_id: str = ""
+    spark: SparkSession,
+    catalog: str,
+    raw: RawZone,
+    feed: RawFeed,
+    batch_id: str,
+    reason: str,
+    audit: TableSpec,
+    run_id: str = "",
 ) -> dict:
     """Close a pending batch of `feed` without loading it (its source will not fix it), recorded in `audit`."""
     if not reason.strip():

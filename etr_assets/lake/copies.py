@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from etr_assets.lake.session import java_class
 from etr_assets.lake.writes import table_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # A file written by a running write is an orphan until its commit: younger ones are left alone (and named).
 ORPHAN_GRACE = dt.timedelta(hours=1)
@@ -21,7 +25,7 @@ class FolderFile:
     modified: dt.datetime
 
 
-def _file_system(spark, path: str):
+def _file_system(spark: SparkSession, path: str):
     """(the Hadoop file system `path` is on, `path` as a Hadoop Path)."""
     hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")(path)
     return hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()), hadoop_path
@@ -37,12 +41,12 @@ def normalized(path: str) -> str:
     return path
 
 
-def delete_file(spark, path: str) -> None:
+def delete_file(spark: SparkSession, path: str) -> None:
     fs, hadoop_path = _file_system(spark, path)
     fs.delete(hadoop_path, False)
 
 
-def orphan_files(spark, qualified: str) -> list[FolderFile]:
+def orphan_files(spark: SparkSession, qualified: str) -> list[FolderFile]:
     """Parquet files under the table's data folder that no kept snapshot of any ref references."""
     folder = table_location(spark, qualified).rstrip("/") + "/data"
     referenced = {normalized(r[0]) for r in spark.sql(f"SELECT file_path FROM {qualified}.all_files").collect()}
@@ -57,7 +61,7 @@ def orphan_files(spark, qualified: str) -> list[FolderFile]:
     return sorted(found, key=lambda f: f.path)
 
 
-def bounds_naming(spark, qualified: str, column: str, ids) -> dict[str, set[int]]:
+def bounds_naming(spark: SparkSession, qualified: str, column: str, ids) -> dict[str, set[int]]:
     """Manifest entries (of any kept snapshot, DELETED entries included) whose lower or upper bound for `column`
     is one of `ids`: the value itself, kept in metadata after its rows are gone."""
     wanted = {int(i) for i in ids}
@@ -82,7 +86,7 @@ class CatalogTable:
     columns: tuple[str, ...]
 
 
-def catalog_tables(spark, catalog: str) -> list[CatalogTable]:
+def catalog_tables(spark: SparkSession, catalog: str) -> list[CatalogTable]:
     """Every table of the catalog Spark reaches, with its column names, whatever made it."""
     found = []
     for (namespace,) in spark.sql(f"SHOW NAMESPACES IN {catalog}").select("namespace").collect():

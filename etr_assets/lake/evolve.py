@@ -4,10 +4,14 @@ altered (what is allowed: docs/lifecycle.md#schema-and-partition-evolution)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from etr_assets.errors import EtrError
 from etr_assets.lake.specs import STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec, decimal_type
 from etr_assets.lake.writes import iceberg_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _WIDENINGS = {("int", "bigint"), ("float", "double")}
 # Tables this process already brought to a spec, with their layout then: a table still as it was needs one metadata
@@ -55,17 +59,6 @@ class TableChanges:
         return f"{self.table}: " + ("; ".join(parts) if parts else "unchanged")
 
 
-def table_exists(spark, qualified: str) -> bool:
-    return bool(spark.catalog.tableExists(qualified))
-
-
-def _widening(old: str, new: str) -> bool:
-    if (old, new) in _WIDENINGS:
-        return True
-    a, b = decimal_type(old), decimal_type(new)
-    return bool(a and b and a[1] == b[1] and b[0] > a[0])  # same scale, more precision
-
-
 def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts: list[str]) -> dict[str, list]:
     """What to alter, given the live columns {name: (type, nullable)}; raises UnsafeEvolution on refusals."""
     where = spec.identifier
@@ -81,7 +74,8 @@ def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts:
             steps["rename"].append((source, column.name))
         live_type, nullable = live_columns[source]
         if live_type != column.type:
-            if _widening(live_type, column.type):
+            a, b = decimal_type(live_type), decimal_type(column.type)  # a decimal widens to more precision, same scale
+            if (live_type, column.type) in _WIDENINGS or (a and b and a[1] == b[1] and b[0] > a[0]):
                 steps["widen"].append((column.name, live_type, column.type))
             else:
                 problems.append(
@@ -108,7 +102,7 @@ def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts:
     return steps
 
 
-def _layout(spark, qualified: str) -> tuple:
+def _layout(spark: SparkSession, qualified: str) -> tuple:
     """What changes when anyone alters the table: its identity, schema, partitioning, sort order and properties
     (a commit of data changes none of them)."""
     table = iceberg_table(spark, qualified)
@@ -121,7 +115,7 @@ def _layout(spark, qualified: str) -> tuple:
     )
 
 
-def ensure_table(spark, catalog: str, spec: TableSpec) -> TableChanges:
+def ensure_table(spark: SparkSession, catalog: str, spec: TableSpec) -> TableChanges:
     """Create the table if absent; otherwise evolve it to the spec (or refuse, altering nothing)."""
     qualified = spec.qualified(catalog)
     matched = _MATCHED.get((qualified, id(spec)))
@@ -138,9 +132,9 @@ def ensure_table(spark, catalog: str, spec: TableSpec) -> TableChanges:
     return dataclasses.replace(changes, schema_id=layout[1])
 
 
-def _ensure(spark, catalog: str, spec: TableSpec, qualified: str) -> TableChanges:
+def _ensure(spark: SparkSession, catalog: str, spec: TableSpec, qualified: str) -> TableChanges:
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{spec.namespace}")
-    if not table_exists(spark, qualified):
+    if not spark.catalog.tableExists(qualified):
         try:
             spark.sql(spec.create_ddl(catalog))
         except Exception as exc:  # another writer created it between our check and our CREATE

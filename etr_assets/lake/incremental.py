@@ -9,8 +9,12 @@ import datetime as dt
 import functools
 from collections.abc import Callable
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.writes import iceberg_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class ReadMode(StrEnum):
@@ -86,14 +90,16 @@ def snapshot_in_metadata(table) -> Callable[[int], tuple[int | None, str] | None
     return parent_of
 
 
-def _head_and_lineage(spark, qualified: str):
+def _head_and_lineage(spark: SparkSession, qualified: str):
     """(the snapshot `main` points at, None if none; `lineage_since`'s lookup on the table's metadata)."""
     table = iceberg_table(spark, qualified)
     main = table.refs().get("main")
     return (None if main is None else int(main.snapshotId())), snapshot_in_metadata(table)
 
 
-def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ...]) -> tuple[int | None, str | None]:
+def changed_only_by(
+    spark: SparkSession, qualified: str, since: int, operations: tuple[str, ...]
+) -> tuple[int | None, str | None]:
     """(current snapshot, None) if every snapshot after `since` is one of `operations` (e.g. append and replace:
     an append scan from `since` sees every change); else (current snapshot, why not)."""
     head, parent_of = _head_and_lineage(spark, qualified)
@@ -107,7 +113,9 @@ def changed_only_by(spark, qualified: str, since: int, operations: tuple[str, ..
     return head, None
 
 
-def days_changed_by(spark, qualified: str, snapshot_ids: list[int], day_column: str) -> dict[int, set[dt.date | None]]:
+def days_changed_by(
+    spark: SparkSession, qualified: str, snapshot_ids: list[int], day_column: str
+) -> dict[int, set[dt.date | None]]:
     """Per snapshot, the days whose files it added or deleted (metadata only); None: unknown. Read from each
     snapshot's own manifests: the `all_entries` table reads every manifest the table keeps."""
     from etr_assets.lake.session import java_class
@@ -139,7 +147,7 @@ def days_changed_by(spark, qualified: str, snapshot_ids: list[int], day_column: 
 
 
 def plan_reads(
-    spark,
+    spark: SparkSession,
     upstream: str,
     downstream: str,
     day_column: str,
@@ -182,7 +190,7 @@ def plan_reads(
     return ReadPlan(head, tuple(decide(day, cursors.get(day)) for day in sorted(cursors)))
 
 
-def read_plan(spark, upstream: str, plan: ReadPlan, day_column: str):
+def read_plan(spark: SparkSession, upstream: str, plan: ReadPlan, day_column: str):
     """(full-day rows, appended rows): DataFrames of the upstream rows the plan needs, pinned to its snapshot."""
     from pyspark.sql import functions as F
 

@@ -7,14 +7,19 @@ import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG, record_rows
 from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.scd2_current import BRANCH_PREFIX as SCD2_BRANCH_PREFIX
 from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.timetravel import naive_utc
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
 from etr_assets.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ORPHAN_MIN_AGE = dt.timedelta(days=3)
 # Iceberg refuses to look for orphans younger than this: a running write's files are not committed yet.
@@ -80,8 +85,8 @@ class MaintenanceResult:
         row: dict[str, object] = {
             "table_name": self.table,
             "run_id": run_id,
-            "started_at": _naive_utc(self.started_at),
-            "finished_at": _naive_utc(self.finished_at),
+            "started_at": naive_utc(self.started_at),
+            "finished_at": naive_utc(self.finished_at),
             "status_before": str(before.status),  # plain text: Spark cannot pickle an enum
             "status_after": str(after.status),
             "reasons_before": "; ".join(before.reasons) or None,
@@ -105,10 +110,6 @@ class MaintenanceResult:
         }
 
 
-def _naive_utc(moment: dt.datetime) -> dt.datetime:
-    return moment.astimezone(dt.UTC).replace(tzinfo=None)
-
-
 def _timestamp_literal(moment: dt.datetime) -> str:
     """A Spark TIMESTAMP literal with its offset, so the session's time zone cannot shift it."""
     if moment.tzinfo is None:
@@ -116,7 +117,7 @@ def _timestamp_literal(moment: dt.datetime) -> str:
     return f"TIMESTAMP '{moment.astimezone(dt.UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}+00:00'"
 
 
-def _call(spark, catalog: str, procedure: str, arguments: dict[str, str]) -> list[dict]:
+def _call(spark: SparkSession, catalog: str, procedure: str, arguments: dict[str, str]) -> list[dict]:
     """CALL a procedure; arguments are SQL expressions built here from specs and numbers, never user text."""
     named = ", ".join(f"{name} => {value}" for name, value in arguments.items())
     return [row.asDict() for row in spark.sql(f"CALL {catalog}.system.{procedure}({named})").collect()]
@@ -137,7 +138,7 @@ def _procedure(spark, catalog: str, spec: TableSpec, procedure: str, **arguments
     return run_with_retries(run, f"{procedure} on {spec.qualified(catalog)}")
 
 
-def compact(spark, catalog: str, spec: TableSpec, has_delete_files: bool = True) -> CompactionResult:
+def compact(spark: SparkSession, catalog: str, spec: TableSpec, has_delete_files: bool = True) -> CompactionResult:
     """rewrite_data_files toward the spec's target file size, applying delete files (then dropping them)."""
     options = {
         "target-file-size-bytes": str(spec.target_file_size_bytes),
@@ -157,13 +158,17 @@ def compact(spark, catalog: str, spec: TableSpec, has_delete_files: bool = True)
     )
 
 
-def rewrite_manifests(spark, catalog: str, spec: TableSpec) -> ManifestRewriteResult:
+def rewrite_manifests(spark: SparkSession, catalog: str, spec: TableSpec) -> ManifestRewriteResult:
     count = _procedure(spark, catalog, spec, "rewrite_manifests")
     return ManifestRewriteResult(count("rewritten_manifests_count"), count("added_manifests_count"))
 
 
 def expire_snapshots(
-    spark, catalog: str, spec: TableSpec, older_than: dt.datetime | None = None, retain_last: int | None = None
+    spark: SparkSession,
+    catalog: str,
+    spec: TableSpec,
+    older_than: dt.datetime | None = None,
+    retain_last: int | None = None,
 ) -> ExpireResult:
     """Expire snapshots committed before `older_than` beyond the newest `retain_last`, deleting the files only
     they referenced. Defaults come from the spec's history.expire.* properties; erasure passes `older_than=now,
@@ -202,7 +207,9 @@ def orphan_file_arguments(spec: TableSpec, older_than: dt.datetime) -> dict[str,
     }
 
 
-def remove_orphan_files(spark, catalog: str, spec: TableSpec, older_than: dt.datetime | None = None) -> OrphanResult:
+def remove_orphan_files(
+    spark: SparkSession, catalog: str, spec: TableSpec, older_than: dt.datetime | None = None
+) -> OrphanResult:
     """Delete files under the table's location that no snapshot references and that are older than
     `older_than` (default: three days ago, so no running write's uncommitted files are touched)."""
     now = dt.datetime.now(dt.UTC)
@@ -216,7 +223,7 @@ def remove_orphan_files(spark, catalog: str, spec: TableSpec, older_than: dt.dat
     return OrphanResult(tuple(row["orphan_file_location"] for row in rows))
 
 
-def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "") -> MaintenanceResult:
+def maintain_table(spark: SparkSession, settings: Settings, spec: TableSpec, run_id: str = "") -> MaintenanceResult:
     """Every step in order on one table, with health before and after, logged to table_maintenance_log."""
     catalog = settings.catalog
     started_at = dt.datetime.now(dt.UTC)
@@ -243,10 +250,10 @@ def maintain_table(spark, settings: Settings, spec: TableSpec, run_id: str = "")
 AUDIT_BRANCH_GRACE = dt.timedelta(days=1)
 
 
-def drop_stale_audit_branches(spark, qualified: str, now: dt.datetime | None = None) -> tuple[str, ...]:
+def drop_stale_audit_branches(spark: SparkSession, qualified: str, now: dt.datetime | None = None) -> tuple[str, ...]:
     """Drop `audit_*` and `scd2_apply_*` branches whose newest snapshot was committed more than AUDIT_BRANCH_GRACE
     before `now`."""
-    cutoff = _naive_utc((now or dt.datetime.now(dt.UTC)) - AUDIT_BRANCH_GRACE)
+    cutoff = naive_utc((now or dt.datetime.now(dt.UTC)) - AUDIT_BRANCH_GRACE)
     rows = spark.sql(
         f"SELECT r.name, s.committed_at FROM {qualified}.refs r JOIN {qualified}.snapshots s "
         f"ON r.snapshot_id = s.snapshot_id WHERE r.type = 'BRANCH'"

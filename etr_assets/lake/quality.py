@@ -8,10 +8,14 @@ import datetime as dt
 import statistics
 from collections import Counter
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, record_rows
 from etr_assets.lake.metadata import load_table
 from etr_assets.lake.specs import CURRENT_VERSIONS, Reference, TableSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 # Keys a reference check looks up by value outside `most_keys`; beyond that the check reads the whole table.
 LOOKUP_KEYS = 1_000
@@ -55,7 +59,7 @@ class CheckOutcome:
         return dict.fromkeys(verdicts, False) if not self.passed and all(verdicts.values()) else verdicts
 
 
-def record_metrics(spark, catalog: str, metrics: list[Metric], run_id: str = "") -> None:
+def record_metrics(spark: SparkSession, catalog: str, metrics: list[Metric], run_id: str = "") -> None:
     extra = {"measured_at": dt.datetime.now(dt.UTC).replace(tzinfo=None), "run_id": run_id}
     rows = [{**dataclasses.asdict(m), "value": None if m.value is None else float(m.value), **extra} for m in metrics]
     record_rows(spark, catalog, DATA_QUALITY_METRICS, rows)
@@ -79,14 +83,14 @@ def _every_day(found: dict[dt.date | None, int], days: list[dt.date]) -> dict[st
     return {d.isoformat(): float(found.get(d, 0)) for d in sorted(days)}
 
 
-def _per_day(df, day_column: str | None, days: list[dt.date]) -> dict[str, float]:
+def _per_day(df: DataFrame | None, day_column: str | None, days: list[dt.date]) -> dict[str, float]:
     """Rows of `df` (None: no rows) on each of `days`; none without a day column."""
     if day_column is None:
         return {}
     return _every_day(dict(df.groupBy(day_column).count().collect()) if df is not None else {}, days)
 
 
-def split_by_record_rules(df, spec: TableSpec):
+def split_by_record_rules(df: DataFrame, spec: TableSpec) -> tuple[DataFrame, DataFrame | None]:
     """(rows that keep every per-record expectation of `spec`, the others with the first rule broken as `reason`
     and `quarantined_at`)."""
     from pyspark.sql import functions as F
@@ -114,7 +118,7 @@ def record_quarantine_outcome(quarantine_df, day_column: str, days: list[dt.date
     return CheckOutcome("records_quarantined", description, count == 0, count, examples, Severity.WARN, by_day)
 
 
-def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[CheckOutcome]:
+def expectation_outcomes(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> list[CheckOutcome]:
     """Each of the spec's expectations over the rows of `days` (all rows when the table has no day column): one
     Spark job counts every rule's broken rows per day; only a rule that found some reads its examples."""
     from pyspark.sql import functions as F
@@ -139,7 +143,7 @@ def expectation_outcomes(df, spec: TableSpec, days: list[dt.date]) -> list[Check
     return outcomes
 
 
-def uniqueness_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
+def uniqueness_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
     """Keys of `days` held by more than one row anywhere in the table; per day, the repeated rows on that day.
 
     Only rows whose key lies between the days' least and greatest are read: a literal range Iceberg prunes files by,
@@ -211,7 +215,7 @@ def _reference_result(reference: Reference, count: int, values: list[str], by_da
     return CheckOutcome(reference.name, description, count == 0, count, ", ".join(values), Severity.WARN, by_day)
 
 
-def row_count_outcome(df, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
+def row_count_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
     """Each day's rows against the median of up to `row_count_window_days` earlier days that hold rows (WARN)."""
     from pyspark.sql import functions as F
 
@@ -262,7 +266,12 @@ def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.
 
 
 def post_write_outcomes(
-    spark, catalog: str, spec: TableSpec, days: list[dt.date], expectations: bool, written_rows: str | None = None
+    spark: SparkSession,
+    catalog: str,
+    spec: TableSpec,
+    days: list[dt.date],
+    expectations: bool,
+    written_rows: str | None = None,
 ) -> list[CheckOutcome]:
     """Expectations (unless already run on an audit branch), references and the row-count anomaly over what main
     now holds. `written_rows`: a filter of what the write changed in a table without days."""

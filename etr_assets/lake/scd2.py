@@ -7,12 +7,16 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import STATE_HASH_COLUMN, Scd2, TableSpec
 from etr_assets.lake.writes import current_snapshot_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class Scd2Method(StrEnum):
@@ -58,7 +62,7 @@ class Declined:
     batches: tuple[tuple[str, int, int], ...] = ()
 
 
-def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_snapshot_at", held=None):
+def observations(records: DataFrame, scd2: Scd2, mode: str, snapshot_time_column: str = "_snapshot_at", held=None):
     """Per (key, batch) the latest record, plus absence markers of full snapshots.
 
     `records` has the key, the sequence, the tracked columns, any other columns to carry, and `_batch_id`,
@@ -93,13 +97,13 @@ def observations(records, scd2: Scd2, mode: str, snapshot_time_column: str = "_s
     return present.drop(snapshot_time_column).unionByName(absent, allowMissingColumns=True)
 
 
-def in_snapshot(present, held, key: str):
+def in_snapshot(present: DataFrame, held: DataFrame | None, key: str) -> DataFrame:
     """(key, `_batch_id`) of every key a snapshot contained: read (`present`) or sent but unreadable (`held`)."""
     keys = present.select(key, "_batch_id")
     return keys if held is None else keys.unionByName(held.select(key, "_batch_id"))
 
 
-def history(events, spec: TableSpec):
+def history(events: DataFrame, spec: TableSpec) -> DataFrame:
     """Versions from observations: the SCD2 rows the table should hold for these keys."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -125,7 +129,7 @@ def history(events, spec: TableSpec):
     return conform(versions, spec)
 
 
-def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, existing=None) -> Scd2Result:
+def merge_scd2(spark: SparkSession, catalog: str, spec: TableSpec, versions, keys, existing=None) -> Scd2Result:
     """Make the table's rows for `keys` (or the `existing` rows given) equal `versions`, in one MERGE of only
     what differs."""
     from pyspark.sql import functions as F
@@ -190,7 +194,9 @@ def merge_scd2(spark, catalog: str, spec: TableSpec, versions, keys, existing=No
     )
 
 
-def apply_observations(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None, held=None) -> Scd2Result:
+def apply_observations(
+    spark: SparkSession, catalog: str, spec: TableSpec, records, mode: str, keys=None, held=None
+) -> Scd2Result:
     """The whole step: observations -> history -> one MERGE. `keys`: which keys to recompute (default: all);
     `held`: keys full snapshots sent but could not be read (`observations`).
 
@@ -200,7 +206,9 @@ def apply_observations(spark, catalog: str, spec: TableSpec, records, mode: str,
     return with_retries(spark, spec.qualified(catalog), attempt)
 
 
-def recompute(spark, catalog: str, spec: TableSpec, records, mode: str, keys=None, held=None) -> Scd2Result:
+def recompute(
+    spark: SparkSession, catalog: str, spec: TableSpec, records, mode: str, keys=None, held=None
+) -> Scd2Result:
     """One attempt of `apply_observations` (no retry)."""
     scd2 = _scd2_of(spec)
     events = observations(records, scd2, mode, held=held)
@@ -210,7 +218,7 @@ def recompute(spark, catalog: str, spec: TableSpec, records, mode: str, keys=Non
     return merge_scd2(spark, catalog, spec, history(events, spec), chosen)
 
 
-def with_retries(spark, target: str, attempt):
+def with_retries(spark: SparkSession, target: str, attempt):
     """Re-run an SCD2 attempt that lost its commit to a concurrent writer, on fresh table state."""
     # Any other commit to the table conflicts with a keyed MERGE, so allow several rounds of waiting; the Dagster
     # layer also gives each SCD2 table a pool so its writers queue instead of racing.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.incremental import changed_only_by, days_changed_by, lineage_since, snapshot_in_metadata
@@ -17,6 +18,9 @@ from etr_assets.lake.scd2_current import apply_current
 from etr_assets.lake.scd2_window import LogWindow, apply_window
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 CURSOR_PROPERTY = "etr.scd2.cursor"
 # The log's new rows are one day's files, small enough that Iceberg would read them all in one task; a task per file
@@ -42,25 +46,25 @@ class Scd2Cursor:
             return None  # unreadable: recompute, and write a good one
 
 
-def read_cursor(spark, qualified: str) -> Scd2Cursor | None:
+def read_cursor(spark: SparkSession, qualified: str) -> Scd2Cursor | None:
     # From the table's metadata (no Spark command): a replay is this read and two snapshot lookups.
     return Scd2Cursor.from_json(iceberg_table(spark, qualified).properties().get(CURSOR_PROPERTY))
 
 
-def write_cursor(spark, qualified: str, cursor: Scd2Cursor) -> None:
+def write_cursor(spark: SparkSession, qualified: str, cursor: Scd2Cursor) -> None:
     # A metadata-only commit: no snapshot, so the cursor's own table snapshot stays the current one.
     spark.sql(f"ALTER TABLE {qualified} SET TBLPROPERTIES ('{CURSOR_PROPERTY}' = '{cursor.to_json()}')")
 
 
 def apply_log(
-    spark,
+    spark: SparkSession,
     catalog: str,
     spec: TableSpec,
     log: str,
     to_records,
     mode: str,
     full_refresh: bool = False,
-    held=None,
+    held: DataFrame | None = None,
     snapshot_day: str | None = None,
 ) -> Scd2Result:
     """Bring `spec`'s SCD2 table in line with every observation in the `log` table (qualified name).
@@ -134,7 +138,7 @@ def apply_log(
         times = [F.max(F.unix_micros(F.col(sequence)))] + (
             [F.max(F.unix_micros("_snapshot_at"))] if mode == FeedMode.FULL else []
         )
-        watermark = _max(records.agg(*times).first())
+        watermark = max((v for v in records.agg(*times).first() if v is not None), default=None)
         # The table's keys too: a key whose every observation the log lost (a reloaded day, an erasure) has none.
         keys = records.select(key).unionByName(spark.table(target).select(key)).distinct()
         result = dataclasses.replace(
@@ -203,11 +207,6 @@ def _replaced_days(spark, log: str, head: int, since: int, snapshot_day: str | N
     return frozenset(days), None
 
 
-def _advance(spark, target: str, result: Scd2Result, log_snapshot: int, watermark: int | None) -> None:
+def _advance(spark: SparkSession, target: str, result: Scd2Result, log_snapshot: int, watermark: int | None) -> None:
     table_snapshot = result.snapshot_id if result.changed else current_snapshot_id(spark, target)
     write_cursor(spark, target, Scd2Cursor(table_snapshot, log_snapshot, watermark))
-
-
-def _max(row) -> int | None:
-    values = [v for v in row if v is not None]
-    return max(values) if values else None

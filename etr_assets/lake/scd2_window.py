@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
 from etr_assets.lake.scd2 import Applied, Scd2Method, Scd2Result, history, in_snapshot, merge_scd2, observations
 from etr_assets.lake.specs import SCD2_COLUMNS, STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec
 from etr_assets.lake.writes import iceberg_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 # Affected keys sent whole to every task that reads the log's window (a key and a time: tens of MB at most).
 BROADCAST_KEYS = 2_000_000
@@ -33,17 +37,17 @@ class LogWindow:
 
 
 def apply_window(
-    spark,
+    spark: SparkSession,
     catalog: str,
     spec: TableSpec,
-    new_records,
+    new_records: DataFrame,
     mode: str,
     watermark: int,
     base: int | None,
     window: LogWindow,
-    held=None,
-    removed_records=None,
-    still_sent=None,
+    held: DataFrame | None = None,
+    removed_records: DataFrame | None = None,
+    still_sent: DataFrame | None = None,
     batches: list[tuple] | None = None,
 ) -> Applied:
     """Apply the log's new rows (`new_records`, scd2.observations' input) to the keys they change. `base`: the
@@ -103,15 +107,15 @@ def apply_window(
 
 def affected_keys(
     spec: TableSpec,
-    table,
+    table: DataFrame,
     state,
-    present,
+    present: DataFrame,
     mode: str,
     batches: list[tuple],
-    held=None,
-    removed_records=None,
-    still_sent=None,
-):
+    held: DataFrame | None = None,
+    removed_records: DataFrame | None = None,
+    still_sent: DataFrame | None = None,
+) -> DataFrame:
     """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does (module
     docstring). `table`: the SCD2 table's rows to compare with, `state` their state hash; `present`: the new rows'
     latest record per key and batch (`_latest_records`); `batches`: (`_batch_id`,
@@ -161,7 +165,7 @@ def affected_keys(
     return union.groupBy(key).agg(F.min("_at").alias("_lo"))
 
 
-def _latest_records(spec: TableSpec, records):
+def _latest_records(spec: TableSpec, records: DataFrame) -> DataFrame:
     """Each batch's latest record per key, in narrow columns, picked as `scd2.observations` picks it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -253,7 +257,7 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     return history(union, spec), existing, (kept, present)
 
 
-def _window_records(spark, spec: TableSpec, window: LogWindow, mode: str, since_micros: int):
+def _window_records(spark: SparkSession, spec: TableSpec, window: LogWindow, mode: str, since_micros: int) -> DataFrame:
     """The log's records that may hold an observation at or after `since_micros`: a snapshot taken since, or a
     sequence since. Pruned before `to_records` by the snapshot's day and the sequence, when the log has them."""
     from pyspark.sql import functions as F
@@ -275,7 +279,7 @@ def _window_records(spark, spec: TableSpec, window: LogWindow, mode: str, since_
     return window.to_records(rows if pruned is None else rows.where(pruned)).where(exact)
 
 
-def _snapshots_since(records, since_micros: int) -> list[tuple]:
+def _snapshots_since(records: DataFrame, since_micros: int) -> list[tuple]:
     """(`_batch_id`, micros) of every snapshot in `records` taken at or after `since_micros`."""
     from pyspark.sql import functions as F
 
@@ -283,7 +287,7 @@ def _snapshots_since(records, since_micros: int) -> list[tuple]:
     return [tuple(r) for r in records.where(micros >= since_micros).select("_batch_id", micros).distinct().collect()]
 
 
-def _snapshots(spark, snapshots: list[tuple]):
+def _snapshots(spark: SparkSession, snapshots: list[tuple]) -> DataFrame:
     """(`_batch_id`, `_at`) of (batch id, snapshot micros, ...) tuples."""
     from pyspark.sql import functions as F
 
@@ -292,7 +296,7 @@ def _snapshots(spark, snapshots: list[tuple]):
     return frame.select("_batch_id", F.timestamp_micros("_micros").alias("_at"))
 
 
-def _state(spark, spec: TableSpec, target: str):
+def _state(spark: SparkSession, spec: TableSpec, target: str):
     """The versions' state hash: the stored one when the table says its rows carry this spec's, else computed."""
     from pyspark.sql import functions as F
 

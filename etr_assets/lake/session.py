@@ -7,10 +7,14 @@ import glob
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from etr_assets.errors import EtrError
 from etr_assets.settings import Profile, Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SCALA = "2.12"  # pyspark 3.5 is built for Scala 2.12
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -31,6 +35,10 @@ _IMPORTED: set[int] = set()  # gateways (by id) that have them
 
 class JarNotFound(EtrError, RuntimeError):
     """A jar the profile needs is missing; the message says how to get it."""
+
+
+class NotAnIcebergSession(EtrError, RuntimeError):
+    """A live Spark session made without the Iceberg SQL extensions; the message says how to make one."""
 
 
 def iceberg_runtime_jar() -> str:
@@ -108,25 +116,6 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
-def s3a_conf(settings: Settings) -> dict[str, str]:
-    if settings.profile != Profile.S3:
-        return {}
-    conf = {
-        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-        "spark.hadoop.fs.s3a.path.style.access": "true",
-        "spark.hadoop.fs.s3a.buffer.dir": str(settings.scratch_dir / "s3a"),
-        "spark.hadoop.fs.s3a.endpoint.region": settings.region,
-    }
-    if settings.s3_endpoint:
-        conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
-        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https")).lower()
-    if os.environ.get("AWS_ACCESS_KEY_ID"):  # S3A reads the keys there: they never enter Spark's config
-        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
-            "com.amazonaws.auth.EnvironmentVariableCredentialsProvider"
-        )
-    return conf
-
-
 def spark_conf(settings: Settings) -> dict[str, str]:
     """Everything a session for this profile needs: static settings, jars, catalog."""
     scratch = settings.scratch_dir
@@ -158,10 +147,23 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         conf["spark.jars"] = ",".join(jars)
     if settings.spark_packages:
         conf["spark.jars.packages"] = ",".join(settings.spark_packages)
-    return conf | s3a_conf(settings) | catalog_conf(settings)
+    if settings.profile == Profile.S3:
+        conf |= {
+            "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.buffer.dir": str(scratch / "s3a"),
+            "spark.hadoop.fs.s3a.endpoint.region": settings.region,
+        }
+        if settings.s3_endpoint:
+            conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
+            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https")).lower()
+        if os.environ.get("AWS_ACCESS_KEY_ID"):  # S3A reads the keys there: they never enter Spark's config
+            provider = "com.amazonaws.auth.EnvironmentVariableCredentialsProvider"
+            conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = provider
+    return conf | catalog_conf(settings)
 
 
-def get_spark(settings: Settings, extra: dict[str, str] | None = None):
+def get_spark(settings: Settings, extra: dict[str, str] | None = None) -> SparkSession:
     """The process's Spark session for this profile (created once), with the profile's catalog applied."""
     from pyspark.sql import SparkSession  # imported here: importing this module must not need a JVM
 
@@ -171,11 +173,11 @@ def get_spark(settings: Settings, extra: dict[str, str] | None = None):
     return attach_catalog(builder.getOrCreate(), settings)
 
 
-def attach_catalog(spark, settings: Settings):
+def attach_catalog(spark: SparkSession, settings: Settings) -> SparkSession:
     """Point a live session at this profile's catalog (safe to repeat)."""
     extensions = spark.sparkContext.getConf().get("spark.sql.extensions", "")
     if ICEBERG_EXTENSIONS not in extensions:
-        raise RuntimeError(
+        raise NotAnIcebergSession(
             "the running Spark session was created without the Iceberg SQL extensions; "
             "create it through etr_assets.lake.session.get_spark (or add spark.sql.extensions)"
         )
@@ -191,7 +193,7 @@ def attach_catalog(spark, settings: Settings):
     return spark
 
 
-def java_class(spark, name: str):
+def java_class(spark: SparkSession, name: str):
     """A JVM class by its full name, without a lookup: py4j resolves `jvm.org.apache...` a package at a time."""
     from py4j.java_gateway import JavaClass
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from etr_assets.errors import EtrError
 from etr_assets.lake.bookkeeping import TABLE_CHANGES, record_rows
 from etr_assets.lake.writes import current_snapshot_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class NoSuchSnapshot(EtrError, LookupError):
@@ -18,18 +22,18 @@ class NotAnAncestor(EtrError, ValueError):
     """A rollback target that is not in the current snapshot's history; the message names both snapshots."""
 
 
-def _naive_utc(when: dt.datetime) -> dt.datetime:
+def naive_utc(when: dt.datetime) -> dt.datetime:
     """Spark's session clock is UTC without a zone: compare like with like."""
     return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo else when
 
 
-def snapshot_as_of(spark, qualified: str, when: dt.datetime) -> int:
+def snapshot_as_of(spark: SparkSession, qualified: str, when: dt.datetime) -> int:
     """The id of the snapshot that was current at `when` (UTC if naive)."""
     from pyspark.sql import functions as F
 
     row = (
         spark.table(f"{qualified}.history")
-        .where(F.col("made_current_at") <= F.lit(_naive_utc(when)))
+        .where(F.col("made_current_at") <= F.lit(naive_utc(when)))
         .orderBy(F.col("made_current_at").desc())
         .select("snapshot_id")
         .first()
@@ -39,7 +43,9 @@ def snapshot_as_of(spark, qualified: str, when: dt.datetime) -> int:
     return row[0]
 
 
-def read_as_of(spark, qualified: str, *, snapshot_id: int | None = None, when: dt.datetime | None = None):
+def read_as_of(
+    spark: SparkSession, qualified: str, *, snapshot_id: int | None = None, when: dt.datetime | None = None
+) -> DataFrame:
     """The table as of a snapshot id or a point in time (exactly one of them)."""
     if (snapshot_id is None) == (when is None):
         raise ValueError("give exactly one of snapshot_id or when")
@@ -67,7 +73,7 @@ class Growth:
 
 
 def daily_growth(
-    spark, qualified: str, now: dt.datetime | None = None, window: dt.timedelta = dt.timedelta(days=1)
+    spark: SparkSession, qualified: str, now: dt.datetime | None = None, window: dt.timedelta = dt.timedelta(days=1)
 ) -> Growth:
     """Rows now against rows a day earlier, through time travel (requirement R1's validate_data_quality)."""
     since = (now or dt.datetime.now(dt.UTC)) - window
@@ -79,7 +85,9 @@ def daily_growth(
     return Growth(qualified, rows_now, rows_before, since)
 
 
-def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str, run_id: str = "") -> dict:
+def rollback(
+    spark: SparkSession, catalog: str, qualified: str, snapshot_id: int, reason: str, run_id: str = ""
+) -> dict:
     """Make `snapshot_id` current again and record who asked and why in audit.table_changes."""
     if not reason.strip():
         raise ValueError(f"rolling back {qualified} needs a reason")
@@ -103,7 +111,9 @@ def rollback(spark, catalog: str, qualified: str, snapshot_id: int, reason: str,
     return record_change(spark, catalog, TABLE_CHANGES, qualified, "ROLLBACK", before, str(snapshot_id), reason, run_id)
 
 
-def record_change(spark, catalog: str, audit, table: str, action: str, before, after, reason: str, run_id: str) -> dict:
+def record_change(
+    spark: SparkSession, catalog: str, audit, table: str, action: str, before, after, reason: str, run_id: str
+) -> dict:
     """Who made which snapshot of `table` current, and why, as a row of `audit` (audit.table_changes)."""
     record = {
         "table_name": table,

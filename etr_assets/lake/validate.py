@@ -6,9 +6,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.frames import local_frame, parse_exactly
 from etr_assets.lake.specs import Check, Column
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclasses.dataclass
@@ -80,7 +84,7 @@ PARALLEL_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.thres
 
 
 @contextlib.contextmanager
-def _session_conf(spark, key: str, value: str):
+def _session_conf(spark: SparkSession, key: str, value: str):
     """The session's `key` set to `value` while the block runs, then as it was."""
     previous = spark.conf.get(key)
     spark.conf.set(key, value)
@@ -91,7 +95,7 @@ def _session_conf(spark, key: str, value: str):
 
 
 def read_validated(
-    spark,
+    spark: SparkSession,
     files: list[str],
     columns: tuple[Column, ...],
     checks: tuple[Check, ...] = (),

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import TYPE_CHECKING
 
 from etr_assets.errors import EtrError
 from etr_assets.lake.quality import CheckOutcome, expectation_outcomes, uniqueness_outcome
 from etr_assets.lake.specs import TableSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class AuditFailed(EtrError, RuntimeError):
@@ -27,7 +31,9 @@ def branch_name(run_id: str) -> str:
     return AUDIT_BRANCH_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[:36]
 
 
-def evaluate(spark, qualified: str, spec: TableSpec, branch: str, days: list[dt.date]) -> list[CheckOutcome]:
+def evaluate(
+    spark: SparkSession, qualified: str, spec: TableSpec, branch: str, days: list[dt.date]
+) -> list[CheckOutcome]:
     """Each expectation over the rebuilt days, and their keys' uniqueness in the whole table, as seen on the branch."""
     table = spark.read.format("iceberg").option("branch", branch).load(qualified)
     outcomes = expectation_outcomes(table, spec, days)
@@ -36,7 +42,7 @@ def evaluate(spark, qualified: str, spec: TableSpec, branch: str, days: list[dt.
     return outcomes
 
 
-def write_audit_publish(spark, catalog: str, spec: TableSpec, branch: str, days: list[dt.date], write):
+def write_audit_publish(spark: SparkSession, catalog: str, spec: TableSpec, branch: str, days: list[dt.date], write):
     """`write(branch)` writes to the branch; check it; publish. Returns (write's result, outcomes)."""
     qualified = spec.qualified(catalog)
     # a branch of main, written as `<table>.branch_<name>` so no session-wide setting leaks

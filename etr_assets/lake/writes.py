@@ -7,9 +7,13 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.metadata import PositionDeleteFile, RowCount, row_count
 from etr_assets.lake.session import java_class
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 WRITE_ID_PROPERTY = "etr.write-id"
 
@@ -30,7 +34,7 @@ class CommitInfo:
     total_bytes: int = 0
 
 
-def iceberg_table(spark, qualified: str):
+def iceberg_table(spark: SparkSession, qualified: str):
     """The table's Iceberg (Java) object, refreshed to its latest metadata: what a commit recorded, read without a
     Spark job (a metadata-table query is a job, and the suite runs thousands of them)."""
     table = java_class(spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(spark._jsparkSession, qualified)
@@ -38,7 +42,7 @@ def iceberg_table(spark, qualified: str):
     return table
 
 
-def current_snapshot_id(spark, qualified: str) -> int | None:
+def current_snapshot_id(spark: SparkSession, qualified: str) -> int | None:
     """The snapshot `main` points at now (from the table's refs, not the newest commit: a rollback makes an older
     snapshot current, and a concurrent writer's commit may be newer than ours); None for a table never written."""
     main = iceberg_table(spark, qualified).refs().get("main")
@@ -49,7 +53,7 @@ class JavaSnapshotFiles:
     """`metadata.SnapshotFiles` of a snapshot through the Iceberg Java API of the session's JVM: the manifests a
     commit just wrote, without another catalog client. Read only when the snapshot holds position deletes."""
 
-    def __init__(self, spark, table, snapshot) -> None:
+    def __init__(self, spark: SparkSession, table, snapshot) -> None:
         self._spark, self._table, self._snapshot = spark, table, snapshot
 
     def _live_files(self, deletes: bool):
@@ -74,7 +78,7 @@ class JavaSnapshotFiles:
         return (str(file.location()) for file in self._live_files(deletes=False))
 
 
-def _commit_info(spark, table, qualified: str, snapshot) -> CommitInfo:
+def _commit_info(spark: SparkSession, table, qualified: str, snapshot) -> CommitInfo:
     # The snapshot as one JSON text: reading its summary map entry by entry is two py4j round trips an entry.
     fields = json.loads(java_class(spark, "org.apache.iceberg.SnapshotParser").toJson(snapshot))
     summary = fields.get("summary", {})
@@ -94,7 +98,7 @@ def _commit_info(spark, table, qualified: str, snapshot) -> CommitInfo:
     )
 
 
-def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
+def commit_of(spark: SparkSession, qualified: str, snapshot_id: int) -> CommitInfo:
     """The figures of one snapshot of `qualified`, by id."""
     table = iceberg_table(spark, qualified)
     snapshot = table.snapshot(int(snapshot_id))
@@ -103,9 +107,11 @@ def commit_of(spark, qualified: str, snapshot_id: int) -> CommitInfo:
     return _commit_info(spark, table, qualified, snapshot)
 
 
-def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
-    """The snapshot our write made, found by the write id we stamped on it (safe under concurrent writers): newest
-    first, from the head of every branch back through its ancestors (ours is at or near a head)."""
+def _write(spark: SparkSession, qualified: str, df: DataFrame, target: str, options: dict[str, str] | None, action):
+    """`action(writer)` writes `df` to `target` stamped with a new write id; the commit it made, found by that id
+    (safe under concurrent writers): newest first, from the head of every branch back through its ancestors."""
+    write_id = uuid.uuid4().hex
+    action(df.writeTo(target).options(**(options or {})).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id))
     table = iceberg_table(spark, qualified)
     seen = set()
     for ref in table.refs().values():
@@ -119,17 +125,10 @@ def find_commit(spark, qualified: str, write_id: str) -> CommitInfo:
     return CommitInfo(table=qualified, snapshot_id=None, operation=None)
 
 
-def _write(spark, qualified: str, df, target: str, options: dict[str, str] | None, action):
-    """`action(writer)` writes `df` to `target` stamped with a new write id; the commit it made, found by that id."""
-    write_id = uuid.uuid4().hex
-    action(df.writeTo(target).options(**(options or {})).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id))
-    return find_commit(spark, qualified, write_id)
-
-
 def replace_days(
-    spark,
+    spark: SparkSession,
     qualified: str,
-    df,
+    df: DataFrame,
     date_column: str,
     days: list[dt.date],
     branch: str | None = None,
@@ -147,10 +146,10 @@ def replace_days(
     return _write(spark, qualified, df, target, options, lambda w: w.overwrite(F.col(date_column).isin(sorted(days))))
 
 
-def append(spark, qualified: str, df, options: dict[str, str] | None = None) -> CommitInfo:
+def append(spark: SparkSession, qualified: str, df: DataFrame, options: dict[str, str] | None = None) -> CommitInfo:
     return _write(spark, qualified, df, qualified, options, lambda w: w.append())
 
 
-def table_location(spark, qualified: str) -> str:
+def table_location(spark: SparkSession, qualified: str) -> str:
     rows = spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect()
     return next((row["data_type"] for row in rows if row["col_name"] == "Location"), "")

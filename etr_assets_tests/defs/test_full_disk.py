@@ -13,7 +13,6 @@ import pytest
 from dagster import DagsterInstance
 
 from etr_assets.definitions import build_definitions
-from etr_assets.lake.evolve import table_exists
 from etr_assets.run_summary import summarize_run
 from etr_assets.settings import Settings
 from etr_assets.sources.fetch import ENDPOINTS, SOURCE
@@ -50,7 +49,7 @@ def tables(spark, catalog) -> dict[str, list[tuple]]:
     contents = {}
     for spec in ALL_SPECS:
         qualified = spec.qualified(catalog)
-        if table_exists(spark, qualified):
+        if spark.catalog.tableExists(qualified):
             columns = [c for c in spark.table(qualified).columns if c not in LOAD_COLUMNS]
             rows = spark.table(qualified).select(*columns).collect()
             contents[spec.identifier] = sorted((tuple(r) for r in rows), key=repr)

@@ -2,11 +2,19 @@
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from etr_assets import settings as settings_module
-from etr_assets.lake.session import ICEBERG_EXTENSIONS, JarNotFound, iceberg_runtime_jar, spark_conf
+from etr_assets.lake.session import (
+    ICEBERG_EXTENSIONS,
+    JarNotFound,
+    NotAnIcebergSession,
+    attach_catalog,
+    iceberg_runtime_jar,
+    spark_conf,
+)
 from etr_assets.settings import Compute, Profile, Settings, SettingsError, driver_memory_for
 
 
@@ -56,6 +64,12 @@ def test_s3_profile_names_the_jars_it_lacks(tmp_path, monkeypatch):
     monkeypatch.setenv("ETR_JARS_DIR", str(tmp_path))
     with pytest.raises(JarNotFound, match="hadoop-aws-3.3.1.jar"):
         spark_conf(Settings(profile="s3", bucket="b", jdbc_url="jdbc:postgresql://127.0.0.1:5432/etr"))
+
+
+def test_a_session_without_the_iceberg_extensions_is_refused_saying_how_to_make_one(tmp_path):
+    plain = SimpleNamespace(sparkContext=SimpleNamespace(getConf=lambda: {"spark.sql.extensions": ""}))
+    with pytest.raises(NotAnIcebergSession, match="get_spark"):
+        attach_catalog(plain, Settings(home=tmp_path))
 
 
 def test_settings_come_from_documented_variables(tmp_path):

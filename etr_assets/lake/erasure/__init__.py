@@ -5,6 +5,7 @@ view that the DELETE condition reads through a subquery."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
 from etr_assets.lake.erasure.proof import Proof, erase_raw_zone, prove_erased, scan_raw_zone
@@ -32,6 +33,9 @@ from etr_assets.lake.specs import TableSpec
 from etr_assets.sources.raw_erasure import RawErasure
 from etr_assets.sources.raw_zone import RawZone
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 @dataclasses.dataclass(frozen=True)
 class ErasureReport:
@@ -49,12 +53,24 @@ def held_ids(tables, raw: RawErasure | None) -> set[int]:
     return held | ({i for i, n in raw.removed.items() if n} if raw is not None else set())
 
 
-# The audit trail (audit.gdpr_actions): what was done per table and raw location, and the proof's verdict per
-# subject, under a keyed hash of the id, never the id.
-def table_audit_rows(request: ErasureRequest, result: TableErasure) -> list[dict]:
+# Each step does its work and records it in the audit trail (audit.gdpr_actions, under a keyed hash of the id, never
+# the id); a job and erase_customers run the same steps.
+def erase_raw_step(spark: SparkSession, catalog: str, raw: RawZone, request: ErasureRequest, feeds) -> RawErasure:
+    result = erase_raw_zone(raw, request, feeds)
+    detail = f"{len(result.files_rewritten)} raw file(s) rewritten, {result.manifests_updated} manifest(s) updated"
+    location, removed = raw.storage.uri(""), result.removed
+    rows = [
+        audit_row(request, i, DELETE, location, removed[i], DONE, detail)
+        for i in request.customer_ids
+        if removed.get(i)
+    ]
+    record_rows(spark, catalog, GDPR_ACTIONS, rows)
+    return result
+
+
+def erase_table_step(spark: SparkSession, catalog: str, spec: TableSpec, request: ErasureRequest) -> TableErasure:
     """A GDPR_DELETE row per customer the table held, and one GDPR_EXPIRE row each; nothing if it held none."""
-    if not result.held:
-        return []
+    result = erase_table(spark, catalog, spec, request)
     refs = f"; dropped {', '.join(result.refs_dropped)}" if result.refs_dropped else ""
     branches = f"; erased on branches {result.branches_erased}" if result.branches_erased else ""
     expiry = result.expired or ExpireResult()
@@ -74,21 +90,16 @@ def table_audit_rows(request: ErasureRequest, result: TableErasure) -> list[dict
         deleted = f"{count} row(s) deleted from main{where}{branches}"
         rows.append(audit_row(request, customer_id, DELETE, result.table, count, DONE, deleted))
         rows.append(audit_row(request, customer_id, EXPIRE, result.table, None, DONE, expired))
-    return rows
+    record_rows(spark, catalog, GDPR_ACTIONS, rows)
+    return result
 
 
-def raw_audit_rows(request: ErasureRequest, result: RawErasure, location: str) -> list[dict]:
-    detail = f"{len(result.files_rewritten)} raw file(s) rewritten, {result.manifests_updated} manifest(s) updated"
-    return [
-        audit_row(request, customer_id, DELETE, location, result.removed[customer_id], DONE, detail)
-        for customer_id in request.customer_ids
-        if result.removed.get(customer_id)
-    ]
-
-
-def proof_audit_rows(request: ErasureRequest, proof: Proof, held_anywhere: set[int]) -> list[dict]:
+def prove_step(
+    spark: SparkSession, catalog: str, raw: RawZone | None, request: ErasureRequest, tables, raw_result, specs, feeds
+):
     """GDPR_VERIFY per customer (VERIFIED / FAILED); a customer found nowhere before also gets GDPR_DELETE NOT_FOUND."""
-    rows = []
+    proof = prove_erased(spark, catalog, raw, request, specs, feeds)
+    held_anywhere, rows = held_ids(tables, raw_result), []
     for customer_id in request.customer_ids:
         if customer_id not in held_anywhere:
             rows.append(
@@ -97,25 +108,7 @@ def proof_audit_rows(request: ErasureRequest, proof: Proof, held_anywhere: set[i
         failed = customer_id in proof.found_ids
         detail = proof.summary() if failed or proof.passed else "this customer: none found; " + proof.summary()
         rows.append(audit_row(request, customer_id, VERIFY, None, None, FAILED if failed else VERIFIED, detail[:2000]))
-    return rows
-
-
-# Each step does its work and records it; a job and erase_customers run the same steps.
-def erase_raw_step(spark, catalog: str, raw: RawZone, request: ErasureRequest, feeds) -> RawErasure:
-    result = erase_raw_zone(raw, request, feeds)
-    record_rows(spark, catalog, GDPR_ACTIONS, raw_audit_rows(request, result, raw.storage.uri("")))
-    return result
-
-
-def erase_table_step(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -> TableErasure:
-    result = erase_table(spark, catalog, spec, request)
-    record_rows(spark, catalog, GDPR_ACTIONS, table_audit_rows(request, result))
-    return result
-
-
-def prove_step(spark, catalog: str, raw: RawZone | None, request: ErasureRequest, tables, raw_result, specs, feeds):
-    proof = prove_erased(spark, catalog, raw, request, specs, feeds)
-    record_rows(spark, catalog, GDPR_ACTIONS, proof_audit_rows(request, proof, held_ids(tables, raw_result)))
+    record_rows(spark, catalog, GDPR_ACTIONS, rows)
     return proof
 
 
@@ -134,7 +127,12 @@ def erasure_stages(specs) -> list[tuple[TableSpec, ...]]:
 
 
 def erase_customers(
-    spark, catalog: str, raw: RawZone | None, request: ErasureRequest, specs: tuple[TableSpec, ...], feeds=()
+    spark: SparkSession,
+    catalog: str,
+    raw: RawZone | None,
+    request: ErasureRequest,
+    specs: tuple[TableSpec, ...],
+    feeds=(),
 ) -> ErasureReport:
     """The whole sequence in this process: the raw zone (`feeds`), the tables (`specs`) stage by stage, the proof;
     each step audited as it completes (what was done stays recorded if a later step fails)."""

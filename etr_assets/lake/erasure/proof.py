@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.copies import (
     ORPHAN_GRACE,
@@ -24,12 +25,14 @@ from etr_assets.lake.erasure.request import (
     matches_by_id,
 )
 from etr_assets.lake.erasure.tables import orphans_holding
-from etr_assets.lake.evolve import table_exists
 from etr_assets.lake.feeds import RawFeed
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.timetravel import NoSuchSnapshot, read_as_of
 from etr_assets.sources.raw_erasure import RawErasure, RawFeedSubject, erase_raw_records, find_raw_records
 from etr_assets.sources.raw_zone import RawZone
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def raw_feeds_with_subjects(feeds: tuple[RawFeed, ...]) -> tuple[RawFeedSubject, ...]:
@@ -138,7 +141,7 @@ def _unlisted_copies(spark, catalog: str, specs, ids_df) -> tuple[int, int, list
 
 
 def prove_erased(
-    spark,
+    spark: SparkSession,
     catalog: str,
     raw: RawZone | None,
     request: ErasureRequest,
@@ -156,7 +159,7 @@ def prove_erased(
     time_travel: dict[str, str] = {}
     for spec in specs:
         qualified = spec.qualified(catalog)
-        if not table_exists(spark, qualified):
+        if not spark.catalog.tableExists(qualified):
             continue
         tables += 1
         paths = data_files(spark, qualified)

@@ -8,6 +8,7 @@ import datetime as dt
 import hashlib
 import hmac
 import os
+from typing import TYPE_CHECKING
 
 from etr_assets.errors import EtrError
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS
@@ -15,6 +16,9 @@ from etr_assets.lake.frames import local_frame
 from etr_assets.lake.specs import TableSpec, _sql_string
 from etr_assets.settings import Profile
 from etr_assets.sources.raw_erasure import id_field_pattern
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 AUDIT_KEY_ENV = "ETR_AUDIT_KEY"
 # Development only: the local profile may run without a key; every other profile must set ETR_AUDIT_KEY.
@@ -121,14 +125,14 @@ def subject_keys_sql(spec: TableSpec) -> str:
     return keys
 
 
-def ids_frame(spark, ids: tuple[int, ...]):
+def ids_frame(spark: SparkSession, ids: tuple[int, ...]) -> DataFrame:
     from pyspark.sql import types as T
 
     schema = T.StructType([T.StructField("_erase_id", T.LongType(), False)])
     return local_frame(spark, [(i,) for i in ids], schema)
 
 
-def _named_ids(df, keys_sql: str, ids_df, *by) -> list:
+def _named_ids(df: DataFrame, keys_sql: str, ids_df: DataFrame, *by) -> list:
     """(`by`..., `_erase_id`, `count`): the rows of `df` naming each id (a row naming two counts for both)."""
     from pyspark.sql import functions as F
 
@@ -136,18 +140,18 @@ def _named_ids(df, keys_sql: str, ids_df, *by) -> list:
     return named.join(F.broadcast(ids_df), "_erase_id").groupBy(*named.columns).count().collect()
 
 
-def matches_by_id(df, spec: TableSpec, ids_df) -> dict[int, int]:
+def matches_by_id(df: DataFrame, spec: TableSpec, ids_df: DataFrame) -> dict[int, int]:
     return {r["_erase_id"]: r["count"] for r in _named_ids(df, subject_keys_sql(spec), ids_df)}
 
 
-def files_holding(spark, spec: TableSpec, paths: list[str], ids_df) -> dict[str, dict[int, int]]:
+def files_holding(spark: SparkSession, spec: TableSpec, paths: list[str], ids_df) -> dict[str, dict[int, int]]:
     """Read these Parquet files directly (not through the table) and find rows naming the ids, per file."""
     columns = [spec.subject_column] + ([RAW_TEXT_COLUMN] if RAW_TEXT_COLUMN in spec.column_names else [])
     return files_naming(spark, spec.identifier, paths, subject_keys_sql(spec), columns, ids_df)
 
 
 def files_naming(
-    spark, label: str, paths: list[str], keys_sql: str, columns: list[str], ids_df
+    spark: SparkSession, label: str, paths: list[str], keys_sql: str, columns: list[str], ids_df: DataFrame
 ) -> dict[str, dict[int, int]]:
     from pyspark.sql import functions as F
 
@@ -163,7 +167,7 @@ def files_naming(
     return found
 
 
-def data_files(spark, qualified: str) -> list[str]:
+def data_files(spark: SparkSession, qualified: str) -> list[str]:
     """Every data file a remaining snapshot of any branch or tag references (`all_data_files`, content 0)."""
     return sorted(
         {r[0] for r in spark.sql(f"SELECT file_path FROM {qualified}.all_data_files WHERE content = 0").collect()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
 from etr_assets.lake.erasure.request import (
@@ -19,9 +20,11 @@ from etr_assets.lake.erasure.request import (
     subject_keys_sql,
     validate_customer_ids,
 )
-from etr_assets.lake.evolve import table_exists
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Profile
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 LIFT = "LIFT_SUPPRESSION"
 PROFILE_ENV = "ETR_PROFILE"
@@ -70,11 +73,11 @@ class Suppression:
         return F.filter(keys, lambda x: self.is_suppressed(x))
 
 
-def suppression_list(spark, catalog: str, key: bytes | None = None) -> Suppression:
+def suppression_list(spark: SparkSession, catalog: str, key: bytes | None = None) -> Suppression:
     """Read once per load: the hashes the audit marks erased and not lifted since. The key is only needed (and
     only required) when the list is not empty."""
     qualified = GDPR_ACTIONS.qualified(catalog)
-    if not table_exists(spark, qualified):
+    if not spark.catalog.tableExists(qualified):
         return Suppression(key or b"", frozenset())
     rows = spark.sql(
         f"SELECT subject_hash FROM {qualified} GROUP BY subject_hash HAVING "
@@ -94,7 +97,14 @@ def suppression_list(spark, catalog: str, key: bytes | None = None) -> Suppressi
 
 
 def lift_suppression(
-    spark, catalog: str, key: bytes, customer_id: int, reference: str, reason: str, run_id: str = "", by: str = ""
+    spark: SparkSession,
+    catalog: str,
+    key: bytes,
+    customer_id: int,
+    reference: str,
+    reason: str,
+    run_id: str = "",
+    by: str = "",
 ) -> dict:
     """Lift the suppression of one customer (they signed up again and consented): an audited LIFT_SUPPRESSION row
     under their hash, with the reference, who (`by`) and why. A customer not on the list is refused: a lift with
@@ -116,7 +126,7 @@ def lift_suppression(
     return row
 
 
-def rows_of_suppressed(spark, catalog: str, specs, suppression: Suppression) -> dict[str, dict[str, int]]:
+def rows_of_suppressed(spark: SparkSession, catalog: str, specs, suppression: Suppression) -> dict[str, dict[str, int]]:
     """{hash: {table: rows}}: per suppressed hash, the rows naming that customer in each personal-data table's
     current snapshot (every hash listed, tables only where rows were found)."""
     from pyspark.sql import functions as F
@@ -126,7 +136,7 @@ def rows_of_suppressed(spark, catalog: str, specs, suppression: Suppression) -> 
         return found
     for spec in specs:
         qualified = spec.qualified(catalog)
-        if not spec.subject_column or not table_exists(spark, qualified):
+        if not spec.subject_column or not spark.catalog.tableExists(qualified):
             continue
         named = spark.table(qualified).select(F.explode(suppression.suppressed_keys(spec)).alias("_id"))
         hashed = named.select(subject_hash_column(suppression.key, F.col("_id")).alias("_hash"))

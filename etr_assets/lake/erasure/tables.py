@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
+from typing import TYPE_CHECKING
 
 from etr_assets.lake.copies import ORPHAN_GRACE, delete_file, normalized, orphan_files
 from etr_assets.lake.erasure.request import (
@@ -17,13 +18,15 @@ from etr_assets.lake.erasure.request import (
     matches_by_id,
     subject_keys_sql,
 )
-from etr_assets.lake.evolve import table_exists
 from etr_assets.lake.frames import quoted
 from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots, rewrite_manifests
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,14 +51,14 @@ class TableErasure:
         return sum(self.removed.values())
 
 
-def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -> TableErasure:
+def erase_table(spark: SparkSession, catalog: str, spec: TableSpec, request: ErasureRequest) -> TableErasure:
     """Delete the customers from main and other branches, drop refs that pin their rows, expire older snapshots."""
     from pyspark.sql import functions as F
 
     if not spec.subject_column:
         raise ErasureError(f"{spec.identifier} has no subject column: nothing identifies a customer in it")
     qualified = spec.qualified(catalog)
-    if not table_exists(spark, qualified):
+    if not spark.catalog.tableExists(qualified):
         return TableErasure(spec.identifier, frozenset(), {})
     ids_df = ids_frame(spark, request.customer_ids)
     in_orphans = orphans_holding(spark, spec, qualified, ids_df)
@@ -128,7 +131,9 @@ def erase_table(spark, catalog: str, spec: TableSpec, request: ErasureRequest) -
     )
 
 
-def orphans_holding(spark, spec: TableSpec, qualified: str, ids_df) -> list[tuple[object, dict[int, int]]]:
+def orphans_holding(
+    spark: SparkSession, spec: TableSpec, qualified: str, ids_df: DataFrame
+) -> list[tuple[object, dict[int, int]]]:
     """(orphan file, {id: rows}) for every unreferenced file of the table's data folder naming a customer."""
     orphans = {normalized(o.path): o for o in orphan_files(spark, qualified)}
     found = files_holding(spark, spec, [o.path for o in orphans.values()], ids_df)
@@ -144,7 +149,7 @@ def _retention_text(retention: dict) -> str:
     return "retention lowered for the erasure, then restored; it " + " and ".join(parts)
 
 
-def _lower_branch_retention(spark, qualified: str) -> dict[str, dict]:
+def _lower_branch_retention(spark: SparkSession, qualified: str) -> dict[str, dict]:
     """Give every branch with its own snapshot retention the erasure's (keep only its head) until restored."""
     rows = spark.sql(
         f"SELECT name, snapshot_id, min_snapshots_to_keep, max_snapshot_age_in_ms, max_reference_age_in_ms "
@@ -163,7 +168,7 @@ def _lower_branch_retention(spark, qualified: str) -> dict[str, dict]:
     return retention
 
 
-def _restore_branch_retention(spark, qualified: str, retention: dict[str, dict]) -> None:
+def _restore_branch_retention(spark: SparkSession, qualified: str, retention: dict[str, dict]) -> None:
     """Put each branch's own retention back exactly (unset values stay unset): re-create the ref at its head."""
     if not retention:
         return
