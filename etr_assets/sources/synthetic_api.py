@@ -6,7 +6,6 @@ byte for byte the same. Stdlib only: the pipeline and the tests start it without
 
 from __future__ import annotations
 
-import copy
 import datetime
 import functools
 import hmac
@@ -17,6 +16,7 @@ import sys
 import threading
 import urllib.parse
 
+from etr_assets.sources.fetch import ENDPOINTS
 from etr_assets.sources.synthetic_data import (
     EPOCH,
     LAST_DAY,
@@ -27,10 +27,9 @@ from etr_assets.sources.synthetic_data import (
 )
 from etr_assets.sources.synthetic_faults import ApiFaults, FaultSwitch, apply_record_faults, failure_response, truncates
 
-_ROUTES = {  # path -> (day parameter, records of a day, entity)
-    "/v1/transactions": ("date", transactions_for, "transaction"),
-    "/v1/customers": ("as_of", customers_as_of, "customer"),
-    "/v1/merchants": ("as_of", merchants_as_of, "merchant"),
+_RECORDS = {"transactions": transactions_for, "customers": customers_as_of, "merchants": merchants_as_of}
+_ROUTES = {  # path -> (day parameter, records of a day, entity): the endpoints the pipeline fetches
+    path: (parameter, _RECORDS[name], name.removesuffix("s")) for name, (path, parameter) in ENDPOINTS.items()
 }
 
 
@@ -40,18 +39,6 @@ def _served(config: ApiConfig, path: str, day: datetime.date, malformed_rate: fl
     return apply_record_faults(
         records(config, day), seed=config.seed, entity=entity, day=day, malformed_rate=malformed_rate, drift=drift
     )
-
-
-def served(path: str, config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list:
-    """Exactly the list the server serves on ``path`` for ``day`` under ``faults`` (before paging), the caller's own
-    copy: the truth a test needs without HTTP. Items are dicts, except the string ``"#corrupted#"`` for kind
-    not_an_object. Only malformed_rate and drift matter here."""
-    return copy.deepcopy(_served(config, path, day, faults.malformed_rate, faults.drift))
-
-
-transactions_served = functools.partial(served, "/v1/transactions")
-customers_served = functools.partial(served, "/v1/customers")
-merchants_served = functools.partial(served, "/v1/merchants")
 
 
 def _param_date(params: dict, name: str) -> datetime.date:
@@ -76,23 +63,53 @@ def _param_int(params: dict, name: str, default: int, low: int, high: int) -> in
     return int(text)
 
 
-class _Server(http.server.ThreadingHTTPServer):
+class RunningApi(http.server.ThreadingHTTPServer):
+    """The server, serving from its own thread once made; ``stop()`` or leaving the ``with`` block shuts it down."""
+
     daemon_threads = True
     request_queue_size = 64  # listen backlog; the default 5 drops bursts of parallel clients for a second
 
     def __init__(self, address: tuple[str, int], config: ApiConfig, faults: ApiFaults) -> None:
-        self.config, self.faults = config, FaultSwitch(faults)
+        self.config, self.switch, self._lock, self._stopped = config, FaultSwitch(faults), threading.Lock(), False
         self.stopping = threading.Event()  # wakes requests sleeping for delay_seconds when the server stops
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler)  # bound and listening here: connections queue until served
+        host, port = self.server_address[:2]
+        self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name=f"synthetic-api-{port}", daemon=True
+        )
+        self._thread.start()
 
     def handle_error(self, request, client_address) -> None:
         if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
             return  # the client hung up (e.g. timed out waiting for a delayed answer): nothing to report
         super().handle_error(request, client_address)
 
+    @property
+    def faults(self) -> ApiFaults:
+        """The current faults; ``fail_requests`` is what is left of the countdown."""
+        return self.switch.get()
+
+    def set_faults(self, faults: ApiFaults) -> None:
+        """Replace all faults at once (fields left out of ``faults`` are off); takes effect on the next request."""
+        self.switch.set(faults)
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self.stopping.set()
+            self.shutdown()
+            self.server_close()
+            self._thread.join()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
+    server: RunningApi
     server_version = "EtrSyntheticApi/1.0"
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - quiet: tests and runs read stderr
@@ -123,13 +140,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not self._authorized():
             return None
         if url.path == "/admin/faults":
-            return self._send(200, self.server.faults.get().to_json())
+            return self._send(200, self.server.faults.to_json())
         if url.path not in _ROUTES:
             return self._send(404, {"error": f"unknown path {url.path}"})
-        config, faults = self.server.config, self.server.faults.get()
+        config, faults = self.server.config, self.server.faults
         if faults.delay_seconds:
             self.server.stopping.wait(faults.delay_seconds)
-        failed = self.server.faults.take_failure(url.path)
+        failed = self.server.switch.take_failure(url.path)
         if failed is not None:
             return self._send(*failure_response(failed, url.path))
         try:
@@ -162,51 +179,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             faults = ApiFaults.from_json(raw)
         except (TypeError, ValueError) as exc:
             return self._send(400, {"error": str(exc)})
-        self.server.faults.set(faults)
+        self.server.set_faults(faults)
         return self._send(200, faults.to_json())
-
-
-class RunningApi:
-    """A server started by ``serve``; ``stop()`` (or leaving the ``with`` block) shuts it down."""
-
-    def __init__(self, server: _Server, thread: threading.Thread, config: ApiConfig) -> None:
-        host, port = server.server_address[:2]
-        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        self.url, self.config = f"http://{host}:{port}", config
-        self._server, self._thread, self._lock, self._stopped = server, thread, threading.Lock(), False
-
-    @property
-    def faults(self) -> ApiFaults:
-        """The current faults; ``fail_requests`` is what is left of the countdown."""
-        return self._server.faults.get()
-
-    def set_faults(self, faults: ApiFaults) -> None:
-        """Replace all faults at once (fields left out of ``faults`` are off); takes effect on the next request."""
-        self._server.faults.set(faults)
-
-    def stop(self) -> None:
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            self._server.stopping.set()
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join()
-
-    def __enter__(self) -> RunningApi:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
 
 
 def serve(
     config: ApiConfig = ApiConfig(), host: str = "127.0.0.1", port: int = 0, faults: ApiFaults = ApiFaults()
 ) -> RunningApi:
     """Start the server in a daemon thread and return once it accepts connections (port 0: any free port)."""
-    server = _Server((host, port), config, faults)  # bound and listening here: connections queue until served
-    name = f"synthetic-api-{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True)
-    thread.start()
-    return RunningApi(server, thread, config)
+    return RunningApi((host, port), config, faults)

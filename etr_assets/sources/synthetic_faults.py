@@ -1,6 +1,6 @@
 """Fault switches for the synthetic BNPL API: failures, delays, malformed records, schema drift, cut-off pages.
 Record faults are deterministic like the data (seed, entity, day and index, never paging or timing), so
-``synthetic_api.transactions_served`` gives tests the exact truth without HTTP."""
+the tests compute the exact truth without HTTP."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.api_client import ApiClient, ApiError, RetryPolicy
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
-from etr_assets.sources.synthetic_api import ApiConfig, ApiFaults, serve, transactions_served
-from etr_assets_tests.sources.malformed import malformed_kind
+from etr_assets.sources.synthetic_api import ApiConfig, ApiFaults, serve
+from etr_assets_tests.sources.malformed import malformed_kind, transactions_served
 
 DAY = dt.date(2025, 5, 5)
 QUICK = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)

@@ -1,13 +1,33 @@
-"""Which malformed kind a record the synthetic API served is: the tests' oracle for its record faults."""
+"""What the synthetic API serves, without HTTP, and which malformed kind a record it served is: the tests' oracle
+for its record faults."""
 
 from __future__ import annotations
 
+import copy
+import datetime
 import decimal
+import functools
 import re
+
+from etr_assets.sources.synthetic_api import _served
+from etr_assets.sources.synthetic_data import ApiConfig
+from etr_assets.sources.synthetic_faults import ApiFaults
 
 _ID = {"transaction": "transaction_id", "customer": "customer_id", "merchant": "merchant_id"}
 _INSTALMENTS = (3, 4, 6, 12)
 _MONEY = re.compile(r"-?[0-9]+\.[0-9]{2}")
+
+
+def served(path: str, config: ApiConfig, faults: ApiFaults, day: datetime.date) -> list:
+    """Exactly the list the server serves on ``path`` for ``day`` under ``faults`` (before paging), the caller's own
+    copy. Items are dicts, except the string ``"#corrupted#"`` for kind not_an_object. Only malformed_rate and drift
+    matter here."""
+    return copy.deepcopy(_served(config, path, day, faults.malformed_rate, faults.drift))
+
+
+transactions_served = functools.partial(served, "/v1/transactions")
+customers_served = functools.partial(served, "/v1/customers")
+merchants_served = functools.partial(served, "/v1/merchants")
 
 
 def malformed_kind(record: object) -> str | None:

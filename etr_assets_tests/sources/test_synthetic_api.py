@@ -344,15 +344,15 @@ import http.client  # noqa: E402
 import time  # noqa: E402
 
 from etr_assets.sources.api_client import ApiClient, ApiError, RetryPolicy  # noqa: E402
-from etr_assets.sources.synthetic_api import (  # noqa: E402
-    ApiFaults,
+from etr_assets.sources.synthetic_api import ApiFaults  # noqa: E402
+from etr_assets.sources.synthetic_cli import main  # noqa: E402
+from etr_assets.sources.synthetic_faults import MALFORMED_KINDS  # noqa: E402
+from etr_assets_tests.sources.malformed import (  # noqa: E402
     customers_served,
+    malformed_kind,
     merchants_served,
     transactions_served,
 )
-from etr_assets.sources.synthetic_cli import main  # noqa: E402
-from etr_assets.sources.synthetic_faults import MALFORMED_KINDS  # noqa: E402
-from etr_assets_tests.sources.malformed import malformed_kind  # noqa: E402
 
 TX = f"/v1/transactions?date={DAY}"
 
