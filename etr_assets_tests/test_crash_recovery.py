@@ -53,7 +53,7 @@ from etr_assets.sources.synthetic_api import (
     transactions_for,
 )
 from etr_assets.tables.entities import BRONZE_CUSTOMERS, LANDING_CUSTOMERS
-from etr_assets.tables.quarantine import QUARANTINE_CUSTOMERS, QUARANTINE_TRANSACTIONS
+from etr_assets.tables.feeds import QUARANTINE_CUSTOMERS, QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import (
     BRONZE_TRANSACTIONS,
     GOLD_DAILY_SUMMARY,

@@ -14,8 +14,7 @@ from etr_assets.lake.quality import CheckOutcome, record_quarantine_outcome, spl
 from etr_assets.lake.wap import evaluate, write_audit_publish
 from etr_assets.lake.writes import CommitInfo, current_snapshot_id, replace_days
 from etr_assets.sources.raw_zone import RawZone
-from etr_assets.tables.feeds import TRANSACTIONS
-from etr_assets.tables.quarantine import SILVER_QUARANTINE_TRANSACTIONS
+from etr_assets.tables.feeds import SILVER_QUARANTINE_TRANSACTIONS, TRANSACTIONS
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS, STATUSES
 
 __all__ = ["TRANSACTIONS", "BadInputError", "LayerResult", "build_gold", "build_silver", "load_bronze"]

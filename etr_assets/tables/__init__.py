@@ -2,19 +2,19 @@
 
 from etr_assets.lake import bookkeeping
 from etr_assets.lake.specs import TableSpec
-from etr_assets.tables import entities, quarantine, transactions
+from etr_assets.tables import entities, feeds, transactions
 
 ALL_SPECS: tuple[TableSpec, ...] = (
     transactions.BRONZE_TRANSACTIONS,
     entities.BRONZE_CUSTOMERS,
     entities.BRONZE_MERCHANTS,
-    quarantine.QUARANTINE_TRANSACTIONS,
-    quarantine.QUARANTINE_CUSTOMERS,
-    quarantine.QUARANTINE_MERCHANTS,
+    feeds.QUARANTINE_TRANSACTIONS,
+    feeds.QUARANTINE_CUSTOMERS,
+    feeds.QUARANTINE_MERCHANTS,
     entities.LANDING_CUSTOMERS,
     entities.LANDING_MERCHANTS,
     transactions.SILVER_TRANSACTIONS,
-    quarantine.SILVER_QUARANTINE_TRANSACTIONS,
+    feeds.SILVER_QUARANTINE_TRANSACTIONS,
     transactions.GOLD_DAILY_SUMMARY,
     entities.GOLD_CUSTOMER_ACTIVITY,
     entities.GOLD_CUSTOMER_PROFILES,
@@ -27,11 +27,10 @@ ALL_SPECS: tuple[TableSpec, ...] = (
 
 def spec_for(identifier: str) -> TableSpec:
     """The spec of `namespace.name`; a clear error listing the known tables otherwise."""
-    for spec in ALL_SPECS:
-        if spec.identifier == identifier:
-            return spec
-    known = ", ".join(s.identifier for s in ALL_SPECS)
-    raise KeyError(f"no table spec named {identifier!r}; known tables: {known}")
+    by_name = {spec.identifier: spec for spec in ALL_SPECS}
+    if identifier not in by_name:
+        raise KeyError(f"no table spec named {identifier!r}; known tables: {', '.join(by_name)}")
+    return by_name[identifier]
 
 
 def personal_data_specs() -> tuple[TableSpec, ...]:

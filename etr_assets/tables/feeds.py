@@ -1,17 +1,70 @@
 """The pipeline's feeds, declared once beside the table specs: which API endpoint fills which bronze, quarantine and
-landing table, and so which asset writes each table."""
+landing table, and so which asset writes each table; and the quarantine tables, records a source sent that do not
+fit its bronze spec (and silver rows held back by a per-record rule), kept with the reason."""
 
 from etr_assets.lake.feeds import EntityFeed, RawFeed
-from etr_assets.lake.specs import TableSpec
+from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
 from etr_assets.sources.fetch import SOURCE
 from etr_assets.tables.entities import BRONZE_CUSTOMERS, BRONZE_MERCHANTS, LANDING_CUSTOMERS, LANDING_MERCHANTS
-from etr_assets.tables.quarantine import (
-    QUARANTINE_CUSTOMERS,
-    QUARANTINE_MERCHANTS,
-    QUARANTINE_TRANSACTIONS,
-    SILVER_QUARANTINE_TRANSACTIONS,
-)
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
+
+_QUARANTINED_AT = Column("quarantined_at", "timestamp", "When it was quarantined", required=True)
+_PROPERTIES = {TARGET_FILE_SIZE: str(8 * MIB)}
+
+
+def quarantine_spec(endpoint: str, subject_column: str | None = None, key_column: str | None = None) -> TableSpec:
+    """`bronze.quarantine_<endpoint>`, erasable by subject (raw text may hold personal data). `key_column`: kept
+    when readable, since a refused record of a full snapshot still says its key was in it (SCD2 keeps the key)."""
+    pii, subject = subject_column is not None, ()
+    if subject_column:
+        subject = (Column(subject_column, "bigint", "Data subject, when it could be read from the record", pii=True),)
+    if key_column and key_column != subject_column:
+        subject += (Column(key_column, "bigint", "The record's key, when it could be read (present in the snapshot)"),)
+    return TableSpec(
+        namespace="bronze",
+        name=f"quarantine_{endpoint}",
+        description=f"Records of the {endpoint} endpoint that failed validation: raw text, reason, file and line",
+        columns=(
+            Column("_batch_id", "string", "Raw-zone batch", required=True),
+            Column("_batch_day", "date", "Business day of the batch", required=True),
+            Column("source_file", "string", "Raw-zone file", required=True),
+            Column("line_number", "bigint", "1-based line in the file", required=True),
+            Column("raw_text", "string", "The record exactly as stored in the raw zone", required=True, pii=pii),
+            Column("reason", "string", "Why the record was refused", required=True),
+            *subject,
+            _QUARANTINED_AT,
+        ),
+        partition_by=("days(_batch_day)",),
+        properties=_PROPERTIES,
+        subject_column=subject_column,
+    )
+
+
+QUARANTINE_TRANSACTIONS = quarantine_spec("transactions", "customer_id")
+QUARANTINE_CUSTOMERS = quarantine_spec("customers", "customer_id", key_column="customer_id")
+QUARANTINE_MERCHANTS = quarantine_spec("merchants", key_column="merchant_id")
+
+
+def record_quarantine_spec(spec: TableSpec) -> TableSpec:
+    """`<namespace>.quarantine_<name>`: rows of `spec` that broke one of its per-record expectations, as they would
+    have been written, with the first rule broken. Replaced with the days `spec` rebuilds."""
+    return TableSpec(
+        namespace=spec.namespace,
+        name=f"quarantine_{spec.name.removeprefix('bnpl_').removesuffix('_clean')}",
+        description=f"Rows of {spec.identifier} held back by a per-record expectation, with the rule they broke",
+        columns=(
+            *spec.columns,
+            Column("reason", "string", "The per-record expectation the row broke", required=True),
+            _QUARANTINED_AT,
+        ),
+        partition_by=spec.partition_by,
+        properties=_PROPERTIES,
+        subject_column=spec.subject_column,
+    )
+
+
+SILVER_QUARANTINE_TRANSACTIONS = record_quarantine_spec(SILVER_TRANSACTIONS)
+
 
 _DAY = "transaction_date"  # the batch's business day, and a record field that must equal it
 TRANSACTIONS = RawFeed(

@@ -33,7 +33,7 @@ from etr_assets.tables.entities import (
     GOLD_CUSTOMER_PROFILES,
     LANDING_CUSTOMERS,
 )
-from etr_assets.tables.quarantine import QUARANTINE_TRANSACTIONS
+from etr_assets.tables.feeds import QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
