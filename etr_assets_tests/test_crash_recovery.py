@@ -587,8 +587,8 @@ local_raw_zone(sys.argv[1]).start_batch("bnpl", "customers", dt.date(2025, 1, 1)
 def test_a_kill_inside_start_batch_leaves_a_batch_the_pending_sensor_can_handle(tmp_path):
     from dagster import AssetKey, SensorResult, build_sensor_context
 
+    from etr_assets.defs.assets import build_pending_batches_sensor
     from etr_assets.defs.resources import RawZoneResource
-    from etr_assets.defs.sensors import build_pending_batches_sensor
     from etr_assets.settings import Settings
 
     settings = Settings(home=tmp_path / "etr", pending_alert_hours=6)

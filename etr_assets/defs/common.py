@@ -3,28 +3,7 @@ the UI shows about a table (its column schema from the spec, each commit's figur
 
 import warnings
 
-from dagster import (
-    AssetCheckEvaluation,
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetDep,
-    AssetExecutionContext,
-    AssetKey,
-    AssetMaterialization,
-    AssetObservation,
-    AssetSpec,
-    BackfillPolicy,
-    BetaWarning,
-    DailyPartitionsDefinition,
-    MetadataValue,
-    PreviewWarning,
-    TableColumn,
-    TableColumnConstraints,
-    TableSchema,
-    TimeWindowPartitionMapping,
-    multi_asset,
-)
+import dagster as dg
 
 from etr_assets.defs.dagster_private import materialization_of
 from etr_assets.lake.figures import Tagged, check_figures, partition_counts, written_days
@@ -35,25 +14,25 @@ from etr_assets.settings import Profile, Settings
 from etr_assets.tables.feeds import RAW_FEEDS
 
 # BackfillPolicy is marked beta; single-run backfills are what `--partition-range` needs, so we accept it.
-warnings.filterwarnings("ignore", category=BetaWarning, message=".*backfill_policy.*")
+warnings.filterwarnings("ignore", category=dg.BetaWarning, message=".*backfill_policy.*")
 # Checks partitioned by day are a preview; the per-day results in the UI are what we want from them.
-warnings.filterwarnings("ignore", category=PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
+warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
-SINGLE_RUN = BackfillPolicy.single_run()
+SINGLE_RUN = dg.BackfillPolicy.single_run()
 PIPELINE_GROUPS = ("raw", "bronze", "landing", "silver", "gold")  # the asset groups of etr_pipeline
 
 
-def daily_partitions(settings: Settings) -> DailyPartitionsDefinition:
-    return DailyPartitionsDefinition(start_date=settings.start_date.isoformat(), timezone="UTC")
+def daily_partitions(settings: Settings) -> dg.DailyPartitionsDefinition:
+    return dg.DailyPartitionsDefinition(start_date=settings.start_date.isoformat(), timezone="UTC")
 
 
-def table_key(spec: TableSpec) -> AssetKey:
-    return AssetKey.from_user_string(layer_name(spec))
+def table_key(spec: TableSpec) -> dg.AssetKey:
+    return dg.AssetKey.from_user_string(layer_name(spec))
 
 
-def previous_day(key: AssetKey) -> AssetDep:
+def previous_day(key: dg.AssetKey) -> dg.AssetDep:
     """A dependency on the partition of the day before: what a day that builds on yesterday's state reads."""
-    return AssetDep(key, partition_mapping=TimeWindowPartitionMapping(start_offset=-1, end_offset=-1))
+    return dg.AssetDep(key, partition_mapping=dg.TimeWindowPartitionMapping(start_offset=-1, end_offset=-1))
 
 
 def table_pool(settings: Settings, spec: TableSpec) -> str | None:
@@ -64,7 +43,7 @@ def table_pool(settings: Settings, spec: TableSpec) -> str | None:
     return f"iceberg_{spec.namespace}_{spec.name}" if single_writer else None
 
 
-def table_check_specs(spec: TableSpec, days: DailyPartitionsDefinition) -> list[AssetCheckSpec]:
+def table_check_specs(spec: TableSpec, days: dg.DailyPartitionsDefinition) -> list[dg.AssetCheckSpec]:
     """The checks a table asset reports with each materialization, derived from its spec; by day (`days`) when the
     table has a day column.
 
@@ -74,9 +53,9 @@ def table_check_specs(spec: TableSpec, days: DailyPartitionsDefinition) -> list[
     records a bronze refused into quarantine, and the rows a per-record expectation held back.
     """
 
-    def check(name: str, description: str, blocking: bool = False) -> AssetCheckSpec:
+    def check(name: str, description: str, blocking: bool = False) -> dg.AssetCheckSpec:
         partitions = days if spec.day_column else None
-        return AssetCheckSpec(
+        return dg.AssetCheckSpec(
             name, asset=table_key(spec), description=description, blocking=blocking, partitions_def=partitions
         )
 
@@ -119,14 +98,16 @@ def table_check_specs(spec: TableSpec, days: DailyPartitionsDefinition) -> list[
     return specs
 
 
-def column_schema(spec: TableSpec) -> TableSchema:
-    return TableSchema(
+def column_schema(spec: TableSpec) -> dg.TableSchema:
+    return dg.TableSchema(
         columns=[
-            TableColumn(
+            dg.TableColumn(
                 name=c.name,
                 type=c.type,
                 description=c.doc or None,
-                constraints=TableColumnConstraints(nullable=not c.required, other=["personal data"] if c.pii else []),
+                constraints=dg.TableColumnConstraints(
+                    nullable=not c.required, other=["personal data"] if c.pii else []
+                ),
             )
             for c in spec.columns
         ]
@@ -146,7 +127,7 @@ def definition_metadata(spec: TableSpec, catalog: str) -> dict[str, object]:
 
 def as_metadata(figures: dict[str, object]) -> dict[str, object]:
     """Figures of one materialization (`etr_assets.lake.figures`), as Dagster metadata values."""
-    render = {"path": MetadataValue.path, "json": MetadataValue.json, "md": MetadataValue.md}
+    render = {"path": dg.MetadataValue.path, "json": dg.MetadataValue.json, "md": dg.MetadataValue.md}
     return {
         key: render[value.kind](value.value) if isinstance(value, Tagged) else value for key, value in figures.items()
     }
@@ -162,7 +143,7 @@ def log_partition_counts(context, figures: dict[str, object]) -> None:
     for day, rows in counts.items():
         if day not in unrequested:
             context.log_event(
-                AssetObservation(
+                dg.AssetObservation(
                     asset_key=context.asset_key, partition=day, metadata={"dagster/partition_row_count": int(rows)}
                 )
             )
@@ -177,16 +158,16 @@ def log_partition_counts(context, figures: dict[str, object]) -> None:
     for day in unrequested:
         metadata = {"written_by_run_of": f"{run_days[0]}...{run_days[-1]}"}
         metadata |= {"dagster/partition_row_count": int(counts[day])} if day in counts else {}
-        context.log_event(AssetMaterialization(asset_key=context.asset_key, partition=day, metadata=metadata))
+        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=day, metadata=metadata))
 
 
-def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:
+def check_results(outcomes: list[CheckOutcome]) -> list[dg.AssetCheckResult]:
     """Dagster results of quality outcomes: numbers (plotted by the UI) and the per-day figures and verdicts."""
     return [
-        AssetCheckResult(
+        dg.AssetCheckResult(
             check_name=o.name,
             passed=o.passed,
-            severity=AssetCheckSeverity.WARN if o.severity == Severity.WARN else AssetCheckSeverity.ERROR,
+            severity=dg.AssetCheckSeverity.WARN if o.severity == Severity.WARN else dg.AssetCheckSeverity.ERROR,
             metadata=as_metadata(check_figures(o)),
             description=o.description,
         )
@@ -194,7 +175,7 @@ def check_results(outcomes: list[CheckOutcome]) -> list[AssetCheckResult]:
     ]
 
 
-def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult]):
+def on_partitions(context: dg.AssetExecutionContext, results: list[dg.AssetCheckResult]):
     """The check results as the run should record them. A one-day run: as they are (Dagster puts a check of days
     on the day's partition). A range run: a check of days gives one evaluation per day, on that day's partition,
     with the day's figure and verdict (from `by_day` and `days_failed`); Dagster itself would record one result
@@ -218,7 +199,7 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
                 targets[day] = materialization_of(context.instance, context.asset_key, day)
             passed = result.passed if failed is None else day not in failed
             figures = {**metadata, "day_figure": float(by_day.get(day, 0)), "run_days": f"{days[0]}...{days[-1]}"}
-            yield AssetCheckEvaluation(
+            yield dg.AssetCheckEvaluation(
                 asset_key=context.asset_key,
                 check_name=name,
                 passed=passed,
@@ -231,7 +212,7 @@ def on_partitions(context: AssetExecutionContext, results: list[AssetCheckResult
             )
 
 
-def table_asset(settings: Settings, spec: TableSpec, deps: list[AssetKey | AssetDep], description: str):
+def table_asset(settings: Settings, spec: TableSpec, deps: list[dg.AssetKey | dg.AssetDep], description: str):
     """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
 
     A table with a day column has its checks partitioned by day too (a result per day's partition; a preview in
@@ -240,10 +221,10 @@ def table_asset(settings: Settings, spec: TableSpec, deps: list[AssetKey | Asset
     partitions = daily_partitions(settings)
     checks = table_check_specs(spec, partitions)
     key = table_key(spec)
-    return multi_asset(
+    return dg.multi_asset(
         name=key.to_python_identifier(),  # the step key, as an @asset of this key had
         specs=[
-            AssetSpec(
+            dg.AssetSpec(
                 key,
                 deps=deps,
                 group_name=spec.namespace,

@@ -8,21 +8,7 @@ once proven, rewrites the request with the keyed hashes only). Each table step h
 writer, so it never races a materialization of the table; each records what it did in audit.gdpr_actions as it goes.
 """
 
-from dagster import (
-    AssetKey,
-    AssetObservation,
-    Config,
-    Failure,
-    In,
-    JobDefinition,
-    MetadataValue,
-    Nothing,
-    OpExecutionContext,
-    Out,
-    job,
-    mem_io_manager,
-    op,
-)
+import dagster as dg
 from pydantic import Field
 
 from etr_assets.defs.common import table_key, table_pool
@@ -37,11 +23,11 @@ from etr_assets.tables.feeds import writer_spec
 
 # Outputs (they carry the ids) stay in memory: never pickled into the instance's storage.
 MEMORY_IO_MANAGER = "gdpr_memory_io_manager"
-ERASURE_RESOURCES = {MEMORY_IO_MANAGER: mem_io_manager}
-_IN_MEMORY = Out(io_manager_key=MEMORY_IO_MANAGER)
+ERASURE_RESOURCES = {MEMORY_IO_MANAGER: dg.mem_io_manager}
+_IN_MEMORY = dg.Out(io_manager_key=MEMORY_IO_MANAGER)
 
 
-class ErasureConfig(Config):
+class ErasureConfig(dg.Config):
     """The reference only: the ids are read from the request store, never given here (no `customer_ids` field, so
     a config naming ids is refused before a run is created, and they never reach the run storage)."""
 
@@ -56,14 +42,16 @@ def request_store(raw_zone: RawZoneResource) -> RequestStore:
 
 
 def _request_op(settings: Settings):
-    @op(
+    @dg.op(
         name="gdpr_request",
         out=_IN_MEMORY,
         description="Reads the request recorded by `etr erase` under its reference (an unknown reference or one "
         "already carried out fails here), checks every id is a positive integer, and reads the audit key "
         "(ETR_AUDIT_KEY) so a missing key fails here, before anything is deleted. Shows counts, never the ids.",
     )
-    def gdpr_request(context: OpExecutionContext, config: ErasureConfig, raw_zone: RawZoneResource) -> ErasureRequest:
+    def gdpr_request(
+        context: dg.OpExecutionContext, config: ErasureConfig, raw_zone: RawZoneResource
+    ) -> ErasureRequest:
         key = audit_key(settings.profile)
         store = request_store(raw_zone)
         ids = store.pending_ids(config.request_reference)
@@ -81,14 +69,14 @@ def _request_op(settings: Settings):
     return gdpr_request
 
 
-@op(
+@dg.op(
     out=_IN_MEMORY,
     description="Rewrites every raw-zone file (transactions and customers endpoints) that holds one of the customers "
     "without their records, and lowers its batch manifest's record count. Markers are untouched: a pending batch "
     "stays pending and loadable. Recorded in audit.gdpr_actions.",
 )
 def erase_raw_zone(
-    context: OpExecutionContext, request: ErasureRequest, lake: LakeResource, raw_zone: RawZoneResource
+    context: dg.OpExecutionContext, request: ErasureRequest, lake: LakeResource, raw_zone: RawZoneResource
 ) -> RawErasure:
     result = erase_raw_step(lake.session(), lake.catalog, raw_zone.zone(), request)
     context.log.info(f"raw zone: {result.records_removed} record(s) removed from {len(result.files_rewritten)} file(s)")
@@ -97,39 +85,39 @@ def erase_raw_zone(
             "records_removed": result.records_removed,
             "files_rewritten": len(result.files_rewritten),
             "manifests_updated": result.manifests_updated,
-            "files": MetadataValue.md("\n".join(f"- `{uri}`" for uri in result.files_rewritten) or "none"),
+            "files": dg.MetadataValue.md("\n".join(f"- `{uri}`" for uri in result.files_rewritten) or "none"),
         }
     )
     return result
 
 
 def _table_op(settings: Settings, spec: TableSpec, observe: bool):
-    @op(
+    @dg.op(
         name=f"erase_{spec.namespace}_{spec.name}",
         out=_IN_MEMORY,
-        ins={"request": In(ErasureRequest), "after": In(Nothing)},
+        ins={"request": dg.In(ErasureRequest), "after": dg.In(dg.Nothing)},
         pool=table_pool(settings, writer_spec(spec)),
         description=f"Erases the customers from {spec.identifier} (by {spec.subject_column}"
         + (", and ids inside the refused line's raw_text" if "raw_text" in spec.column_names else "")
         + "): deletes their rows from main and other branches, drops failed audit_* branches and tags holding them, "
         "then expires every older snapshot so the rows are physically gone. Skips the table if it never held them.",
     )
-    def erase(context: OpExecutionContext, request: ErasureRequest, lake: LakeResource) -> TableErasure:
+    def erase(context: dg.OpExecutionContext, request: ErasureRequest, lake: LakeResource) -> TableErasure:
         result = erase_table_step(lake.session(), lake.catalog, spec, request)
+        expired = result.expired.expired_snapshots if result.expired else 0
         if not result.held:
             context.log.info(f"{spec.identifier}: never held these customers; left alone")
         else:
             context.log.info(
                 f"{spec.identifier}: {result.rows_removed} row(s) removed; dropped "
-                f"{list(result.refs_dropped) or 'no refs'}; "
-                f"expired {result.expired.expired_snapshots if result.expired else 0} snapshot(s)"
+                f"{list(result.refs_dropped) or 'no refs'}; expired {expired} snapshot(s)"
             )
         if observe and result.held:  # the table's asset page shows that an erasure changed it, and which request
             context.log_event(
-                AssetObservation(
+                dg.AssetObservation(
                     asset_key=table_key(spec),
-                    description=f"GDPR erasure {request.request_id}: {result.rows_removed} row(s) "
-                    "removed, history expired",
+                    description=f"GDPR erasure {request.request_id}: {result.rows_removed} row(s) removed, history "
+                    "expired",
                     metadata={
                         "gdpr_request": request.request_id,
                         "rows_removed": result.rows_removed,
@@ -144,7 +132,7 @@ def _table_op(settings: Settings, spec: TableSpec, observe: bool):
                 "rows_removed": result.rows_removed,
                 "rows_removed_on_branches": sum(result.branches_erased.values()),
                 "refs_dropped": ", ".join(result.refs_dropped) or "none",
-                "expired_snapshots": result.expired.expired_snapshots if result.expired else 0,
+                "expired_snapshots": expired,
                 "deleted_data_files": result.expired.deleted_data_files if result.expired else 0,
                 "snapshot_id": str(result.snapshot_id) if result.snapshot_id is not None else "none",
             }
@@ -154,16 +142,16 @@ def _table_op(settings: Settings, spec: TableSpec, observe: bool):
     return erase
 
 
-@op(
+@dg.op(
     description="The proof: reads every data file any kept snapshot of each personal-data table references (the "
     "Parquet files themselves), every raw-zone file, and each table as of the moment the request started; fails "
     "the run naming every place a customer was still found. Also reads every table now for every customer erased "
     "so far (the suppression list): `suppressed_customers_found_again` must be 0. Writes GDPR_VERIFY rows to "
     "audit.gdpr_actions. Once proven, rewrites the request with the keyed hashes only: the ids are then kept nowhere.",
-    ins={"request": In(ErasureRequest), "raw": In(RawErasure), "tables": In(list)},
+    ins={"request": dg.In(ErasureRequest), "raw": dg.In(RawErasure), "tables": dg.In(list)},
 )
 def prove_erasure(
-    context: OpExecutionContext,
+    context: dg.OpExecutionContext,
     request: ErasureRequest,
     raw: RawErasure,
     tables: list,
@@ -178,25 +166,27 @@ def prove_erasure(
         "raw_files_scanned": proof.raw_files_scanned,
         "copies_found": len(proof.findings),
         "customers_not_found_anywhere": len(set(request.customer_ids) - held_ids(tables, raw)),
-        "rows_removed_by_table": MetadataValue.json({t.table: t.rows_removed for t in tables if t.held}),
-        "time_travel_before_erasure": MetadataValue.json(proof.time_travel),
+        "rows_removed_by_table": dg.MetadataValue.json({t.table: t.rows_removed for t in tables if t.held}),
+        "time_travel_before_erasure": dg.MetadataValue.json(proof.time_travel),
         # Every customer erased so far (this request's and earlier ones'), read in every table now: must all be 0.
         "suppression": proof.suppression(),
         "suppressed_customers": len(proof.suppressed),
         "suppressed_customers_found_again": len(proof.suppressed_found),
         "suppressed_rows_found": sum(proof.suppressed.values()),
-        "findings": MetadataValue.md("\n".join(f"- {f}" for f in proof.findings) or "none: no copy left"),
+        "findings": dg.MetadataValue.md("\n".join(f"- {f}" for f in proof.findings) or "none: no copy left"),
     }
     context.log.info(proof.summary())
     if not proof.passed:
-        raise Failure(description=f"erasure {request.request_id} is not proven: {proof.summary()}", metadata=metadata)
+        raise dg.Failure(
+            description=f"erasure {request.request_id} is not proven: {proof.summary()}", metadata=metadata
+        )
     store = request_store(raw_zone)
     store.close(request, context.run_id)  # the ids leave the request: only their keyed hashes stay
     metadata["request_file"] = f"{store.uri(request.request_id)}: carried out, keyed hashes only"
     context.add_output_metadata(metadata)
 
 
-def build_erasure_job(settings: Settings, asset_keys: frozenset[AssetKey] = frozenset()) -> JobDefinition:
+def build_erasure_job(settings: Settings, asset_keys: frozenset[dg.AssetKey] = frozenset()) -> dg.JobDefinition:
     """`asset_keys`: table assets of the code location; an erasure leaves an observation on those it changed."""
     request_op = _request_op(settings)
     stages = erasure_stages()
@@ -204,12 +194,11 @@ def build_erasure_job(settings: Settings, asset_keys: frozenset[AssetKey] = froz
         spec.identifier: _table_op(settings, spec, table_key(spec) in asset_keys) for stage in stages for spec in stage
     }
 
-    @job(
+    @dg.job(
         name="gdpr_erasure",
         description="GDPR erasure with proof. Record the request first with `etr erase --reference REF ID...`, then "
         "launch with ops.gdpr_request.config.request_reference only (the ids never reach Dagster's storage). "
-        "Erases the customers from the raw zone and every "
-        "table whose spec marks personal data, "
+        "Erases the customers from the raw zone and every table whose spec marks personal data, "
         "expires older snapshots, then proves that no data file, raw file or pre-erasure read still holds them. "
         "What was done is in audit.gdpr_actions (keyed hashes, never the ids).",
         executor_def=in_process_executor,

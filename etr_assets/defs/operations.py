@@ -1,34 +1,29 @@
 """Operator tools in the UI: roll a table back to a snapshot, abandon a raw batch the source will not fix (each
-with a reason, audited), and the daily-growth check."""
+with a reason, audited), the daily-growth check, and `bootstrap_lake`, which creates every database and table of
+the specs once per environment (Launchpad, or `dagster job execute -m etr_assets.definitions -j bootstrap_lake`;
+running it again changes nothing)."""
 
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetCheckSeverity,
-    Config,
-    Failure,
-    OpExecutionContext,
-    asset_check,
-    job,
-    op,
-)
+import dagster as dg
 from pydantic import Field
 
 from etr_assets.defs.common import table_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.errors import EtrError
 from etr_assets.lake.bookkeeping import TABLE_CHANGES
+from etr_assets.lake.bootstrap import bootstrap_catalog, bootstrap_with_spark
 from etr_assets.lake.bronze import abandon_batch
+from etr_assets.lake.metadata import catalog as pyiceberg_catalog
 from etr_assets.lake.quality import Metric, record_metrics
 from etr_assets.lake.timetravel import daily_growth, rollback
-from etr_assets.tables import spec_for
+from etr_assets.settings import Settings
+from etr_assets.tables import ALL_SPECS, spec_for
 from etr_assets.tables.feeds import RAW_FEEDS as FEEDS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 RAW_FEEDS = {feed.endpoint: feed for feed in FEEDS}
 
 
-class RollbackConfig(Config):
+class RollbackConfig(dg.Config):
     table: str = Field(description="Table to roll back, as namespace.name, e.g. silver.bnpl_transactions_clean")
     snapshot_id: str = Field(
         description="Snapshot to make current again (see the table's .snapshots or its materializations)"
@@ -36,8 +31,8 @@ class RollbackConfig(Config):
     reason: str = Field(description="Why: recorded in audit.table_changes")
 
 
-@op(description="Makes an earlier snapshot of a table current again and records why in audit.table_changes.")
-def rollback_table_op(context: OpExecutionContext, config: RollbackConfig, lake: LakeResource) -> None:
+@dg.op(description="Makes an earlier snapshot of a table current again and records why in audit.table_changes.")
+def rollback_table_op(context: dg.OpExecutionContext, config: RollbackConfig, lake: LakeResource) -> None:
     spec = spec_for(config.table)
     if not config.snapshot_id.strip().isdigit():
         raise ValueError(f"snapshot_id {config.snapshot_id!r} is not a snapshot id (digits only)")
@@ -51,13 +46,13 @@ def rollback_table_op(context: OpExecutionContext, config: RollbackConfig, lake:
             context.run_id,
         )
     except EtrError as error:
-        raise Failure(description=str(error)) from None  # one line in the run, nothing changed
+        raise dg.Failure(description=str(error)) from None  # one line in the run, nothing changed
     context.log.info(
         f"{spec.identifier}: snapshot {record['from_snapshot_id']} -> {record['to_snapshot_id']} ({config.reason})"
     )
 
 
-@job(
+@dg.job(
     name="rollback_table",
     description="Roll one table back to a chosen snapshot, recording the reason. Launch it from the Launchpad.",
 )
@@ -65,7 +60,7 @@ def rollback_table():
     rollback_table_op()
 
 
-class AbandonBatchConfig(Config):
+class AbandonBatchConfig(dg.Config):
     endpoint: str = Field(description="Endpoint of the batch: " + ", ".join(RAW_FEEDS))
     batch_id: str = Field(
         description="The pending batch, e.g. 2025-01-03_20250104T020000000000Z_a1b2c3 (named by the "
@@ -74,15 +69,15 @@ class AbandonBatchConfig(Config):
     reason: str = Field(description="Why it will not be loaded: recorded in audit.table_changes")
 
 
-@op(
+@dg.op(
     description="Closes a pending raw batch without loading it and records why in audit.table_changes; later runs "
     "no longer wait for it, and its day keeps what bronze holds until a new download of the day."
 )
 def abandon_raw_batch_op(
-    context: OpExecutionContext, config: AbandonBatchConfig, lake: LakeResource, raw_zone: RawZoneResource
+    context: dg.OpExecutionContext, config: AbandonBatchConfig, lake: LakeResource, raw_zone: RawZoneResource
 ) -> None:
     if config.endpoint not in RAW_FEEDS:
-        raise Failure(description=f"unknown endpoint {config.endpoint!r}; known: {', '.join(RAW_FEEDS)}")
+        raise dg.Failure(description=f"unknown endpoint {config.endpoint!r}; known: {', '.join(RAW_FEEDS)}")
     try:
         record = abandon_batch(
             lake.session(),
@@ -95,22 +90,22 @@ def abandon_raw_batch_op(
             context.run_id,
         )
     except EtrError as error:
-        raise Failure(description=str(error)) from None
+        raise dg.Failure(description=str(error)) from None
     context.log.info(record["reason"])
 
 
-@job(name="abandon_raw_batch", description="Abandon a raw batch the source will not fix, with a reason (audited).")
+@dg.job(name="abandon_raw_batch", description="Abandon a raw batch the source will not fix, with a reason (audited).")
 def abandon_raw_batch():
     abandon_raw_batch_op()
 
 
-@asset_check(
+@dg.asset_check(
     asset=table_key(SILVER_TRANSACTIONS),
     name="daily_growth",
     description="Rows now against 24 hours ago, read through Iceberg time travel; warns when the table shrank. "
     "Recorded in monitoring.data_quality_metrics.",
 )
-def silver_daily_growth(context: AssetCheckExecutionContext, lake: LakeResource) -> AssetCheckResult:
+def silver_daily_growth(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
     spark = lake.session()
     growth = daily_growth(spark, SILVER_TRANSACTIONS.qualified(lake.catalog))
     passed = growth.added >= 0
@@ -123,8 +118,40 @@ def silver_daily_growth(context: AssetCheckExecutionContext, lake: LakeResource)
         ],
         context.run.run_id,
     )
-    return AssetCheckResult(
+    return dg.AssetCheckResult(
         passed=passed,
-        severity=AssetCheckSeverity.WARN,
+        severity=dg.AssetCheckSeverity.WARN,
         metadata={"rows_now": growth.rows_now, "rows_24h_ago": growth.rows_before, "daily_growth": growth.added},
     )
+
+
+def build_bootstrap_job(settings: Settings):
+    @dg.op(
+        name="create_databases_and_tables",
+        description="Creates every database and Iceberg table declared in the specs that does not exist yet.",
+    )
+    def create_databases_and_tables(context: dg.OpExecutionContext, lake: LakeResource) -> None:
+        if settings.profile == "aws":  # pyiceberg: Spark's GlueCatalog needs jars only Glue and EMR ship
+            catalog = pyiceberg_catalog(settings)
+            result = bootstrap_catalog(catalog, ALL_SPECS, settings.warehouse, settings.format_version)
+        else:
+            result = bootstrap_with_spark(lake.session(), lake.catalog, ALL_SPECS)
+        context.log.info(result.describe())
+        context.add_output_metadata(
+            {
+                "databases_created": len(result.created_namespaces),
+                "tables_created": len(result.created_tables),
+                "tables_existing": len(result.existing_tables),
+                "created": ", ".join(result.created_namespaces + result.created_tables) or "nothing",
+                "catalog": "glue" if settings.profile == "aws" else settings.catalog,
+            }
+        )
+
+    @dg.job(
+        name="bootstrap_lake",
+        description="Create the Glue databases (or namespaces) and every Iceberg table from the specs. Safe to re-run.",
+    )
+    def bootstrap_lake():
+        create_databases_and_tables()
+
+    return bootstrap_lake

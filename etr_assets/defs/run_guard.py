@@ -17,13 +17,12 @@ import os
 import socket
 from collections.abc import Iterator
 
-from dagster import DagsterRunStatus, Executor, RunsFilter, SensorEvaluationContext, SkipReason, executor, sensor
-from dagster import in_process_executor as dagster_in_process_executor
+import dagster as dg
 
 from etr_assets.run_summary import summarize_run
 
 HOST_TAG, PID_TAG, STARTED_TAG = "etr/worker_host", "etr/worker_pid", "etr/worker_started"
-_WATCHED = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+_WATCHED = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
 def process_started(pid: int) -> str | None:
@@ -62,7 +61,7 @@ def is_dead(tags: dict[str, str]) -> bool:
 def reap_dead_runs(instance, current_run_id: str | None = None) -> list[str]:
     """Fail the runs of this host whose worker process is gone, and free their pool slots. Returns their ids."""
     reaped = []
-    for record in instance.get_run_records(filters=RunsFilter(statuses=_WATCHED)):
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=_WATCHED)):
         run = record.dagster_run
         if run.run_id == current_run_id or not is_dead(run.tags):
             continue
@@ -78,10 +77,10 @@ def reap_dead_runs(instance, current_run_id: str | None = None) -> list[str]:
     return reaped
 
 
-class GuardedExecutor(Executor):
+class GuardedExecutor(dg.Executor):
     """The in-process executor, after recording this run's worker and reaping dead runs."""
 
-    def __init__(self, inner: Executor):
+    def __init__(self, inner: dg.Executor):
         self.inner = inner
 
     @property
@@ -113,17 +112,17 @@ class GuardedExecutor(Executor):
                 plan_context.log.info("\n".join(summary.lines(outcome)))
 
 
-@executor(
+@dg.executor(
     name="in_process",
-    config_schema=dagster_in_process_executor.config_schema,
-    requirements=dagster_in_process_executor.get_requirements,
+    config_schema=dg.in_process_executor.config_schema,
+    requirements=dg.in_process_executor.get_requirements,
 )
-def in_process_executor(init_context) -> Executor:
+def in_process_executor(init_context) -> dg.Executor:
     """Dagster's in-process executor, guarded: see the module docstring."""
-    return GuardedExecutor(dagster_in_process_executor.executor_creation_fn(init_context))
+    return GuardedExecutor(dg.in_process_executor.executor_creation_fn(init_context))
 
 
-@sensor(
+@dg.sensor(
     name="dead_runs",
     minimum_interval_seconds=60,
     description=(
@@ -131,6 +130,8 @@ def in_process_executor(init_context) -> Executor:
         "pool slots freed, so the runs waiting for those slots go on."
     ),
 )
-def dead_runs_sensor(context: SensorEvaluationContext):
+def dead_runs_sensor(context: dg.SensorEvaluationContext):
     reaped = reap_dead_runs(context.instance)
-    return SkipReason(f"failed and freed {len(reaped)} dead run(s): {', '.join(reaped)}" if reaped else "no dead run")
+    return dg.SkipReason(
+        f"failed and freed {len(reaped)} dead run(s): {', '.join(reaped)}" if reaped else "no dead run"
+    )

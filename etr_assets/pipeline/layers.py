@@ -3,7 +3,7 @@
 `run_layer` builds a layer (the library call its asset makes), then finishes it: the post-write checks not already
 run on an audit branch, their metric rows in monitoring.data_quality_metrics, and the materialization's figures.
 A blocking check that fails raises `AuditFailed` (main untouched) before anything is finished. `report_layer` runs
-it and says what happened: `etr_assets.defs.compute` shows that `Report` whether the layer ran in process or a
+it and says what happened: `etr_assets.defs.resources` shows that `Report` whether the layer ran in process or a
 Glue/EMR job (`etr_assets.remote.run_layer`) sent it as one Pipes message, so the two ways cannot drift.
 """
 

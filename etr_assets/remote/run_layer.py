@@ -1,6 +1,6 @@
 """Entry script of a remote job (Glue 5.0, EMR Serverless): run one layer, send its report through Dagster Pipes.
 
-The Dagster side (`etr_assets.defs.compute.LayerRunner`) puts a `LayerRequest` and the lake's settings in the Pipes
+The Dagster side (`etr_assets.defs.resources.LayerRunner`) puts a `LayerRequest` and the lake's settings in the Pipes
 context's extras; this script runs the layer with `etr_assets.pipeline.layers.report_layer`, as the runner does in
 process, and sends the `Report` as one custom message, which the runner records as it records its own. A failure
 the report describes (a failed audit, memory or disk exhausted) ends the job normally: the Pipes clients drop

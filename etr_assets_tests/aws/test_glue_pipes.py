@@ -19,7 +19,7 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from etr_assets.definitions import build_definitions
-from etr_assets.defs.compute import LayerRunner
+from etr_assets.defs.resources import LayerRunner
 from etr_assets.lake.session import iceberg_runtime_jar
 from etr_assets.remote import jobs
 from etr_assets.tables.entities import LANDING_CUSTOMERS

@@ -13,7 +13,7 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from etr_assets.definitions import build_definitions
-from etr_assets.defs.compute import LayerRunner
+from etr_assets.defs.resources import LayerRunner
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
 from etr_assets.lake.wap import branch_name
 from etr_assets.pipeline import layers

@@ -4,8 +4,8 @@ import datetime as dt
 
 from dagster import AssetKey, SensorResult, SkipReason, build_sensor_context
 
+from etr_assets.defs.assets import build_pending_batches_sensor
 from etr_assets.defs.resources import RawZoneResource
-from etr_assets.defs.sensors import build_pending_batches_sensor
 from etr_assets.settings import Settings
 from etr_assets.sources.raw_zone import local_raw_zone
 

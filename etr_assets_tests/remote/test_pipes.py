@@ -9,7 +9,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from etr_assets.definitions import build_definitions
-from etr_assets.defs.compute import LayerRunner
+from etr_assets.defs.resources import LayerRunner
 from etr_assets.pipeline.layers import LayerRequest
 from etr_assets.remote import jobs
 from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
