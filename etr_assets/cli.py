@@ -126,8 +126,7 @@ def cmd_iam_policy(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_prepare_instance(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.instance import prepare_instance
 
-    for line in prepare_instance(args.config):
-        print(line)
+    print("\n".join(prepare_instance(args.config)))
     return 0
 
 

@@ -74,13 +74,6 @@ def failure_reason(data) -> str:
     return line if len(line) <= REASON_CHARS else f"{line[: REASON_CHARS - 1]}…"
 
 
-def _partitions(tags: dict[str, str]) -> str:
-    if "dagster/partition" in tags:
-        return tags["dagster/partition"]
-    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
-    return f"{start}...{end}" if start and end else ""
-
-
 def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSummary | None:
     """The run `run_id` (default: the newest run of the instance), or None when the instance has no run."""
     run = instance.get_run_by_id(run_id) if run_id else next(iter(instance.get_runs(limit=1)), None)
@@ -111,13 +104,15 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         else:
             verdicts["warned" if data.severity == AssetCheckSeverity.WARN else "failed"] += 1
             not_passed.append(f"{data.asset_key.to_user_string()}:{data.check_name}")
+    start, end = (run.tags.get(f"dagster/asset_partition_range_{edge}") for edge in ("start", "end"))
+    partitions = run.tags.get("dagster/partition") or (f"{start}...{end}" if start and end else "")
     stats = instance.get_run_stats(run.run_id)
     seconds = stats.end_time - stats.start_time if stats.start_time and stats.end_time else None
     return RunSummary(
         run.run_id,
         run.job_name,
         run.status.value,
-        _partitions(run.tags),
+        partitions,
         seconds,
         rows,
         verdicts["passed"],

@@ -107,15 +107,12 @@ class Settings:
         """The Iceberg warehouse root, in the scheme the profile's file IO expects."""
         if self.profile == Profile.LOCAL:
             return (self.home / "warehouse").as_uri()
-        scheme = "s3a" if self.profile == Profile.S3 else "s3"
-        return f"{scheme}://{self.bucket}/warehouse"
+        return f"{'s3a' if self.profile == Profile.S3 else 's3'}://{self.bucket}/warehouse"
 
     @property
     def raw_root(self) -> str:
         """Root of the raw zone: a local folder, or an ``s3://bucket/raw`` prefix."""
-        if self.profile == Profile.LOCAL:
-            return str(self.home / "raw")
-        return f"s3://{self.bucket}/raw"
+        return str(self.home / "raw") if self.profile == Profile.LOCAL else f"s3://{self.bucket}/raw"
 
     @property
     def spark_driver_memory(self) -> str:

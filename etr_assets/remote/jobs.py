@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 from etr_assets.lake.session import ICEBERG_EXTENSIONS, catalog_conf
-from etr_assets.settings import Settings
+from etr_assets.settings import ENVIRONMENT, Settings
 
 PIPES_VERSION = "1.13.27"  # dagster-pipes matching dagster==1.13.27
 SCRIPT_KEY, PACKAGE_KEY = "code/run_layer.py", "code/etr_assets.zip"
@@ -29,21 +29,13 @@ def job_spark_conf(settings: Settings) -> dict[str, str]:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The (non-secret) settings the job rebuilds `Settings` from; it never gets a token or a password."""
-    env = {
-        "ETR_PROFILE": settings.profile.value,
-        "ETR_CATALOG": settings.catalog,
-        "ETR_S3_BUCKET": settings.bucket,
-        "ETR_AWS_REGION": settings.region,
-        "ETR_START_DATE": settings.start_date.isoformat(),
-        "ETR_MAX_REJECT_RATE": str(settings.max_reject_rate),
-        "ETR_MAX_DAY_SHRINK": str(settings.max_day_shrink),
-    }
+    fields = ["profile", "catalog", "bucket", "region", "start_date", "max_reject_rate", "max_day_shrink"]
+    fields += [f for f in ("s3_endpoint", "glue_endpoint") if getattr(settings, f)]
+    fields += ["home"] if settings.profile == "local" else []
+    env = {ENVIRONMENT[field][0][0]: str(getattr(settings, field)) for field in fields}
     if settings.profile == "aws" or settings.provided_iceberg:  # Glue 5.0 / EMR ship Iceberg
         env["ETR_ICEBERG_PROVIDED"] = "true"
-    if settings.profile == "local":
-        env["ETR_HOME"] = str(settings.home)
-    optional = {"ETR_S3_ENDPOINT": settings.s3_endpoint, "ETR_GLUE_ENDPOINT": settings.glue_endpoint}
-    return env | {name: value for name, value in optional.items() if value}
+    return env
 
 
 def glue_job_run_params(settings: Settings) -> dict:
