@@ -139,12 +139,14 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_run_summary(settings: Settings, args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
+    from etr_assets.run_request import dagster_home
     from etr_assets.run_summary import summarize_run
 
-    with DagsterInstance.get() as instance:
+    home = dagster_home(settings.home)  # one line when neither $DAGSTER_HOME nor ./dev's instance is there
+    with DagsterInstance.from_config(str(home)) as instance:
         summary = summarize_run(instance, args.run_id)
     if summary is None:
-        raise RuntimeError(f"no run {args.run_id or 'at all'} in the Dagster instance at $DAGSTER_HOME")
+        raise RuntimeError(f"no run {args.run_id or 'at all'} in the Dagster instance at {home}")
     print("\n".join(summary.lines()))
     return 0 if summary.failed == 0 and summary.status == "SUCCESS" else 1
 

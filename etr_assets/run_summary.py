@@ -74,9 +74,19 @@ def failure_reason(data) -> str:
     return line if len(line) <= REASON_CHARS else f"{line[: REASON_CHARS - 1]}…"
 
 
+def full_run_id(instance: DagsterInstance, run_id: str) -> str:
+    """`run_id`, or the one run id it begins (the short id every log line prints); unchanged when none or several
+    do, so the lookup finds no run."""
+    if len(run_id) >= 36:
+        return run_id
+    matches = [found for found in instance.get_run_ids() if found.startswith(run_id)]
+    return matches[0] if len(matches) == 1 else run_id
+
+
 def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSummary | None:
     """The run `run_id` (default: the newest run of the instance), or None when the instance has no run."""
-    run = instance.get_run_by_id(run_id) if run_id else next(iter(instance.get_runs(limit=1)), None)
+    newest = next(iter(instance.get_runs(limit=1)), None)
+    run = instance.get_run_by_id(full_run_id(instance, run_id)) if run_id else newest
     if run is None:
         return None
     rows: dict[str, int] = {}

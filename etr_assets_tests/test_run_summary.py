@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -21,6 +25,9 @@ from dagster import (
 
 from etr_assets.defs.run_guard import in_process_executor
 from etr_assets.run_summary import summarize_run
+from etr_assets_tests.test_cli_subprocess import isolated_env
+
+ETR = str(Path(sys.executable).parent / "etr")
 
 
 @asset(key=["silver", "things"], check_specs=[AssetCheckSpec("keys_present", asset=["silver", "things"])])
@@ -91,6 +98,24 @@ def test_the_summary_counts_records_of_erased_customers_suppressed():
     assert summary.suppressed == 2
     line = "  2 asset(s) materialized, 47 row(s) written, 2 record(s) of erased customers suppressed"
     assert summary.lines()[1] == line
+
+
+def test_the_short_id_every_log_line_prints_finds_its_run():
+    with DagsterInstance.ephemeral() as instance:
+        first = materialize([things, summary], instance=instance).run_id
+        second = materialize([things, summary], instance=instance).run_id
+        assert summarize_run(instance, first[:8]).run_id == first
+        assert summarize_run(instance, second[:8]).run_id == second
+        assert summarize_run(instance, "0000zzzz") is None  # no run begins so
+
+
+def test_run_summary_without_an_instance_says_where_it_looked_in_one_line(tmp_path):
+    env = isolated_env(tmp_path)
+    del env["DAGSTER_HOME"]
+    done = subprocess.run([ETR, "run-summary", "f9857d34"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert "DAGSTER_HOME is not set" in line and str(tmp_path / "etr" / "dagster") in line, line
 
 
 def test_an_instance_without_runs_has_no_summary():
