@@ -104,8 +104,8 @@ def _table_row(s) -> list:
         return [name, "-", "-", "-", "-", s.problem[:120]]
     if not s.exists:
         return [name, "-", "-", "-", "-", "not created yet"]
-    rows = "unknown" if s.rows is None else s.rows
-    return [name, rows, s.snapshots, s.data_files, human_size(s.bytes), f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"]
+    rows, when = "unknown" if s.rows is None else s.rows, f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"
+    return [name, rows, s.snapshots, s.data_files, human_size(s.bytes), when if s.snapshots else f"empty, made {when}"]
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:

@@ -37,6 +37,11 @@ def test_every_table_is_listed_and_a_damaged_one_is_named_in_one_line(lake, sett
     assert copy["exists"] and not copy["has_spec"] and copy["rows"] == 1, copy
     assert tables[SILVER_TRANSACTIONS.identifier]["exists"] and tables[SILVER_TRANSACTIONS.identifier]["has_spec"]
     assert tables["audit.gdpr_actions"]["exists"] is False  # declared, never created
+    assert main(["tables"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    # Created but never written: no snapshot, so no update to show, only when it was made.
+    assert "empty, made " in lines[BRONZE_TRANSACTIONS.identifier], lines
+    assert "empty" not in lines["silver.analyst_copy"], lines
 
     # Truncate silver's current metadata.json; delete the file landing's version hint names.
     silver = metadata_folder(settings, "silver", SILVER_TRANSACTIONS.name)
