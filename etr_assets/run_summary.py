@@ -85,8 +85,8 @@ def full_run_id(instance: DagsterInstance, run_id: str) -> str:
 
 def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSummary | None:
     """The run `run_id` (default: the newest run of the instance), or None when the instance has no run."""
-    newest = next(iter(instance.get_runs(limit=1)), None)
-    run = instance.get_run_by_id(full_run_id(instance, run_id)) if run_id else newest
+    runs = [instance.get_run_by_id(full_run_id(instance, run_id))] if run_id else instance.get_runs(limit=1)
+    run = next(iter(runs), None)
     if run is None:
         return None
     rows: dict[str, int] = {}
