@@ -1,9 +1,9 @@
 """`etr run DAY` / `etr run FIRST..LAST` through the real command, and the same check inside etr_pipeline.
 
 A mistake is one line and exit 2 before anything runs: no Dagster import, no JVM, no run in the instance. A run
-of etr_pipeline launched another way without a day, or with a reversed range, fails at its first steps (the raw
-assets) with the same line and touches no table. A valid day is the run `dg launch` makes, ended by its id and
-summary.
+of etr_pipeline launched another way without a day, or with a reversed range, fails at its first step (a raw
+asset) with the same line, runs no other step and touches no table. A valid day is the run `dg launch` makes,
+ended by its id and summary.
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+from dagster import (
+    AssetPartitionStatus,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    execute_job,
+    reconstructable,
+)
 
 from etr_assets.run_request import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, last_complete_day
 from etr_assets.run_summary import summarize_run
@@ -70,11 +77,13 @@ def test_the_days_start_at_etr_start_date_as_the_jobs_partitions_do(tmp_path: Pa
     ], done.stderr
 
 
-@pytest.fixture
-def pipeline_job(settings):
+def pipeline_job():
+    """etr_pipeline with the code location's executor, on the environment's settings (module level:
+    `execute_job` reconstructs it)."""
     from etr_assets.definitions import build_definitions
+    from etr_assets.settings import Settings
 
-    return build_definitions(settings).resolve_job_def("etr_pipeline")
+    return build_definitions(Settings.from_env()).resolve_job_def("etr_pipeline")
 
 
 @pytest.mark.parametrize(
@@ -87,24 +96,38 @@ def pipeline_job(settings):
         ),
     ],
 )
-def test_a_run_without_a_day_or_reversed_fails_at_its_first_steps_touching_nothing(
-    pipeline_job, settings, tmp_path, tags, line
+def test_a_run_without_a_day_or_reversed_fails_once_at_its_first_step_touching_nothing(
+    monkeypatch, tmp_path, tags, line
 ) -> None:
+    """The run guard ends the run at the first step that refuses it: one failed step, no other step started, and
+    no asset's day marked failed."""
+    home = tmp_path / "etr"
+    monkeypatch.setenv("ETR_HOME", str(home))
+    monkeypatch.delenv("ETR_START_DATE", raising=False)
     with DagsterInstance.ephemeral() as instance:
-        result = pipeline_job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
-        assert not result.success
-        failed = {e.step_key for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE}
-        assert failed and all(step.startswith("raw__") for step in failed), failed  # only the first steps
+        with execute_job(reconstructable(pipeline_job), instance=instance, tags=tags) as result:
+            assert not result.success
+            job = result.job_def
+        steps = [(e.event_type, e.step_key) for e in result.all_events if e.step_key]
+        first = steps[0][1]
+        assert first.startswith("raw__") and steps == [
+            (DagsterEventType.STEP_START, first),
+            (DagsterEventType.STEP_FAILURE, first),
+        ], steps
         summary = summarize_run(instance, result.run_id)
-        assert summary.failures[0][1] == f"{line}: {VALID}", summary.failures
+        assert summary.failures == ((first, f"{line}: {VALID}"),)  # one line, no "also failed"
         assert summary.rows_by_table == {}  # nothing materialized
-    assert not (settings.home / "raw").exists() or not any((settings.home / "raw").rglob("*.json*"))
-    assert not (settings.home / "warehouse").exists()  # no table touched
+        partitions = job.partitions_def
+        for key in job.asset_layer.executable_asset_keys:
+            status = instance.get_status_by_partition(key, ["2025-01-05", "2025-01-06"], partitions) or {}
+            assert AssetPartitionStatus.FAILED not in status.values(), (key, status)
+    assert not (home / "raw").exists() or not any((home / "raw").rglob("*.json*"))
+    assert not (home / "warehouse").exists()  # no table touched
 
 
 @pytest.mark.slow  # two `dg launch` processes: 5-15 s here
 def test_dg_launch_without_a_day_or_reversed_fails_its_run_in_that_line(tmp_path: Path) -> None:
-    """The issue's two `dg launch` mistakes through the real command: each run fails at its raw steps, says why in
+    """The issue's two `dg launch` mistakes through the real command: each run fails at one raw step, says why in
     the line `etr run` gives, and its summary (the log's last lines) names it; no table is created."""
     env = isolated_env(tmp_path)
     assert runs_in(env) == []  # the instance's storage made once: two first runs at once would race to make it
@@ -125,7 +148,7 @@ def test_dg_launch_without_a_day_or_reversed_fails_its_run_in_that_line(tmp_path
     with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         for launched in runs:
             summary = summarize_run(instance, launched.run_id)
-            assert summary.rows_by_table == {} and all(step.startswith("raw__") for step, _ in summary.failures)
+            assert summary.rows_by_table == {} and len(summary.failures) == 1, summary.failures
     assert not (Path(env["ETR_HOME"]) / "warehouse").exists()
 
 

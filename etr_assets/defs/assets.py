@@ -20,6 +20,7 @@ from etr_assets.defs.common import (
     table_key,
 )
 from etr_assets.defs.resources import BnplApiResource, LakeResource, LayerRunner, RawZoneResource
+from etr_assets.defs.run_guard import REFUSED
 from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.feeds import EntityFeed
 from etr_assets.lake.figures import Tagged
@@ -112,10 +113,10 @@ def _raw_asset(settings: Settings, endpoint: str) -> dg.AssetsDefinition:
     def fetch(
         context: dg.AssetExecutionContext, bnpl_api: BnplApiResource, raw_zone: RawZoneResource
     ) -> dg.MaterializeResult:
-        try:  # the job's first steps: a run without a day, or with a reversed range, stops here in one line
+        try:  # the job's first step: a run without a day, or with a reversed range, stops here in one line
             days_of_run(context.run.tags, settings.start_date)
         except RunRequestError as mistake:
-            raise dg.Failure(description=str(mistake)) from None
+            raise dg.Failure(description=str(mistake), metadata={REFUSED: True}) from None
         client, zone = bnpl_api.client(), raw_zone.zone()
         batches, records = {}, {}
         for day in map(dt.date.fromisoformat, context.partition_keys):

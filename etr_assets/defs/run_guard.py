@@ -8,7 +8,8 @@ is gone and frees their slots (`reap_dead_runs`). The `dead_runs` sensor does th
 daemon (`dagster dev`), so a wedged pool is freed even when no new run starts.
 
 The same executor ends every run with its summary in the run's log (`etr_assets.run_summary`: assets materialized,
-rows written, checks passed / warned / failed), so a `dg launch` prints it last and the UI shows it on the run.
+rows written, checks passed / warned / failed), so a `dg launch` prints it last and the UI shows it on the run. A
+run whose request is wrong (no day, a reversed range) ends at the first step that says so: one failure, in one line.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import dagster as dg
 from etr_assets.run_summary import summarize_run
 
 HOST_TAG, PID_TAG, STARTED_TAG = "etr/worker_host", "etr/worker_pid", "etr/worker_started"
+REFUSED = "refused"  # a step's Failure metadata: the run's request is wrong (no day, a reversed range), stop it
 _WATCHED = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
@@ -77,6 +79,12 @@ def reap_dead_runs(instance, current_run_id: str | None = None) -> list[str]:
     return reaped
 
 
+def refused(event: dg.DagsterEvent) -> bool:
+    """Whether a step failed for a mistake in the run's request (`REFUSED` in its `Failure`'s metadata)."""
+    failure = event.step_failure_data.user_failure_data
+    return failure is not None and REFUSED in failure.metadata
+
+
 class GuardedExecutor(dg.Executor):
     """The in-process executor, after recording this run's worker and reaping dead runs."""
 
@@ -96,12 +104,15 @@ class GuardedExecutor(dg.Executor):
         instance.add_run_tags(run_id, worker_tags())
         for dead in reap_dead_runs(instance, run_id):
             plan_context.log.warning(f"run {dead}: its worker process is gone; marked failed and its pool slots freed")
-        failed_steps = 0
+        failed_steps, events = 0, self.inner.execute(plan_context, execution_plan)
         try:
-            for event in self.inner.execute(plan_context, execution_plan):
+            for event in events:
                 failed_steps += event.is_step_failure
                 yield event
+                if event.is_step_failure and refused(event):
+                    break  # the run's days are wrong for every step: one failure says so, no other step runs
         finally:
+            events.close()  # the inner executor's resources and step contexts end as on an interrupted run
             try:
                 summary = summarize_run(instance, run_id)
             except Exception as exc:  # noqa: BLE001 - a summary must never fail a run or hide why it failed
