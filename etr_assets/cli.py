@@ -88,7 +88,7 @@ def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
             print(_json({**s.__dict__, "current_snapshot_id": str(s.current_snapshot_id or "")}))
     else:
         rows = [_table_row(s) for s in stats]
-        print(render_table(["table", "rows", "snapshots", "files", "size", "last updated"], rows))
+        print(render_table(["table", "rows", "snapshots", "files", "size", "last write"], rows))
         for s in stats:  # a count metadata cannot give is not guessed: the reason, under the table
             if s.exists and not s.problem and s.rows is None:
                 print(f"{s.table}: rows unknown: {s.rows_unknown}")
@@ -104,8 +104,11 @@ def _table_row(s) -> list:
         return [name, "-", "-", "-", "-", s.problem[:120]]
     if not s.exists:
         return [name, "-", "-", "-", "-", "not created yet"]
-    rows, when = "unknown" if s.rows is None else s.rows, f"{s.last_updated:%Y-%m-%d %H:%M:%S}Z"
-    return [name, rows, s.snapshots, s.data_files, human_size(s.bytes), when if s.snapshots else f"empty, made {when}"]
+    # The last write, not the metadata's last change (snapshot expiry or an ALTER writes no row).
+    stamp = lambda t: f"{t:%Y-%m-%d %H:%M:%S}Z"
+    when = stamp(s.last_write) if s.last_write else f"never written, made {stamp(s.last_updated)}"
+    rows = "unknown" if s.rows is None else s.rows
+    return [name, rows, s.snapshots, s.data_files, human_size(s.bytes), when]
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:

@@ -121,7 +121,8 @@ class TableStats:
     delete_files: int = 0
     bytes: int = 0
     current_snapshot_id: int | None = None
-    last_updated: dt.datetime | None = None
+    last_updated: dt.datetime | None = None  # the metadata's last change: a write, or only maintenance or an ALTER
+    last_write: dt.datetime | None = None  # when the current snapshot was committed; None: never written
     location: str = ""
     has_spec: bool = True  # False: a table someone made in the catalog that no spec of the project declares
     problem: str = ""  # why the table could not be read (it exists, but its metadata is damaged or missing)
@@ -247,6 +248,7 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
         bytes=num("total-files-size"),
         current_snapshot_id=snapshot.snapshot_id if snapshot else None,
         last_updated=dt.datetime.fromtimestamp(metadata.last_updated_ms / 1000, dt.UTC),
+        last_write=dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.UTC) if snapshot else None,
         location=metadata.location,
         has_spec=has_spec,
     )

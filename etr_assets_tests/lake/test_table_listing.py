@@ -3,13 +3,17 @@ ones, each on its own line (one damaged table never hides the others)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 from etr_assets.cli import main
 from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.metadata import load_table
 from etr_assets.tables.entities import LANDING_CUSTOMERS
+from etr_assets.tables.feeds import QUARANTINE_TRANSACTIONS, SILVER_QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
 
 
@@ -39,9 +43,9 @@ def test_every_table_is_listed_and_a_damaged_one_is_named_in_one_line(lake, sett
     assert tables["audit.gdpr_actions"]["exists"] is False  # declared, never created
     assert main(["tables"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
-    # Created but never written: no snapshot, so no update to show, only when it was made.
-    assert "empty, made " in lines[BRONZE_TRANSACTIONS.identifier], lines
-    assert "empty" not in lines["silver.analyst_copy"], lines
+    # Created but never written: no snapshot, so no write to show, only when it was made.
+    assert "never written, made " in lines[BRONZE_TRANSACTIONS.identifier], lines
+    assert "never written" not in lines["silver.analyst_copy"], lines
 
     # Truncate silver's current metadata.json; delete the file landing's version hint names.
     silver = metadata_folder(settings, "silver", SILVER_TRANSACTIONS.name)
@@ -68,3 +72,35 @@ def test_every_table_is_listed_and_a_damaged_one_is_named_in_one_line(lake, sett
     assert main(["tables"]) == 1
     out, _ = capsys.readouterr()
     assert "silver.analyst_copy (no spec)" in out and "metadata unreadable" in out and "not created yet" in out
+
+
+def test_a_quarantine_table_lists_the_records_it_holds_and_when_they_were_written(lake, settings, monkeypatch, capsys):
+    """The last column is the last write, not the metadata's last change (snapshot expiry or an ALTER writes no
+    row): for a quarantine table, when the records it holds were written; one never written says so."""
+    catalog = settings.catalog
+    for spec in (QUARANTINE_TRANSACTIONS, SILVER_QUARANTINE_TRANSACTIONS):
+        ensure_table(lake, catalog, spec)
+    held = QUARANTINE_TRANSACTIONS.qualified(catalog)
+    lake.sql(
+        f"INSERT INTO {held} VALUES ('b1', DATE'2025-01-02', 'f.jsonl', 3, '{{bad', 'not JSON', NULL, now()), "
+        "('b1', DATE'2025-01-02', 'f.jsonl', 7, '{\"amount\": -1}', 'amount below 0', 100042, now())"
+    )
+    written = load_table(settings, QUARANTINE_TRANSACTIONS).current_snapshot().timestamp_ms / 1000
+    time.sleep(1 - time.time() % 1)  # the listing shows seconds: the change below falls in a later one
+    lake.sql(f"ALTER TABLE {held} SET TBLPROPERTIES ('comment' = 'reviewed')")  # metadata only, no row written
+
+    code, tables, err = listing(monkeypatch, capsys, settings)
+    assert code == 0 and err == ""
+    quarantine = tables[QUARANTINE_TRANSACTIONS.identifier]
+    last_write = dt.datetime.fromtimestamp(written, dt.UTC)
+    assert (quarantine["rows"], quarantine["last_write"]) == (2, last_write.isoformat()), quarantine
+    assert quarantine["last_updated"] > quarantine["last_write"]
+    never = tables[SILVER_QUARANTINE_TRANSACTIONS.identifier]
+    assert (never["rows"], never["snapshots"], never["last_write"]) == (0, 0, None), never
+
+    assert main(["tables"]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert lines["table"][-2:] == ["last", "write"]
+    assert lines[QUARANTINE_TRANSACTIONS.identifier][1] == "2"
+    assert lines[QUARANTINE_TRANSACTIONS.identifier][-2:] == f"{last_write:%Y-%m-%d %H:%M:%S}Z".split()
+    assert lines[SILVER_QUARANTINE_TRANSACTIONS.identifier][-5:-2] == ["never", "written,", "made"]
