@@ -10,7 +10,7 @@ import dagster as dg
 from etr_assets.defs.assets import build_assets, build_pending_batches_sensor
 from etr_assets.defs.common import PIPELINE_GROUPS, table_key
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
-from etr_assets.defs.maintenance import build_freshness_checks, build_maintenance, freshness_job, freshness_schedule
+from etr_assets.defs.maintenance import build_maintenance, outside_check, outside_commits_sensor
 from etr_assets.defs.operations import abandon_raw_batch, build_bootstrap_job, rollback_table, silver_daily_growth
 from etr_assets.defs.resources import build_resources
 from etr_assets.defs.run_guard import dead_runs_sensor, in_process_executor
@@ -21,10 +21,10 @@ from etr_assets.tables import ALL_SPECS
 def build_definitions(settings: Settings) -> dg.Definitions:
     assets = build_assets(settings)
     table_specs = [spec for spec in ALL_SPECS if any(table_key(spec) in a.keys for a in assets)]
-    freshness = build_freshness_checks(settings, table_specs)
-    job = dg.define_asset_job(  # freshness checks run on their own schedule
+    outside = [outside_check(settings, spec) for spec in table_specs]
+    job = dg.define_asset_job(  # commits outside Dagster are judged by their own sensor
         name="etr_pipeline",
-        selection=dg.AssetSelection.groups(*PIPELINE_GROUPS) - dg.AssetSelection.checks(*freshness),
+        selection=dg.AssetSelection.groups(*PIPELINE_GROUPS) - dg.AssetSelection.checks(*outside),
         description="Fetch a day from the BNPL API (transactions, customers, merchants) and refresh "
         "every layer for it.",
     )
@@ -36,23 +36,26 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         default_status=dg.DefaultScheduleStatus.STOPPED,
         description="Each night, runs etr_pipeline for the previous day's partition.",
     )
-    checks_job = freshness_job(freshness)
     maintenance = build_maintenance(settings, table_specs)  # health checks, maintenance job, sensor, schedule
     erasure = build_erasure_job(settings, frozenset(table_key(spec) for spec in table_specs))
     return dg.Definitions(
         assets=assets,
-        asset_checks=[silver_daily_growth, *freshness, *maintenance.checks],
+        asset_checks=[silver_daily_growth, *outside, *maintenance.checks],
         jobs=[
             job,
             rollback_table,
             abandon_raw_batch,
             build_bootstrap_job(settings),
-            checks_job,
             erasure,
             maintenance.job,
         ],
-        schedules=[daily, freshness_schedule(checks_job), maintenance.schedule],
-        sensors=[build_pending_batches_sensor(settings), maintenance.sensor, dead_runs_sensor],
+        schedules=[daily, maintenance.schedule],
+        sensors=[
+            build_pending_batches_sensor(settings),
+            maintenance.sensor,
+            outside_commits_sensor(settings, table_specs),
+            dead_runs_sensor,
+        ],
         resources=build_resources(settings) | ERASURE_RESOURCES,
         # One process per run, steps in order: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s);
         # guarded: a run first fails the dead runs of its host and frees their pool slots (defs/run_guard.py).

@@ -10,7 +10,7 @@ from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
 
 from etr_assets.defs.dagster_private import USER_CODE_ERROR
 
-ROW_FIGURES = ("rows_written", "dagster/partition_row_count")  # the first a materialization has
+DAY_ROWS, RUN_ROWS = "dagster/partition_row_count", "rows_written"  # a day's own rows, a write's
 SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not stored (`lake/bronze.py`)
 PROOF, SUPPRESSION = "proof", "suppression"  # gdpr_erasure's prove_erasure step (`defs/erasure.py`)
 STEP_FAILURE, STEP_OUTPUT = DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_OUTPUT
@@ -89,7 +89,7 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
     run = next(iter(runs), None)
     if run is None:
         return None
-    rows: dict[str, int] = {}
+    rows: dict[str, dict[str | None, int]] = {}  # asset -> day (None: the whole run) -> rows written
     suppressed: dict[str, int] = {}
     verdicts: Counter[str] = Counter()
     not_passed, failures, proof = [], [], ""
@@ -104,9 +104,13 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
             proof = proof_of(data.user_failure_data.metadata if data.user_failure_data else {}) or proof
         elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
             key, metadata = data.materialization.asset_key.to_user_string(), data.materialization.metadata
-            written = next((metadata[k].value for k in ROW_FIGURES if k in metadata), 0)
-            # A range run materializes each day with the same figures (the whole run's): count them once.
-            rows.setdefault(key, int(written))
+            # Each day's own rows where the run put them on its partition (a range run's too); else the figure is
+            # the run's, the same on each of its days (a history's): counted once.
+            days = rows.setdefault(key, {})
+            if DAY_ROWS in metadata:
+                days[data.materialization.partition] = int(metadata[DAY_ROWS].value)
+            elif RUN_ROWS in metadata:
+                days.setdefault(None, int(metadata[RUN_ROWS].value))
             if SUPPRESSED in metadata:
                 suppressed.setdefault(key, int(metadata[SUPPRESSED].value))
         elif data.passed:
@@ -124,7 +128,7 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         run.status.value,
         partitions,
         seconds,
-        rows,
+        {key: sum(days.values()) for key, days in rows.items()},
         verdicts["passed"],
         verdicts["warned"],
         verdicts["failed"],

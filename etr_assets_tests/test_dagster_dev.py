@@ -1,8 +1,8 @@
 """`dagster dev` on the code location, for real: a webserver and daemon in their own process group.
 
-Asserts on what the GraphQL API returns (assets with their groups, the job, the stopped schedule), then that
-SIGINT to the process group stops the whole tree. No Spark run is started here: loading the definitions must
-not need a JVM.
+Asserts on what the GraphQL API returns (assets with their groups, the job, the stopped schedule, the daemon's
+freshness states), then that SIGINT to the process group stops the whole tree. No Spark run is started here:
+loading the definitions must not need a JVM.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ LOCATION_QUERY = """
     ... on PythonError { message } } }
 """
 ASSETS_QUERY = "{ assetNodes { assetKey { path } groupName kinds } }"
+FRESHNESS_QUERY = """
+{ assetNodes { assetKey { path } freshnessStatusInfo { freshnessStatus }
+    internalFreshnessPolicy { ... on TimeWindowFreshnessPolicy { failWindowSeconds } } } }
+"""
+FRESHNESS_TIMEOUT_S = 60
 REPOSITORIES_QUERY = """
 { repositoriesOrError { __typename
     ... on RepositoryConnection { nodes { name location { name }
@@ -68,6 +73,7 @@ def isolated_env(root: Path) -> dict[str, str]:
     shutil.copy(REPO / "etr_assets" / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_"))}
     env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home), "PYTHONWARNINGS": "ignore"}
+    env["FRESHNESS_DAEMON_INTERVAL_SECONDS"] = "2"  # Dagster's default is 30
     env["ETR_SPARK_DRIVER_MEMORY"] = SUITE_DRIVER_MEMORY  # the suite's heap, not a share of the machine
     return env
 
@@ -161,6 +167,23 @@ def wait_until_loaded(proc: subprocess.Popen, port: int, log: Path) -> list[dict
     )
 
 
+def wait_for_freshness(port: int, key: tuple[str, ...], log: Path) -> dict[tuple[str, ...], tuple[str, int | None]]:
+    """(freshness status, fail window in seconds) of every asset, once the daemon has judged `key`."""
+    deadline, states = time.monotonic() + FRESHNESS_TIMEOUT_S, {}
+    while time.monotonic() < deadline:
+        states = {
+            tuple(n["assetKey"]["path"]): (
+                n["freshnessStatusInfo"]["freshnessStatus"] if n["freshnessStatusInfo"] else None,
+                (n["internalFreshnessPolicy"] or {}).get("failWindowSeconds"),
+            )
+            for n in graphql(port, FRESHNESS_QUERY)["assetNodes"]
+        }
+        if states.get(key, ("UNKNOWN",))[0] != "UNKNOWN":
+            return states
+        time.sleep(1)
+    pytest.fail(f"no freshness state for {key} after {FRESHNESS_TIMEOUT_S} s: {states}; output tail:\n{tail(log)}")
+
+
 # --- the test ----------------------------------------------------------------------------------------------
 
 
@@ -204,6 +227,18 @@ def test_dagster_dev_serves_the_code_location_and_stops_on_sigint(tmp_path: Path
         schedule = schedules["etr_pipeline_daily"]
         assert schedule["pipelineName"] == "etr_pipeline", schedule
         assert schedule["scheduleState"]["status"] == "STOPPED", schedule
+
+        # The daemon evaluates each table's FreshnessPolicy (the shipped dagster.yaml enables it): a table
+        # materialized now passes, one never materialized is unknown, a raw asset has no policy.
+        from dagster import AssetKey, AssetMaterialization, DagsterInstance
+
+        with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+            silver = AssetKey(["silver", "bnpl_transactions_clean"])
+            instance.report_runless_asset_event(AssetMaterialization(silver, partition="2025-01-02"))
+        states = wait_for_freshness(port, ("silver", "bnpl_transactions_clean"), log)
+        assert states[("silver", "bnpl_transactions_clean")] == ("HEALTHY", 36 * 3600), states
+        assert states[("gold", "bnpl_daily_summary")] == ("UNKNOWN", 36 * 3600), states
+        assert states[("raw", "bnpl_transactions")] == (None, None), states
 
         # SIGINT to the group stops dagster dev, and its webserver and daemon children with it.
         os.killpg(pgid, signal.SIGINT)

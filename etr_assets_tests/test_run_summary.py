@@ -65,25 +65,36 @@ def test_the_summary_counts_tables_rows_and_checks_of_the_run():
     assert lines[2] == "  checks: 2 passed, 1 warned, 0 failed (gold/summary:row_count_anomaly)"
 
 
-def test_a_range_run_counts_its_rows_once_and_each_days_check_result(settings):
-    """A range run materializes every day with the whole run's figures: rows are counted once, not per day."""
+def test_a_range_run_counts_each_days_rows_and_check_result(settings):
+    """A range run puts each day's rows on its partition: the run's rows are their sum; a figure of the whole run
+    (a history's, the same on each day) is counted once."""
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-    from etr_assets.defs.common import check_results, on_partitions, table_asset
+    from etr_assets.defs.common import as_metadata, check_results, on_partitions, record_days, table_asset
+    from etr_assets.lake.figures import Tagged
+    from etr_assets.tables.entities import LANDING_CUSTOMERS
     from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY
     from etr_assets_tests.defs.test_check_partitions import DAYS, outcomes
 
     @table_asset(settings, GOLD_DAILY_SUMMARY, [], "made-up gold")
     def gold(context):
-        yield MaterializeResult(metadata={"rows_written": 90})
+        figures = {"rows_written": 90, "rows_by_day": Tagged("json", dict(zip(DAYS, (30, 20, 40), strict=True)))}
+        record_days(context, figures)
+        yield MaterializeResult(metadata=as_metadata(figures))
         yield from on_partitions(context, check_results(outcomes(context.partition_keys)[1:]))  # the anomaly only
+
+    @table_asset(settings, LANDING_CUSTOMERS, [], "made-up history")
+    def history(context):
+        figures = {"rows_written": 7, "rows_by_day": Tagged("json", {})}
+        record_days(context, figures)
+        yield MaterializeResult(metadata=as_metadata(figures))
 
     tags = {ASSET_PARTITION_RANGE_START_TAG: DAYS[0], ASSET_PARTITION_RANGE_END_TAG: DAYS[-1]}
     with DagsterInstance.ephemeral() as instance:
-        materialize([gold], instance=instance, tags=tags)
+        materialize([gold, history], instance=instance, tags=tags)
         summary = summarize_run(instance)
     assert summary.partitions == f"{DAYS[0]}...{DAYS[-1]}"
-    assert summary.rows_by_table == {"gold/bnpl_daily_summary": 90}
+    assert summary.rows_by_table == {"gold/bnpl_daily_summary": 90, "landing/customers": 7}
     assert (summary.passed, summary.warned, summary.failed) == (2, 1, 0)  # one result per day
 
 

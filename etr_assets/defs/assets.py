@@ -13,9 +13,10 @@ from pydantic import Field
 from etr_assets.defs.common import (
     PIPELINE_GROUPS,
     SINGLE_RUN,
+    as_metadata,
     daily_partitions,
-    log_partition_counts,
     previous_day,
+    record_days,
     table_asset,
     table_key,
 )
@@ -131,16 +132,14 @@ def _raw_asset(settings: Settings, endpoint: str) -> dg.AssetsDefinition:
             batches[day.isoformat()] = batch.key
             records[day.isoformat()] = manifest.records
             context.log.info(f"{day}: {manifest.records} records in {len(manifest.files)} file(s) -> {batch.key}")
-        log_partition_counts(context, {"rows_by_day": Tagged("json", records)})
-        return dg.MaterializeResult(
-            metadata={
-                "records_fetched": sum(records.values()),
-                **({"dagster/partition_row_count": sum(records.values())} if len(records) == 1 else {}),
-                "records_by_day": dg.MetadataValue.json(records),
-                "batches": dg.MetadataValue.json(batches),
-                "raw_zone": dg.MetadataValue.path(zone.storage.uri(f"{SOURCE}/{endpoint}")),
-            }
-        )
+        figures = {
+            "records_fetched": sum(records.values()),
+            "rows_by_day": Tagged("json", records),  # each day's own on its partition (`record_days`)
+            "batches": Tagged("json", batches),
+            "raw_zone": Tagged("path", zone.storage.uri(f"{SOURCE}/{endpoint}")),
+        }
+        record_days(context, figures)
+        return dg.MaterializeResult(metadata=as_metadata(figures))
 
     return fetch
 

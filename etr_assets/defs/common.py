@@ -6,7 +6,7 @@ import warnings
 import dagster as dg
 
 from etr_assets.defs.dagster_private import materialization_of
-from etr_assets.lake.figures import Tagged, check_figures, partition_counts, written_days
+from etr_assets.lake.figures import Tagged, check_figures, day_figures, written_days
 from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.specs import WAP_ENABLED, TableSpec
 from etr_assets.pipeline.layers import layer_name
@@ -133,31 +133,27 @@ def as_metadata(figures: dict[str, object]) -> dict[str, object]:
     }
 
 
-def log_partition_counts(context, figures: dict[str, object]) -> None:
-    """A range run materializes every day with the same metadata; each day's own row count goes on that partition
-    as an observation (the UI lists it under the partition and plots it). A day the step wrote without being asked
-    (a pending batch it finished, a snapshot day a history took in) is recorded as a materialization of that
-    partition, with a warning, so the UI's partitions and staleness say what the table holds."""
-    counts, requested = partition_counts(figures), set(context.partition_keys)  # every asset here is partitioned
-    unrequested = sorted(written_days(figures) - requested)
-    for day, rows in counts.items():
-        if day not in unrequested:
-            context.log_event(
-                dg.AssetObservation(
-                    asset_key=context.asset_key, partition=day, metadata={"dagster/partition_row_count": int(rows)}
-                )
-            )
+def record_days(context, figures: dict[str, object]) -> None:
+    """Each day's own figures on its partition (`day_figures`): a range run's materialization of a day says that
+    day's rows, not the run's; what is the one commit's (snapshot, files) stays, with the run's days (`run_days`).
+    A day the step wrote without being asked (a pending batch it finished, a snapshot day a history took in) is
+    recorded as a materialization of that partition, with a warning, so the UI's partitions and staleness say what
+    the table holds. Call before yielding the materialization."""
+    days, requested = day_figures(figures), context.partition_keys  # every asset here is partitioned
+    run_days = requested[0] + (f"...{requested[-1]}" if len(requested) > 1 else "")
+    for day in requested:
+        shared = {"run_days": run_days} if len(requested) > 1 else {}
+        if metadata := as_metadata(days.get(day, {})) | shared:
+            context.add_asset_metadata(metadata, partition_key=day)
+    unrequested = sorted(written_days(figures) - set(requested))
     if not unrequested:
         return
-    run_days = sorted(requested)
     context.log.warning(
         f"{context.asset_key.to_user_string()}: also wrote {', '.join(unrequested)} (not requested by this run of "
-        f"{run_days[0]}{'...' + run_days[-1] if len(run_days) > 1 else ''}); recorded as materializations of those "
-        "partitions"
+        f"{run_days}); recorded as materializations of those partitions"
     )
     for day in unrequested:
-        metadata = {"written_by_run_of": f"{run_days[0]}...{run_days[-1]}"}
-        metadata |= {"dagster/partition_row_count": int(counts[day])} if day in counts else {}
+        metadata = {"written_by_run_of": run_days, **as_metadata(days.get(day, {}))}
         context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=day, metadata=metadata))
 
 
@@ -178,17 +174,19 @@ def check_results(outcomes: list[CheckOutcome]) -> list[dg.AssetCheckResult]:
 def on_partitions(context: dg.AssetExecutionContext, results: list[dg.AssetCheckResult]):
     """The check results as the run should record them. A one-day run: as they are (Dagster puts a check of days
     on the day's partition). A range run: a check of days gives one evaluation per day, on that day's partition,
-    with the day's figure and verdict (from `by_day` and `days_failed`); Dagster itself would record one result
-    without a partition, which the UI cannot place on any day. Yield these after the materialization they check."""
-    specs = {spec.name: spec for spec in context.assets_def.check_specs}
-    selected = {key.name for key in context.selected_asset_check_keys}
+    with the day's figure and verdict (from `by_day` and `days_failed`; Dagster itself would record one result
+    without a partition, which the UI cannot place on any day), then the check's output, as Dagster's own result
+    does: downstream steps are gated on it. Yield these after the materialization they check."""
+    selected = context.selected_asset_check_keys
+    checks = context.assets_def.check_specs_by_output_name.items()
+    outputs = {spec.name: (output, spec) for output, spec in checks if spec.key in selected}
     days = context.partition_keys if context.has_partition_key_range else []
     targets = {}  # each day's materialization, looked up once for all the checks
     for result in results:
-        name = result.check_name
-        if name not in selected:
+        output, spec = outputs.get(result.check_name, (None, None))
+        if spec is None:
             continue
-        if not days or specs[name].partitions_def is None:
+        if not days or spec.partitions_def is None:
             yield result
             continue
         metadata = dict(result.metadata or {})
@@ -201,23 +199,24 @@ def on_partitions(context: dg.AssetExecutionContext, results: list[dg.AssetCheck
             figures = {**metadata, "day_figure": float(by_day.get(day, 0)), "run_days": f"{days[0]}...{days[-1]}"}
             yield dg.AssetCheckEvaluation(
                 asset_key=context.asset_key,
-                check_name=name,
+                check_name=spec.name,
                 passed=passed,
                 metadata=figures,
                 target_materialization_data=targets[day],
                 severity=result.severity,
                 description=result.description,
-                blocking=specs[name].blocking,
+                blocking=spec.blocking,
                 partition=day,
             )
+        yield dg.Output(None, output_name=output)
 
 
 def table_asset(settings: Settings, spec: TableSpec, deps: list[dg.AssetKey | dg.AssetDep], description: str):
     """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
 
     A table with a day column has its checks partitioned by day too (a result per day's partition; a preview in
-    Dagster 1.13). `deps` without a partition mapping read the same day. A multi-asset of one asset, because `@asset`
-    requires every check output: a range run records per-day evaluations instead (`on_partitions`)."""
+    Dagster 1.13), which a range run records day by day (`on_partitions`). `deps` without a partition mapping read the
+    same day."""
     partitions = daily_partitions(settings)
     checks = table_check_specs(spec, partitions)
     key = table_key(spec)

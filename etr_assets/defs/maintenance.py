@@ -1,10 +1,11 @@
 """Checks read from each table's Iceberg metadata through pyiceberg (no data read, no JVM), and maintenance:
-`freshness` (the newest commit's age, run hourly by its own job; its figure also goes to
-monitoring.data_quality_metrics) and `table_health` on every table asset, the `table_maintenance` job (one op per
-table, each in its table's pool), a sensor that runs it for tables whose health warns, and a weekly schedule that
-runs it for every table. The work is done by etr_assets.lake.health / .maintenance / .quality."""
+`table_health` and `commits_outside_dagster` (commits Dagster's freshness cannot see; recorded by its sensor) on
+every table asset, the `table_maintenance` job (one op per table, each in its table's pool), a sensor that runs it
+for tables whose health warns, and a weekly schedule that runs it for every table. The work is done by
+etr_assets.lake.health / .maintenance / .quality."""
 
 import dataclasses
+import json
 import warnings
 
 import dagster as dg
@@ -14,7 +15,7 @@ from etr_assets.defs.common import check_results, table_key, table_pool
 from etr_assets.defs.resources import LakeResource
 from etr_assets.lake.health import table_health
 from etr_assets.lake.maintenance import maintain_table
-from etr_assets.lake.quality import Severity, freshness_outcome, metrics_of, newest_commit_at, record_metrics
+from etr_assets.lake.quality import CheckOutcome, Severity, commits_after, outside_commits_outcome
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Settings
 from etr_assets.tables import ALL_SPECS
@@ -271,41 +272,68 @@ def health_sensor(
     return table_health_maintenance
 
 
-# --- freshness -------------------------------------------------------------------------------------------------
+# --- commits outside Dagster ------------------------------------------------------------------------------------
+
+OUTSIDE = "commits_outside_dagster"
 
 
-def build_freshness_checks(settings: Settings, specs: list[TableSpec]) -> list[dg.AssetChecksDefinition]:
-    return [_freshness_check(settings, spec) for spec in specs if spec.quality.freshness_hours is not None]
+def outside_outcome(settings: Settings, spec: TableSpec, instance: dg.DagsterInstance) -> CheckOutcome:
+    """The table's commits newer than every snapshot its asset's newest events name (materializations; maintenance
+    and erasure observations; a run's extra days, which name none, come before its main materialization)."""
+    key = table_key(spec)
+    events = [
+        *instance.fetch_materializations(key, limit=20).records,
+        *instance.fetch_observations(key, limit=20).records,
+    ]
+    named = (str(getattr(r.asset_event.metadata.get("snapshot_id"), "value", "")) for r in events)
+    return outside_commits_outcome(commits_after(settings, spec, {int(v) for v in named if v.lstrip("-").isdigit()}))
 
 
-def _freshness_check(settings: Settings, spec: TableSpec) -> dg.AssetChecksDefinition:
+def outside_check(settings: Settings, spec: TableSpec) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=table_key(spec),
-        name="freshness",
-        description=f"Warns when {spec.identifier}'s newest commit is older than {spec.quality.freshness_hours:g} "
-        "hours (read from table metadata; run hourly by the freshness_checks job)",
+        name=OUTSIDE,
+        description=f"Warns when {spec.identifier} holds commits Dagster recorded no event of (another tool wrote "
+        "it): Dagster's freshness and figures do not see them. From metadata (no JVM); evaluated by the "
+        f"{OUTSIDE} sensor.",
     )
-    def freshness(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
-        outcome = freshness_outcome(spec, newest_commit_at(settings, spec))
-        record_metrics(lake.session(), lake.catalog, metrics_of(spec, [outcome]), context.run.run_id)
-        return check_results([outcome])[0]
+    def commits_outside_dagster(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        return check_results([outside_outcome(settings, spec, context.instance)])[0]
 
-    return freshness
+    return commits_outside_dagster
 
 
-def freshness_job(checks: list[dg.AssetChecksDefinition]):
-    return dg.define_asset_job(
-        name="freshness_checks",
-        selection=dg.AssetSelection.checks(*checks),
-        description="Evaluates every table's freshness check (how old its newest commit is) without writing data.",
+def outside_commits_sensor(settings: Settings, specs: list[TableSpec]) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=OUTSIDE,
+        minimum_interval_seconds=900,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description=f"Every 15 minutes, records each table's {OUTSIDE} check (no run, no JVM: table metadata and "
+        "Dagster's events) when its verdict changed; skipped while a run is in progress.",
     )
+    def commits_outside_dagster(context: dg.SensorEvaluationContext):
+        # A run's commit precedes the event naming it: judged once the run ended.
+        if context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=1):
+            return dg.SkipReason("a run is in progress: tables are judged once it has recorded its commits")
+        judged, events = json.loads(context.cursor or "{}"), []
+        for spec in specs:
+            outcome = outside_outcome(settings, spec, context.instance)
+            if judged.get(spec.identifier) == outcome.examples:
+                continue
+            judged[spec.identifier] = outcome.examples
+            result = check_results([outcome])[0]
+            events.append(
+                dg.AssetCheckEvaluation(
+                    asset_key=table_key(spec),
+                    check_name=OUTSIDE,
+                    passed=result.passed,
+                    metadata=result.metadata,
+                    severity=result.severity,
+                    description=result.description,
+                )
+            )
+        if not events:
+            return dg.SkipReason(f"no verdict changed since the last tick ({len(specs)} tables)")
+        return dg.SensorResult(asset_events=events, cursor=json.dumps(judged))
 
-
-def freshness_schedule(job) -> dg.ScheduleDefinition:
-    return dg.ScheduleDefinition(
-        name="freshness_checks_hourly",
-        job=job,
-        cron_schedule="15 * * * *",
-        default_status=dg.DefaultScheduleStatus.STOPPED,
-        description="Each hour, checks that every table was written within its spec's freshness limit (WARN if not).",
-    )
+    return commits_outside_dagster

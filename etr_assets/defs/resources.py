@@ -16,7 +16,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
-from etr_assets.defs.common import as_metadata, check_results, log_partition_counts, on_partitions
+from etr_assets.defs.common import as_metadata, check_results, on_partitions, record_days
 from etr_assets.lake.session import catalog_conf, spark_conf
 from etr_assets.lake.wap import branch_name
 from etr_assets.pipeline.layers import LayerRequest, Report, report_layer
@@ -180,7 +180,7 @@ def show(context: dg.AssetExecutionContext, report: Report):
     for level, message in report.logs:
         context.log.log(level, message)
     if report.failure is None:
-        log_partition_counts(context, report.figures)
+        record_days(context, report.figures)
         yield dg.MaterializeResult(metadata=as_metadata(report.figures))
     yield from on_partitions(context, check_results(report.outcomes))
     if report.failure is not None:

@@ -40,8 +40,6 @@ def layer_figures(result: LayerResult, location: str, unchanged_rows: RowCount |
     }
     if rows.rows is None:
         figures["table_rows_unknown"] = rows.unknown
-    if len(result.rows_by_day) == 1:
-        figures["dagster/partition_row_count"] = result.rows
     if result.changes.any:
         figures["table_change"] = result.changes.describe()
     if result.changes.schema_id is not None:
@@ -51,10 +49,17 @@ def layer_figures(result: LayerResult, location: str, unchanged_rows: RowCount |
     return figures
 
 
-def partition_counts(figures: dict[str, object]) -> dict[str, int]:
-    """Per day, the rows a range run wrote for it (empty for a one-day run, whose figures already say)."""
-    counts = figures["rows_by_day"].value
-    return dict(counts) if len(counts) > 1 else {}
+DAY_ROWS = ("rows_written", "records_fetched")  # figures that add up a write's `rows_by_day`
+
+
+def day_figures(figures: dict[str, object]) -> dict[str, dict[str, object]]:
+    """Per day a write counted rows for, the figures that are that day's own (its rows, not the whole run's), for
+    that day's partition. A history's `rows_written` has no days (its `rows_by_day` is empty): it stays the run's."""
+    return {
+        day: {"dagster/partition_row_count": rows, "rows_by_day": Tagged("json", {day: rows})}
+        | {key: rows for key in DAY_ROWS if key in figures}
+        for day, rows in figures["rows_by_day"].value.items()
+    }
 
 
 def written_days(figures: dict[str, object]) -> set[str]:

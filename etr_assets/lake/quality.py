@@ -247,22 +247,34 @@ def row_count_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> Ch
     )
 
 
-def newest_commit_at(settings, spec: TableSpec) -> dt.datetime | None:
-    """When the table's current snapshot was committed (pyiceberg, metadata only); None if it has none."""
+def commits_after(settings, spec: TableSpec, recorded: set[int]) -> list[str]:
+    """The commits of the table's current history (main and its ancestors) newer than the newest snapshot of
+    `recorded` (those Dagster's events name), newest first, each in a few words; from metadata (pyiceberg, no JVM).
+    Rewrites that change no rows (`replace`: compaction, manifests) are left out. None of `recorded` in the
+    metadata: every commit."""
+    from pyiceberg.table.snapshots import ancestors_of
+
     table = load_table(settings, spec)
-    snapshot = table.current_snapshot() if table is not None else None
-    return None if snapshot is None else dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.UTC)
+    if table is None:
+        return []
+    since = max((s.timestamp_ms for s in table.metadata.snapshots if s.snapshot_id in recorded), default=-1)
+    commits = []
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        if snapshot.timestamp_ms <= since:  # a rollback to an older snapshot stops here at once
+            break
+        summary, at = snapshot.summary, dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.UTC)
+        if summary is not None and summary.operation.value != "replace":
+            rows = f"+{summary.get('added-records') or 0}/-{summary.get('deleted-records') or 0} rows"
+            commits.append(f"{summary.operation.value} {snapshot.snapshot_id} at {at:%Y-%m-%d %H:%M} UTC ({rows})")
+    return commits
 
 
-def freshness_outcome(spec: TableSpec, last_commit: dt.datetime | None, now: dt.datetime | None = None) -> CheckOutcome:
-    """Hours since the table's newest commit against the spec's limit (WARN); a table never written fails."""
-    limit = spec.quality.freshness_hours
-    age = None if last_commit is None else ((now or dt.datetime.now(dt.UTC)) - last_commit).total_seconds() / 3600
-    passed = age is not None and (limit is None or age <= limit)
-    detail = "the table has no commit" if age is None else f"newest commit {age:.1f} h ago (limit {limit:g} h)"
-    figures = {"hours_since_last_commit": round(age, 3) if age is not None else -1.0}
-    description = f"the newest commit is at most {limit:g} hours old"
-    return CheckOutcome("freshness", description, passed, int(not passed), detail, Severity.WARN, figures=figures)
+def outside_commits_outcome(commits: list[str]) -> CheckOutcome:
+    """Commits Dagster recorded no event of (`commits_after`): written by another tool, so Dagster's freshness,
+    lineage and figures do not describe them (WARN)."""
+    shown = "; ".join(commits[:5]) + (f"; and {len(commits) - 5} more" if len(commits) > 5 else "")
+    description = "every commit of the table's current history is one Dagster recorded"
+    return CheckOutcome("commits_outside_dagster", description, not commits, len(commits), shown, Severity.WARN)
 
 
 def post_write_outcomes(

@@ -7,6 +7,7 @@ evolution, the Spark read schema, the UI's column schema and erasure's list of t
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -144,7 +145,8 @@ class QualityRules:
     row_count_window_days: int = 7  # a day's rows are compared with the median of the days before it
     row_count_tolerance: float = 0.5  # allowed relative distance from that median
     row_count_min_history_days: int = 3  # fewer days of history: no verdict (the check passes, saying so)
-    freshness_hours: float | None = 36.0  # the newest commit is at most this old (None: not checked)
+    # The asset's FreshnessPolicy: it fails freshness once its newest materialization is older than this.
+    freshness_window: dt.timedelta = dt.timedelta(hours=36)
     references: tuple[Reference, ...] = ()
 
     def __post_init__(self) -> None:
@@ -152,8 +154,10 @@ class QualityRules:
             raise SpecError("quality rules: row-count window and minimum history must be at least one day")
         if not 0 < self.row_count_tolerance:
             raise SpecError(f"quality rules: row_count_tolerance={self.row_count_tolerance} must be positive")
-        if self.freshness_hours is not None and self.freshness_hours <= 0:
-            raise SpecError(f"quality rules: freshness_hours={self.freshness_hours} must be positive")
+        if self.freshness_window < dt.timedelta(minutes=1):
+            raise SpecError(
+                f"quality rules: freshness_window={self.freshness_window} is under a minute (Dagster's least)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -187,7 +187,7 @@ def _entity_history(feed: EntityFeed, spark, catalog, raw, request) -> LayerResu
         "history_method": str(result.method),
         "history_reason": result.reason,
         # The snapshot days this apply took in; those not requested are recorded as materialized too
-        # (`defs.common.log_partition_counts`).
+        # (`defs.common.record_days`).
         "days_applied": Tagged("json", [d.isoformat() for d in applied]),
     }
     # A history has no days: its row rules are checked on the versions this apply wrote (older ones passed

@@ -7,6 +7,7 @@ from dagster import AssetKey, DagsterInstance, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from etr_assets.definitions import build_definitions
+from etr_assets.pipeline.layers import layer_name
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
 pytestmark = pytest.mark.slow  # whole-pipeline runs: CI and ./dev test, not the fast tier
@@ -153,19 +154,22 @@ def test_a_partition_range_runs_as_one_backfill_run(pipeline_defs, settings, lak
         asset_selection=lineage,
     )
     assert result.success
-    materialized = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
+    materializations = result.get_asset_materialization_events()
+    materialized = {(e.asset_key.to_user_string(), e.partition) for e in materializations}
     assert materialized == {(key.to_user_string(), day) for key in lineage for day in DAYS}
     assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {d: settings.api_transactions_per_day for d in DAYS}
-    # Every day carries its own row count (an observation of that partition), not the range's total.
-    observed = {
-        (e.asset_key.to_user_string(), e.partition): e.event_specific_data.asset_observation.metadata
-        for e in result.all_events
-        if e.event_type_value == "ASSET_OBSERVATION"
-    }
+    # Every day carries its own rows on its partition, not the range's; the commit's figures are the run's.
+    days = {(e.asset_key.to_user_string(), e.partition): e.materialization.metadata for e in materializations}
     for day in DAYS:
-        silver_day = observed[("silver/bnpl_transactions_clean", day)]
+        silver_day = days[("silver/bnpl_transactions_clean", day)]
+        assert silver_day["rows_written"].value == settings.api_transactions_per_day
         assert silver_day["dagster/partition_row_count"].value == settings.api_transactions_per_day
-        assert observed[("raw/bnpl_transactions", day)]["dagster/partition_row_count"].value > 0
+        assert silver_day["run_days"].value == f"{DAYS[0]}...{DAYS[-1]}"
+        assert days[("raw/bnpl_transactions", day)]["dagster/partition_row_count"].value > 0
+    # Every check emitted its step output, as in a one-day run: what Dagster gates the next steps on.
+    emitted = {e.step_output_data.output_name for e in result.all_events if e.is_successful_output}
+    checks = {name for a in pipeline_defs.assets if set(a.keys) & set(lineage) for name in a.check_specs_by_output_name}
+    assert checks and checks <= emitted
     # Checks of days record one result per day, on the day's partition (Dagster alone would record one without a
     # partition for the whole range, which the UI cannot place on any day).
     of_days = {(a.key, c.name) for a in pipeline_defs.assets for c in a.check_specs if c.partitions_def is not None}
@@ -227,42 +231,47 @@ def test_the_rollback_job_and_the_daily_growth_check(pipeline_defs, settings, la
     assert ("daily_growth", float(settings.api_transactions_per_day)) in [(m[0], m[1]) for m in metrics]
 
 
-def test_a_bad_record_waits_in_quarantine_and_a_bad_day_fails_the_run_and_leaves_main_alone(
-    pipeline_defs, settings, lake
-):
-    """One transaction over silver's amount limit is held back and its day publishes; a day that repeats another
-    day's transaction id breaks uniqueness (a per-day check): the run fails, main keeps what it had."""
+def write_batch(settings, day: str, records: list[dict]) -> None:
+    """A sealed raw batch of `records` (transactions of `day`; each gives its id and amount)."""
     import datetime as dt
     import json
 
     from etr_assets.sources.raw_zone import local_raw_zone
 
+    base = {
+        "customer_id": 2,
+        "merchant_id": 3,
+        "currency": "MYR",
+        "instalments": 3,
+        "payment_method": "CARD",
+        "status": "APPROVED",
+        "transaction_date": day,
+        "created_at": f"{day}T10:00:00Z",
+        "updated_at": f"{day}T10:00:00Z",
+    }
     raw = local_raw_zone(settings.raw_root)
-    selection = [
-        a
-        for a in pipeline_defs.assets
-        if any(k.path in (["bronze", "bnpl_transactions_raw"], ["silver", "bnpl_transactions_clean"]) for k in a.keys)
-    ]
+    batch = raw.start_batch("bnpl", "transactions", dt.date.fromisoformat(day))
+    lines = "".join(json.dumps({**base, **r}) + "\n" for r in records)
+    raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", lines.encode())
+    raw.seal(batch, ["part-00001.jsonl"], len(records))
+
+
+def assets_of(defs, *specs):
+    keys = {tuple(layer_name(spec).split("/")) for spec in specs}
+    return [a for a in defs.assets if any(tuple(k.path) in keys for k in a.keys)]
+
+
+def test_a_bad_record_waits_in_quarantine_and_a_bad_day_fails_the_run_and_leaves_main_alone(
+    pipeline_defs, settings, lake
+):
+    """One transaction over silver's amount limit is held back and its day publishes; a day that repeats another
+    day's transaction id breaks uniqueness (a per-day check): the run fails, main keeps what it had."""
+    selection = assets_of(pipeline_defs, BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS)
     resources = pipeline_defs.get_repository_def().get_top_level_resources()
     instance = DagsterInstance.ephemeral()
 
     def run_day(day, records):
-        base = {
-            "customer_id": 2,
-            "merchant_id": 3,
-            "currency": "MYR",
-            "instalments": 3,
-            "payment_method": "CARD",
-            "status": "APPROVED",
-            "transaction_date": day,
-            "created_at": f"{day}T10:00:00Z",
-            "updated_at": f"{day}T10:00:00Z",
-        }
-        batch = raw.start_batch("bnpl", "transactions", dt.date.fromisoformat(day))
-        raw.storage.write_bytes(
-            f"{batch.key}/part-00001.jsonl", "".join(json.dumps({**base, **r}) + "\n" for r in records).encode()
-        )
-        raw.seal(batch, ["part-00001.jsonl"], len(records))
+        write_batch(settings, day, records)
         return materialize(selection, resources=resources, partition_key=day, instance=instance, raise_on_error=False)
 
     held = run_day(
@@ -293,3 +302,37 @@ def test_a_bad_record_waits_in_quarantine_and_a_bad_day_fails_the_run_and_leaves
     assert [r[0] for r in lake.sql(f"SELECT transaction_id FROM {table}").collect()] == [2]  # main as it was
     branches = [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()]
     assert any(b.startswith("audit_") for b in branches)
+
+
+def test_a_range_in_which_one_day_breaks_a_blocking_check_publishes_nothing_downstream(pipeline_defs, settings, lake):
+    """A range run gates as a one-day run does: a day repeating a published transaction id breaks silver's
+    uniqueness on that day alone. Silver publishes none of the range (one commit per table, held on its audit
+    branch), so its other days wait for a rerun too; gold does not run; each day's verdict is on its partition."""
+    selection = assets_of(pipeline_defs, BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY)
+    resources = pipeline_defs.get_repository_def().get_top_level_resources()
+    instance = DagsterInstance.ephemeral()
+    write_batch(settings, "2025-02-01", [{"transaction_id": 1, "amount": "10.00"}])
+    assert materialize(selection, resources=resources, partition_key="2025-02-01", instance=instance).success
+    days = ["2025-02-02", "2025-02-03", "2025-02-04"]
+    for n, day in enumerate(days, start=2):  # the middle day repeats id 1
+        write_batch(settings, day, [{"transaction_id": 1 if day == days[1] else n, "amount": "10.00"}])
+
+    tags = {ASSET_PARTITION_RANGE_START_TAG: days[0], ASSET_PARTITION_RANGE_END_TAG: days[-1]}
+    result = materialize(selection, resources=resources, instance=instance, tags=tags, raise_on_error=False)
+
+    assert not result.success
+    assert [e.step_key for e in result.get_step_failure_events()] == ["silver__bnpl_transactions_clean"]
+    started = {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
+    assert started == {"bronze__bnpl_transactions_raw", "silver__bnpl_transactions_clean"}  # gold never ran
+    materialized = {(e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()}
+    assert materialized == {("bronze/bnpl_transactions_raw", day) for day in days}  # upstream of the failure
+    unique = {
+        c.partition: c.passed
+        for c in result.get_asset_check_evaluations()
+        if c.check_name == "transaction_id_is_unique"
+    }
+    assert unique == {day: day != days[1] for day in days}
+    # Published: every day's bronze; of silver and gold only the day before the range.
+    assert counts_by_day(lake, settings, BRONZE_TRANSACTIONS) == dict.fromkeys(["2025-02-01", *days], 1)
+    assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {"2025-02-01": 1}
+    assert counts_by_day(lake, settings, GOLD_DAILY_SUMMARY) == {"2025-02-01": 1}

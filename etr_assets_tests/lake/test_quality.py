@@ -12,7 +12,6 @@ from etr_assets.lake.frames import local_frame
 from etr_assets.lake.quality import (
     Severity,
     expectation_outcomes,
-    freshness_outcome,
     metrics_of,
     post_write_outcomes,
     record_metrics,
@@ -148,16 +147,6 @@ def test_row_count_anomaly_against_the_trailing_median(spark):
 
     strict = dataclasses.replace(SILVER_TRANSACTIONS, quality=QualityRules(row_count_tolerance=0.1))
     assert not row_count_outcome(normal, strict, [D1]).passed  # 120 is 20% above: beyond a 10% tolerance
-
-
-def test_freshness_from_the_newest_commit():
-    now = dt.datetime(2025, 5, 3, 12, tzinfo=dt.UTC)
-    fresh = freshness_outcome(SILVER_TRANSACTIONS, now - dt.timedelta(hours=3), now)
-    assert fresh.passed and fresh.figures["hours_since_last_commit"] == 3.0
-    stale = freshness_outcome(SILVER_TRANSACTIONS, now - dt.timedelta(hours=40), now)
-    assert not stale.passed and "40.0 h ago (limit 36 h)" in stale.examples
-    never = freshness_outcome(SILVER_TRANSACTIONS, None, now)
-    assert not never.passed and never.examples == "the table has no commit"
 
 
 def test_figures_are_recorded_per_table_partition_and_check(lake, settings):
