@@ -230,6 +230,7 @@ def table_asset(settings: Settings, spec: TableSpec, deps: list[dg.AssetKey | dg
                 kinds={"iceberg", "spark"},
                 description=description,
                 metadata=definition_metadata(spec, settings.catalog),
+                freshness_policy=dg.FreshnessPolicy.time_window(spec.quality.freshness_window),
             )
         ],
         partitions_def=partitions,
