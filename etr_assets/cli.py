@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     day.add_argument("days", nargs="?", metavar="DAY|FIRST..LAST", help="e.g. 2025-01-04, or 2025-01-05..2025-01-06")
     summary = sub.add_parser(
-        "run-summary", help="a Dagster run in three lines: assets, rows written, checks passed/warned/failed"
+        "run-summary", help="a Dagster run in three lines: assets, rows (for its days; written), checks"
     )
     summary.add_argument("run_id", nargs="?", help="the run (default: the newest run of $DAGSTER_HOME's instance)")
     erase = sub.add_parser(

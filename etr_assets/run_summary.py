@@ -10,7 +10,9 @@ from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
 
 from etr_assets.defs.dagster_private import USER_CODE_ERROR
 
-DAY_ROWS, RUN_ROWS = "dagster/partition_row_count", "rows_written"  # a day's own rows, a write's
+DAY_ROWS = "dagster/partition_row_count"  # a day's own rows, on its partition
+RUN_ROWS = ("current_rows", "rows_written")  # a write without days: a history's current versions, else its rows
+ADDED = "records_added"  # the rows the write's one commit added (the same on each day it materialized)
 SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not stored (`lake/bronze.py`)
 PROOF, SUPPRESSION = "proof", "suppression"  # gdpr_erasure's prove_erasure step (`defs/erasure.py`)
 STEP_FAILURE, STEP_OUTPUT = DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_OUTPUT
@@ -24,7 +26,7 @@ class RunSummary:
     status: str
     partitions: str  # "2025-01-01", "2025-01-01...2025-01-03", or "" for an unpartitioned run
     seconds: float | None
-    rows_by_table: dict[str, int]  # asset (a raw batch or a table) -> rows written by the run
+    rows_by_table: dict[str, int]  # asset (a raw batch or a table) -> its rows for the run's days: equal on a rerun
     passed: int
     warned: int
     failed: int
@@ -32,17 +34,19 @@ class RunSummary:
     suppressed: int = 0  # records of erased customers dropped by the run's bronze loads
     failures: tuple[tuple[str, str], ...] = ()  # (step, the first line of why it failed), in the order they failed
     proof: str = ""  # an erasure run's: "VERIFIED (N erased customer(s) on the suppression list: ...)"
+    written_by_table: dict[str, int] = dataclasses.field(default_factory=dict)  # asset -> rows this run committed
 
     def lines(self, status: str | None = None) -> list[str]:
         """Three lines (then an erasure's proof, and why the run failed); `status` replaces the run's (a run still
         ending reports how its steps went)."""
         took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
         days = f" for {self.partitions}" if self.partitions else ""
-        rows = sum(self.rows_by_table.values())
+        rows, written = sum(self.rows_by_table.values()), sum(self.written_by_table.values())
         checks = f"checks: {self.passed} passed, {self.warned} warned, {self.failed} failed"
         lines = [
             f"run {self.run_id[:8]} of {self.job_name}{days}: {status or self.status}{took}",
-            f"  {len(self.rows_by_table)} asset(s) materialized, {rows:,} row(s) written"
+            f"  {len(self.rows_by_table)} asset(s) materialized"
+            + (f", {rows:,} row(s) for its days, {written:,} written by this run" if self.rows_by_table else "")
             + (f", {self.suppressed:,} record(s) of erased customers suppressed" if self.suppressed else ""),
             f"  {checks}" + (f" ({', '.join(self.not_passed)})" if self.not_passed else ""),
         ]
@@ -89,8 +93,8 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
     run = next(iter(runs), None)
     if run is None:
         return None
-    rows: dict[str, dict[str | None, int]] = {}  # asset -> day (None: the whole run) -> rows written
-    suppressed: dict[str, int] = {}
+    rows: dict[str, dict[str | None, int]] = {}  # asset -> day (None: the whole run) -> rows
+    suppressed, added = {}, {}
     verdicts: Counter[str] = Counter()
     not_passed, failures, proof = [], [], ""
     kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION}
@@ -109,8 +113,10 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
             days = rows.setdefault(key, {})
             if DAY_ROWS in metadata:
                 days[data.materialization.partition] = int(metadata[DAY_ROWS].value)
-            elif RUN_ROWS in metadata:
-                days.setdefault(None, int(metadata[RUN_ROWS].value))
+            elif figure := next((name for name in RUN_ROWS if name in metadata), None):
+                days.setdefault(None, int(metadata[figure].value))
+            if ADDED in metadata:
+                added.setdefault(key, int(metadata[ADDED].value))
             if SUPPRESSED in metadata:
                 suppressed.setdefault(key, int(metadata[SUPPRESSED].value))
         elif data.passed:
@@ -120,6 +126,7 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
             not_passed.append(f"{data.asset_key.to_user_string()}:{data.check_name}")
     start, end = (run.tags.get(f"dagster/asset_partition_range_{edge}") for edge in ("start", "end"))
     partitions = run.tags.get("dagster/partition") or (f"{start}...{end}" if start and end else "")
+    held = {key: sum(days.values()) for key, days in rows.items()}
     stats = instance.get_run_stats(run.run_id)
     seconds = stats.end_time - stats.start_time if stats.start_time and stats.end_time else None
     return RunSummary(
@@ -128,7 +135,7 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         run.status.value,
         partitions,
         seconds,
-        {key: sum(days.values()) for key, days in rows.items()},
+        held,
         verdicts["passed"],
         verdicts["warned"],
         verdicts["failed"],
@@ -136,4 +143,5 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         sum(suppressed.values()),
         tuple(failures),
         proof,
+        {key: added.get(key, n) for key, n in held.items()},  # no commit figure (a raw batch): all of it is new
     )

@@ -297,6 +297,25 @@ def test_rerunning_a_day_replaces_it_without_duplicates(
     assert landing["history_method"].value == "window", landing
     assert "reloaded day" in landing["history_reason"].value and landing["versions_inserted"].value == 0
 
+    # The run's summary: for its day, what each asset holds (a history: its current versions), here what the run
+    # before left; written, what the run's commits added: each day table's day again, no history version.
+    from dagster import DagsterInstance
+
+    from etr_assets.run_summary import summarize_run
+
+    with DagsterInstance.from_config(lake_env["DAGSTER_HOME"]) as instance:
+        summary = summarize_run(instance)
+    held, written = dict(summary.rows_by_table), dict(summary.written_by_table)
+    line = f"{sum(held.values()):,} row(s) for its days, {sum(written.values()):,} written by this run"
+    assert line in summary.lines()[1], summary.lines()
+    day_tables = {"bronze": "bronze/bnpl_transactions_raw", "silver": "silver/bnpl_transactions_clean"}
+    for layer, table in {**day_tables, "gold": "gold/bnpl_daily_summary"}.items():
+        assert held[table] == counts[layer][DAYS[1]]["n"], (table, held, counts[layer])
+    histories = {"landing/customers": landing, "landing/merchants": latest_metadata(lake_env, "landing/merchants")[0]}
+    for key, figures in histories.items():
+        assert (held.pop(key), written.pop(key)) == (figures["current_rows"].value, 0), key
+    assert written == held and len(held) == 10, (written, held)  # the other assets wrote their day whole again
+
 
 @pytest.mark.slow
 def test_errors_are_one_line_without_a_java_stack(tmp_path: Path) -> None:

@@ -45,8 +45,9 @@ def things():
     ],
 )
 def summary():
-    # As an SCD2 history reports: what it wrote is the versions it inserted and those it closed.
-    yield MaterializeResult(metadata={"versions_inserted": 3, "versions_updated": 2, "rows_written": 5})
+    # As an SCD2 history reports on a rerun: its current versions, and no version inserted or closed, no commit.
+    history = {"versions_inserted": 0, "versions_updated": 0, "rows_written": 0, "records_added": 0}
+    yield MaterializeResult(metadata={**history, "current_rows": 5})
     yield AssetCheckResult(check_name="row_count_anomaly", passed=False, severity=AssetCheckSeverity.WARN)
     yield AssetCheckResult(check_name="amounts_positive", passed=True)
 
@@ -58,10 +59,13 @@ def test_the_summary_counts_tables_rows_and_checks_of_the_run():
         by_id = summarize_run(instance, result.run_id)
 
     assert newest == by_id and newest.run_id == result.run_id and newest.status == "SUCCESS"
+    # For its days, what each asset holds (a history: its current versions), the same on a rerun; written, what the
+    # run's commits added (without a commit figure: all of it).
     assert newest.rows_by_table == {"silver/things": 40, "gold/summary": 5}
+    assert newest.written_by_table == {"silver/things": 40, "gold/summary": 0}
     assert (newest.passed, newest.warned, newest.failed) == (2, 1, 0)
     lines = newest.lines()
-    assert lines[1] == "  2 asset(s) materialized, 45 row(s) written"
+    assert lines[1] == "  2 asset(s) materialized, 45 row(s) for its days, 40 written by this run"
     assert lines[2] == "  checks: 2 passed, 1 warned, 0 failed (gold/summary:row_count_anomaly)"
 
 
@@ -79,6 +83,7 @@ def test_a_range_run_counts_each_days_rows_and_check_result(settings):
     @table_asset(settings, GOLD_DAILY_SUMMARY, [], "made-up gold")
     def gold(context):
         figures = {"rows_written": 90, "rows_by_day": Tagged("json", dict(zip(DAYS, (30, 20, 40), strict=True)))}
+        figures["records_added"] = 90  # the one commit's, on each day's materialization
         record_days(context, figures)
         yield MaterializeResult(metadata=as_metadata(figures))
         yield from on_partitions(context, check_results(outcomes(context.partition_keys)[1:]))  # the anomaly only
@@ -95,6 +100,7 @@ def test_a_range_run_counts_each_days_rows_and_check_result(settings):
         summary = summarize_run(instance)
     assert summary.partitions == f"{DAYS[0]}...{DAYS[-1]}"
     assert summary.rows_by_table == {"gold/bnpl_daily_summary": 90, "landing/customers": 7}
+    assert summary.written_by_table == {"gold/bnpl_daily_summary": 90, "landing/customers": 7}  # counted once
     assert (summary.passed, summary.warned, summary.failed) == (2, 1, 0)  # one result per day
 
 
@@ -107,7 +113,10 @@ def test_the_summary_counts_records_of_erased_customers_suppressed():
         materialize([bronze_things, things], instance=instance)
         summary = summarize_run(instance)
     assert summary.suppressed == 2
-    line = "  2 asset(s) materialized, 47 row(s) written, 2 record(s) of erased customers suppressed"
+    line = (
+        "  2 asset(s) materialized, 47 row(s) for its days, 47 written by this run, 2 record(s) of erased customers "
+        "suppressed"
+    )
     assert summary.lines()[1] == line
 
 
@@ -148,7 +157,7 @@ def test_every_run_of_the_code_locations_executor_ends_with_its_summary_in_the_l
     (last,) = [m for m in messages if m.startswith(f"run {result.run_id[:8]} of things_job")]
     assert last.splitlines() == [
         f"run {result.run_id[:8]} of things_job: every step succeeded",
-        "  2 asset(s) materialized, 45 row(s) written",
+        "  2 asset(s) materialized, 45 row(s) for its days, 40 written by this run",
         "  checks: 2 passed, 1 warned, 0 failed (gold/summary:row_count_anomaly)",
     ]
 

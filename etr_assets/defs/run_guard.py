@@ -79,12 +79,6 @@ def reap_dead_runs(instance, current_run_id: str | None = None) -> list[str]:
     return reaped
 
 
-def refused(event: dg.DagsterEvent) -> bool:
-    """Whether a step failed for a mistake in the run's request (`REFUSED` in its `Failure`'s metadata)."""
-    failure = event.step_failure_data.user_failure_data
-    return failure is not None and REFUSED in failure.metadata
-
-
 class GuardedExecutor(dg.Executor):
     """The in-process executor, after recording this run's worker and reaping dead runs."""
 
@@ -109,7 +103,8 @@ class GuardedExecutor(dg.Executor):
             for event in events:
                 failed_steps += event.is_step_failure
                 yield event
-                if event.is_step_failure and refused(event):
+                failure = event.step_failure_data.user_failure_data if event.is_step_failure else None
+                if failure is not None and REFUSED in failure.metadata:
                     break  # the run's days are wrong for every step: one failure says so, no other step runs
         finally:
             events.close()  # the inner executor's resources and step contexts end as on an interrupted run
