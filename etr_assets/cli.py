@@ -136,7 +136,8 @@ def cmd_prepare_instance(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.run_request import run
 
-    return run(args.days, settings.start_date, settings.home)  # a mistake: one line, exit 2, nothing launched
+    # A mistake: one line, exit 2, nothing launched.
+    return run(args.days, settings.start_date, settings.home, args.verbose)
 
 
 def cmd_run_summary(settings: Settings, args: argparse.Namespace) -> int:
@@ -236,9 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     day = sub.add_parser(
         "run",
         help="run etr_pipeline for a day or a range as one run (what `dg launch --job etr_pipeline --partition` "
-        "runs), then print its id and summary",
+        "runs): one line a step, then its id and summary",
     )
     day.add_argument("days", nargs="?", metavar="DAY|FIRST..LAST", help="e.g. 2025-01-04, or 2025-01-05..2025-01-06")
+    day.add_argument("--verbose", action="store_true", help="Dagster's whole log (DEBUG lines too) instead")
     summary = sub.add_parser(
         "run-summary", help="a Dagster run in three lines: assets, rows (for its days; written), checks"
     )

@@ -3,7 +3,8 @@
 A mistake (not a day, a reversed range, a day before the partitions start or one not yet over) is one line naming
 what was wrong, the valid format and the valid days, and no run is launched. A valid request launches the run
 `dg launch --job etr_pipeline --partition D` (or `--partition-range A...B`) launches: the same job and tags, in
-$DAGSTER_HOME's instance (so the UI shows it), its log streamed, then its id and summary. Inside the job the raw
+$DAGSTER_HOME's instance (so the UI shows it), followed one line a step (`etr_assets.run_progress`), then its id and
+summary. Inside the job the raw
 assets, its first steps, call `days_of_run` on the run's tags: a run launched some other way without a day, or
 with a reversed range, fails there with the same line before any table is touched.
 
@@ -33,8 +34,6 @@ PARTITION_TAG = "dagster/partition"
 RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 RANGE = re.compile(r"(.*?)\.{2,3}(.*)")  # FIRST..LAST, or FIRST...LAST as `dg launch --partition-range` takes it
-# The run's console log at INFO (what ./dev demo uses): progress a person reads, not Dagster's DEBUG lines.
-QUIET_LOG = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 REQUEST_EXIT = 2  # a mistake in the request (as argparse's usage errors); a failed run exits 1
 
 
@@ -138,18 +137,10 @@ def dagster_home(etr_home: Path, environ: Mapping[str, str] | None = None) -> Pa
     )
 
 
-def launch_command(days: Days, config: Path) -> list[str]:
-    """What `dg launch --job etr_pipeline --partition ...` runs (`dagster job execute` in this environment), with
-    the tags it gives the run, and `config`: a run config file (QUIET_LOG's)."""
-    return [
-        *(sys.executable, "-m", "dagster", "job", "execute", "-m", "etr_assets.definitions", "-j", JOB),
-        *("--tags", json.dumps(days.tags), "-c", str(config)),
-    ]
-
-
-def run(request: str | None, start: dt.date, etr_home: Path) -> int:
-    """`etr run`: check the request, launch its run with its log streamed, end with its id and summary. The exit
-    code: 0 when the run succeeded, 1 when it failed, 2 (and no run) for a mistake in the request."""
+def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = False) -> int:
+    """`etr run`: check the request, launch its run and follow it (one line a step; `verbose`: Dagster's whole log
+    instead), end with its id and summary. The exit code: 0 when the run succeeded, 1 when it failed, 2 (and no
+    run) for a mistake in the request."""
     try:
         days = parse_request(request, start)
     except RunRequestError as mistake:
@@ -158,34 +149,26 @@ def run(request: str | None, start: dt.date, etr_home: Path) -> int:
     home = dagster_home(etr_home)
     env = {**os.environ, "DAGSTER_HOME": str(home)}
     env.setdefault("PYTHONWARNINGS", "ignore")  # as ./dev demo: Dagster's preview and beta notices are not news
-    print(f"etr run: {JOB} for {days} (DAGSTER_HOME={home}); starting...", file=sys.stderr, flush=True)
-    launched = time.time()
-    with tempfile.TemporaryDirectory(prefix="etr-run-") as folder:
-        config = Path(folder) / "run.yaml"
-        config.write_text(json.dumps(QUIET_LOG))  # JSON is YAML
-        worker = subprocess.Popen(launch_command(days, config), env=env)
-        try:
-            code = worker.wait()
-        except KeyboardInterrupt:  # Ctrl-C reached the run too (same process group): let it end and record that
-            code = worker.wait()
-    return _report(home, days, worker.pid, launched, code)
+    where = "Dagster's log follows" if verbose else "its full log: etr run --verbose, or the run's page in the UI"
+    print(f"etr run: {JOB} for {days} (DAGSTER_HOME={home}); {where}", file=sys.stderr, flush=True)
+    from dagster import DagsterInstance
 
-
-def _report(home: Path, days: Days, pid: int, launched: float, code: int) -> int:
-    from dagster import DagsterInstance, RunsFilter
-
-    from etr_assets.defs.run_guard import PID_TAG
+    from etr_assets.run_progress import follow
     from etr_assets.run_summary import summarize_run
 
-    with DagsterInstance.from_config(str(home)) as instance:
-        since = dt.datetime.fromtimestamp(launched, dt.UTC)
-        runs = instance.get_runs(RunsFilter(job_name=JOB, tags=days.tags, created_after=since))
-        # The run that process executed (its worker tags), else the newest such run (it failed before its steps).
-        ours = next((r for r in runs if r.tags.get(PID_TAG) == str(pid)), next(iter(runs), None))
+    # The instance opened (its storage made, if new) before the run's process opens it too; that process's own log
+    # (Dagster's console log) kept aside, shown when it made no run.
+    with DagsterInstance.from_config(str(home)) as instance, tempfile.TemporaryFile("w+") as log:
+        launched, quiet = time.time(), {"stdout": log, "stderr": subprocess.STDOUT}
+        command = [sys.executable, "-m", "etr_assets.run_progress", JOB, json.dumps(days.tags)]  # dg launch's tags
+        worker = subprocess.Popen(command, env=env, **({} if verbose else quiet))
+        ours = follow(instance, worker, JOB, days.tags, launched, None if verbose else sys.stderr)
         summary = summarize_run(instance, ours.run_id) if ours else None
-    if summary is None:
-        print(f"etr run: dagster job execute exited {code} without a run of {JOB} (its log is above)", file=sys.stderr)
-        return code or 1
+        if summary is None:
+            log.seek(0)
+            sys.stderr.write("".join(log.readlines()[-20:]))  # why it made no run
+            print(f"etr run: the run's process exited {worker.returncode} without a run of {JOB}", file=sys.stderr)
+            return worker.returncode or 1
     print(f"run {summary.run_id}")
     print("\n".join(summary.lines()))
-    return 0 if code == 0 and summary.status == "SUCCESS" else 1
+    return 0 if worker.returncode == 0 and summary.status == "SUCCESS" else 1

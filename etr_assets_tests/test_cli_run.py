@@ -8,11 +8,14 @@ ended by its id and summary.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from dagster import (
     AssetPartitionStatus,
@@ -23,9 +26,20 @@ from dagster import (
     reconstructable,
 )
 
+from etr_assets.defs.resources import BnplApiResource
+from etr_assets.run_progress import API_STARTED, SPARK_STARTING
 from etr_assets.run_request import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, last_complete_day
 from etr_assets.run_summary import summarize_run
-from etr_assets_tests.test_cli_subprocess import MATERIALIZE_TIMEOUT_S, finish, isolated_env, run, start
+from etr_assets_tests.test_cli_subprocess import (
+    BIN,
+    MATERIALIZE_TIMEOUT_S,
+    REPO,
+    Done,
+    finish,
+    isolated_env,
+    run,
+    start,
+)
 
 # Runs the CLI, then fails unless neither Dagster nor pyspark was imported: a mistake costs no JVM and no instance.
 NOTHING_HEAVY = (
@@ -152,19 +166,121 @@ def test_dg_launch_without_a_day_or_reversed_fails_its_run_in_that_line(tmp_path
     assert not (Path(env["ETR_HOME"]) / "warehouse").exists()
 
 
-@pytest.mark.slow  # a real run: the JVM starts in `dagster job execute` (about a minute here)
-def test_a_valid_day_launches_the_dg_launch_run_and_ends_with_its_id_and_summary(tmp_path: Path) -> None:
+@dg.op
+def ask_the_api(bnpl_api: BnplApiResource) -> None:
+    assert bnpl_api.client().get_json("/health", {}) == {"status": "ok"}  # over HTTP
+
+
+@dg.job(resource_defs={"bnpl_api": BnplApiResource()}, executor_def=dg.in_process_executor)
+def asks_the_api():
+    """One step asking the synthetic API (the pipeline's resource, no URL) for its health."""
+    ask_the_api()
+
+
+def test_the_synthetic_api_starts_once_a_run_though_dagster_initialises_resources_again() -> None:
+    """`dagster job execute` (what `dg launch` runs) opens the run's result, which initialises every resource again
+    after the run: the API starts when a step first asks, so that second initialisation starts none."""
+    with DagsterInstance.ephemeral() as instance:
+        with execute_job(reconstructable(asks_the_api), instance=instance) as result:  # as `dagster job execute` does
+            assert result.success
+        logs = instance.all_logs(result.run_id)
+    kinds = Counter(e.dagster_event.event_type for e in logs if e.is_dagster_event)
+    assert kinds[DagsterEventType.RESOURCE_INIT_STARTED] == 2, kinds  # Dagster's own, twice
+    said = [e.user_message for e in logs if not e.is_dagster_event]
+    assert [message.startswith(API_STARTED) for message in said] == [True], said
+
+
+def run_merged(args: list[str], env: dict[str, str]) -> Done:
+    """A command from the venv's bin, its stderr into its stdout: the lines in the order a terminal shows them."""
+    merged = subprocess.Popen(
+        [str(BIN / args[0]), *args[1:]],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # `finish` can stop the group, its JVM too
+    )
+    done = finish(merged, MATERIALIZE_TIMEOUT_S)
+    return dataclasses.replace(done, stderr="")
+
+
+STEP_LINE = re.compile(r"  (\w+) +(ok|FAILED)\b.*")
+ROWS = re.compile(r"([\d,]+) rows\b")
+
+
+def step_lines(lines: list[str]) -> dict[str, str]:
+    """Each step's line, by step; fails on a step with more than one."""
+    steps = [STEP_LINE.fullmatch(line) for line in lines]
+    named = [m[1] for m in steps if m]
+    assert len(named) == len(set(named)), named
+    return {m[1]: m[0] for m in steps if m}
+
+
+@pytest.mark.slow  # a real run: the JVM starts in the run's process
+def test_a_valid_day_reads_as_a_report_a_line_a_step_and_its_summary_last(tmp_path: Path) -> None:
+    """The issue's `dg launch` printed 155-201 lines, 135 DEBUG, the summary in the middle, nothing while the JVM
+    started, and the synthetic API started again after the run. `etr run DAY`: a line a step, the API and Spark
+    announced as they start, once each, then the run's id and summary, last."""
     env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY="20")
     run(["etr", "prepare-instance"], env)  # what ./dev does first
-    done = run(["etr", "run", "2025-01-01"], env, MATERIALIZE_TIMEOUT_S)
+    done = run_merged(["etr", "run", "2025-01-01"], env)
     assert done.returncode == 0, done.describe()
 
     (launched,) = runs_in(env)  # one run, as `dg launch --job etr_pipeline --partition 2025-01-01` makes it
     assert launched.job_name == "etr_pipeline" and launched.status == DagsterRunStatus.SUCCESS
     assert launched.tags[PARTITION_TAG] == "2025-01-01"
-    assert "etr run: etr_pipeline for 2025-01-01" in done.stderr  # then the run's log, streamed
-    assert "raw/bnpl_transactions" in done.stderr or "raw__bnpl_transactions" in done.stderr, done.describe()
     with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         summary = summarize_run(instance, launched.run_id)
-    assert done.stdout.splitlines() == [f"run {launched.run_id}", *summary.lines()], done.describe()
+        logs = instance.all_logs(launched.run_id)
     assert summary.status == "SUCCESS" and summary.failed == 0 and summary.rows_by_table, summary
+
+    lines = done.stdout.splitlines()
+    assert "DEBUG" not in done.stdout, done.stdout
+    assert lines[0].startswith("etr run: etr_pipeline for 2025-01-01 (") and "etr run --verbose" in lines[0]
+    assert lines[-4:] == [f"run {launched.run_id}", *summary.lines()], done.stdout  # the summary: last, once
+    body = lines[1:-4]
+    steps = step_lines(body)
+    ran = [e.dagster_event.step_key for e in logs if e.is_dagster_event and e.dagster_event.is_step_success]
+    assert sorted(steps) == sorted(ran) and len(ran) >= 12, done.stdout  # a line each step, and only those
+    assert all(" ok " in line for line in steps.values()), done.stdout
+    written = sum(int(found.replace(",", "")) for line in steps.values() for found in ROWS.findall(line))
+    assert written == sum(summary.rows_by_table.values()), done.stdout  # the steps' rows: the summary's, by step
+    others = [re.sub(r"\d+", "N", line) for line in body if not STEP_LINE.fullmatch(line)]
+    assert others == [  # announced as they start, once each: no resource starts twice
+        "  started the synthetic BNPL API on http://N.N.N.N:N for this run",
+        "  starting Spark (a JVM) for this run",
+        "  Spark started after N s",
+    ], done.stdout
+    # The run's whole log (the UI's) too: each resource initialised once, the API and Spark started once.
+    kinds = Counter(e.dagster_event.event_type for e in logs if e.is_dagster_event)
+    assert kinds[DagsterEventType.RESOURCE_INIT_STARTED] == 1, kinds
+    said = Counter(e.user_message.split(" on ")[0] for e in logs if not e.is_dagster_event)
+    assert said[API_STARTED] == 1 and said[SPARK_STARTING] == 1, said
+
+
+@pytest.mark.slow  # two runs' processes (no JVM)
+def test_a_failed_run_says_which_step_and_why_and_verbose_gives_dagsters_whole_log(tmp_path: Path, api) -> None:
+    """A run refused by the API (a wrong token): each raw step's line says it failed and why, one line counts the
+    steps not run, the summary ends the output; `--verbose` prints Dagster's whole log instead (DEBUG lines)."""
+    env = isolated_env(tmp_path, ETR_API_URL=api.url, ETR_API_TOKEN="not-the-token")
+    run(["etr", "prepare-instance"], env)
+    quiet, verbose = (
+        run_merged(["etr", "run", "2025-01-01"], env),
+        run_merged(["etr", "run", "--verbose", "2025-01-01"], env),
+    )
+    with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        first, second = (summarize_run(instance, r.run_id) for r in reversed(runs_in(env)))  # oldest first
+        plan = instance.get_execution_plan_snapshot(runs_in(env)[0].execution_plan_snapshot_id)
+    for done, summary in ((quiet, first), (verbose, second)):
+        assert done.returncode == 1 and summary.status == "FAILURE", done.describe()
+        assert done.stdout.splitlines()[-5:] == [f"run {summary.run_id}", *summary.lines()], done.stdout
+    assert "DEBUG" not in quiet.stdout and "DEBUG" in verbose.stdout
+    assert step_lines(verbose.stdout.splitlines()) == {}  # the whole log, not the step lines
+    lines = quiet.stdout.splitlines()
+    steps = step_lines(lines[1:-5])
+    assert set(steps) == {"raw__bnpl_customers", "raw__bnpl_merchants", "raw__bnpl_transactions"}, quiet.stdout
+    assert all(" FAILED " in line and "answered 401" in line for line in steps.values()), quiet.stdout  # why
+    not_run = len(plan.step_keys_to_execute) - len(steps)
+    assert lines[1:-5] == [*steps.values(), f"  {not_run} step(s) not run: an upstream step failed"], quiet.stdout

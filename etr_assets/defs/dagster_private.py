@@ -19,3 +19,8 @@ def materialization_of(instance: dg.DagsterInstance, key: dg.AssetKey, day: str)
     return AssetCheckEvaluationTargetMaterializationData(
         storage_id=found[0].storage_id, run_id=found[0].event_log_entry.run_id, timestamp=found[0].timestamp
     )
+
+
+def spark_started(lazy) -> bool:
+    """Whether a `LazyPySparkResource` has made its session (dagster-pyspark keeps it private)."""
+    return lazy._spark_session is not None

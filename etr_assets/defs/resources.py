@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
 from etr_assets.defs.common import as_metadata, check_results, on_partitions, record_days
+from etr_assets.defs.dagster_private import spark_started
 from etr_assets.lake.session import catalog_conf, spark_conf
 from etr_assets.lake.wap import branch_name
 from etr_assets.pipeline.layers import LayerRequest, Report, report_layer
 from etr_assets.remote import jobs
+from etr_assets.run_progress import API_STARTED, SPARK_STARTED, SPARK_STARTING
 from etr_assets.settings import Compute, Settings
 from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.raw_zone import RawZone
@@ -37,6 +40,11 @@ class LakeResource(dg.ConfigurableResource):
     catalog_conf: dict[str, str]
 
     def session(self):
+        if not spark_started(self.spark):  # the run's log says what the step waits for
+            log, began = dg.get_dagster_logger(), time.monotonic()
+            log.info(SPARK_STARTING)
+            spark = self.spark.spark_session
+            log.info(f"{SPARK_STARTED} after {time.monotonic() - began:.0f} s")
         spark = self.spark.spark_session
         # A session made earlier in this process (getOrCreate) may not know this catalog yet: catalog
         # settings are read lazily by Spark, so setting them here always takes effect.
@@ -65,7 +73,8 @@ class RawZoneResource(dg.ConfigurableResource):
 
 
 class BnplApiResource(dg.ConfigurableResource):
-    """The BNPL provider's API. With no URL, the synthetic API is started on loopback for the run."""
+    """The BNPL provider's API. With no URL, the synthetic API is started on loopback when a step of the run first
+    asks for a client: resources initialised again after the run (`dagster job execute` does) start none."""
 
     base_url: str = ""
     token: str = LOCAL_API_TOKEN
@@ -74,25 +83,20 @@ class BnplApiResource(dg.ConfigurableResource):
     synthetic_seed: int = 7
     synthetic_transactions_per_day: int = 200
     _url: str = PrivateAttr(default="")
+    _run: ExitStack | None = PrivateAttr(default=None)  # the run's scope: the synthetic API stops with it
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[BnplApiResource]:
-        if self.base_url:
-            self._url = self.base_url
-            yield self
-            return
-        from etr_assets.sources.synthetic_api import ApiConfig, serve
-
-        config = ApiConfig(
-            seed=self.synthetic_seed, transactions_per_day=self.synthetic_transactions_per_day, token=self.token
-        )
-        with serve(config) as api:
-            if context.log:
-                context.log.info(f"started the synthetic BNPL API on {api.url} for this run")
-            self._url = api.url
+        with ExitStack() as self._run:
             yield self
 
     def client(self) -> ApiClient:
+        if not (self._url or self.base_url) and self._run is not None:
+            from etr_assets.sources.synthetic_api import ApiConfig, serve
+
+            config = ApiConfig(self.synthetic_seed, self.synthetic_transactions_per_day, token=self.token)
+            self._url = self._run.enter_context(serve(config)).url
+            dg.get_dagster_logger().info(f"{API_STARTED} on {self._url} for this run")
         return ApiClient(self._url or self.base_url, self.token, self.page_size, self.timeout_seconds)
 
 
@@ -150,8 +154,6 @@ class LayerRunner(dg.ConfigurableResource):
         """dagster-aws writes each run's messages under a random top-level key; here they go under `pipes/`, inside
         what the IAM policy grants and what the bucket's lifecycle rule expires. (dagster-aws is imported only when a
         run goes remote: it costs a second at import.)"""
-        from contextlib import contextmanager
-
         import boto3
         from dagster_aws.pipes import (
             PipesEMRServerlessClient,

@@ -1,0 +1,144 @@
+"""`etr run`'s run and its progress. The run's process (`python -m etr_assets.run_progress JOB TAGS`) runs the job
+as `dagster job execute` does, less what that command does after: start every resource again to read outputs.
+`etr run` follows the run's event log: a line a step (outcome, time, rows, checks), what the run announces
+(the API and Spark starting: the one long wait), warnings and errors. The rest (Dagster's DEBUG lines, the steps'
+own log lines) is in the full log: `etr run --verbose`, or the run's page in the UI."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import TextIO
+
+from dagster import DagsterEventType as Kind
+from dagster import DagsterInstance, EventLogEntry, RunsFilter, build_reconstructable_job, execute_job
+
+from etr_assets.defs.run_guard import PID_TAG
+from etr_assets.run_summary import RunSummary, failure_reason, summarize_run
+
+# What a run's resources log as they start (`defs/resources.py`): shown, as a step's own log lines are not.
+API_STARTED = "started the synthetic BNPL API"
+SPARK_STARTING, SPARK_STARTED = "starting Spark (a JVM) for this run", "Spark started"
+ANNOUNCED = (API_STARTED, SPARK_STARTING, SPARK_STARTED)
+ABANDONED = "Dependencies for step {}"  # how Dagster logs a step it does not run: an upstream step failed
+SAID_ELSEWHERE = {Kind.STEP_FAILURE, Kind.RUN_FAILURE}  # errors the step's line or the summary gives
+POLL_SECONDS = 0.5
+WIDTH = 44  # the longest step name: a table's growth check
+
+
+class Progress:
+    """Writes a run's events to `out` as they come. On a terminal the running step shows on a live line, which its
+    finished line replaces; elsewhere only the finished line is written. A step's rows are its assets' in the run's
+    summary (`summary()`), so the two agree."""
+
+    def __init__(self, out: TextIO, summary: Callable[[], RunSummary]):
+        self.out, self.live, self.summary = out, "", summary
+        self.tty = out.isatty()
+        self.began: dict[str, float] = {}
+        self.assets: dict[str, set[str]] = {}
+        self.checks: dict[str, Counter[bool]] = {}
+        self.not_run: list[str] = []
+
+    def feed(self, entry: EventLogEntry) -> None:
+        event = entry.dagster_event
+        kind, step = (event.event_type, event.step_key) if event else (None, entry.step_key)
+        if kind == Kind.STEP_START:
+            self.began[step] = entry.timestamp
+            self._write(None, live=f"  {step:<{WIDTH}} running")
+        elif kind == Kind.ASSET_MATERIALIZATION:
+            self.assets.setdefault(step, set()).add(event.asset_key.to_user_string())
+        elif kind == Kind.ASSET_CHECK_EVALUATION:
+            self.checks.setdefault(step, Counter())[event.event_specific_data.passed] += 1
+        elif kind in (Kind.STEP_SUCCESS, Kind.STEP_FAILURE):
+            self._write(f"  {step:<{WIDTH}} {self._outcome(event, entry.timestamp)}")
+        elif kind == Kind.STEP_SKIPPED or (event is None and entry.user_message.startswith(ABANDONED.format(step))):
+            self.not_run.append(step)
+        elif (event is None and entry.user_message.startswith(ANNOUNCED)) or (
+            entry.level >= logging.WARNING and kind not in SAID_ELSEWHERE
+        ):
+            self._write(f"  {entry.user_message.strip().splitlines()[0]}", live=self.live)
+
+    def _outcome(self, event, ended: float) -> str:
+        step, took = event.step_key, ""
+        if step in self.began:
+            took = f" {ended - self.began[step]:4.0f} s"
+        if event.event_type == Kind.STEP_FAILURE:
+            return f"FAILED{took}: {failure_reason(event.event_specific_data)}"
+        checks, figures = self.checks.get(step, Counter()), []
+        if step in self.assets:
+            rows = self.summary().rows_by_table
+            figures.append(f"{sum(rows.get(key, 0) for key in self.assets[step]):,} rows")
+        figures += [f"{checks[True]} check{'s' * (checks[True] != 1)} passed"] if checks else []
+        figures += [f"{checks[False]} NOT passed"] if checks[False] else []
+        return f"ok{took}" + (f"  {', '.join(figures)}" if figures else "")
+
+    def close(self) -> None:
+        """The steps the run did not run, in one line."""
+        self._write(f"  {len(self.not_run)} step(s) not run: an upstream step failed" if self.not_run else None)
+
+    def _write(self, line: str | None, live: str = "") -> None:
+        if self.tty and self.live:
+            self.out.write("\r\033[K")  # the live line goes: a finished line or an announcement takes its place
+        if line:
+            self.out.write(f"{line}\n")
+        self.live = live
+        if self.tty:
+            self.out.write(live)
+        self.out.flush()
+
+
+def follow(instance: DagsterInstance, worker: subprocess.Popen, job: str, tags, since: float, out: TextIO | None):
+    """Follows the run `worker` makes until the process ends, its progress written to `out` (None: nothing); returns
+    the run, or None when it made none. The run: of `job` with `tags`, made since `since`, by that process (its
+    worker tags, `defs/run_guard.py`); once the process ended, else the newest such (it failed before its steps)."""
+    made = RunsFilter(job_name=job, tags=dict(tags), created_after=dt.datetime.fromtimestamp(since, dt.UTC))
+    run, progress, cursor = None, None, None
+    while True:
+        try:
+            ended = worker.poll() is not None
+            if run is None:
+                runs = instance.get_runs(made)
+                mine = [r for r in runs if r.tags.get(PID_TAG) == str(worker.pid)]
+                run = next(iter(mine or (runs if ended else [])), None)
+                if run and out:
+                    progress = Progress(out, functools.partial(summarize_run, instance, run.run_id))
+            while run is not None:
+                found = instance.get_records_for_run(run.run_id, cursor)
+                for record in found.records if progress else ():
+                    progress.feed(record.event_log_entry)
+                cursor = found.cursor
+                if not found.has_more:
+                    break
+            if ended:
+                if progress:
+                    progress.close()
+                return run
+            time.sleep(POLL_SECONDS)
+        except KeyboardInterrupt:  # the run got it too (same process group): let it end, then read its last events
+            worker.wait()
+
+
+def job_of_defs(name: str):
+    """A job of the code location, as `dagster job execute -m etr_assets.definitions -j NAME` loads it."""
+    from etr_assets.definitions import defs
+
+    return defs.resolve_job_def(name)
+
+
+def execute(job: str, tags: dict[str, str]) -> bool:
+    """Runs `job` in $DAGSTER_HOME's instance, in this process; whether it succeeded. The result is not opened:
+    opening it would initialise every resource again (a second start of each) to read outputs no one reads."""
+    recon = build_reconstructable_job(__spec__.name, job_of_defs.__name__, (job,))
+    with DagsterInstance.get() as instance:
+        return execute_job(recon, instance, tags=tags, raise_on_error=False).success
+
+
+if __name__ == "__main__":
+    sys.exit(0 if execute(sys.argv[1], json.loads(sys.argv[2])) else 1)
