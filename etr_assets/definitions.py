@@ -1,7 +1,4 @@
-"""The code location: one Definitions object, `defs`, assembled from `etr_assets.defs`.
-
-Importing it reads settings and builds definitions only: no JVM starts until an asset needs Spark.
-"""
+"""The code location, `defs`. Importing it reads settings and builds definitions only: no JVM starts."""
 
 from __future__ import annotations
 
@@ -57,8 +54,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             dead_runs_sensor,
         ],
         resources=build_resources(settings) | ERASURE_RESOURCES,
-        # One process per run, steps in order: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s);
-        # guarded: a run first fails the dead runs of its host and frees their pool slots (defs/run_guard.py).
+        # One process per run: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s).
         executor=in_process_executor,
     )
 

@@ -1,8 +1,5 @@
-"""`etr run`'s run and its progress. The run's process (`python -m etr_assets.run_progress JOB TAGS`) runs the job
-as `dagster job execute` does, less what that command does after: start every resource again to read outputs.
-`etr run` follows the run's event log: a line a step (outcome, time, rows, checks), what the run announces
-(the API and Spark starting: the one long wait), warnings and errors. The rest (Dagster's DEBUG lines, the steps'
-own log lines) is in the full log: `etr run --verbose`, or the run's page in the UI."""
+"""`etr run`'s run (`python -m etr_assets.run_progress JOB TAGS`: `dagster job execute` less its second start of
+every resource) and its progress: a line a step, what the run announces (the API and Spark starting), warnings."""
 
 from __future__ import annotations
 
@@ -34,9 +31,8 @@ WIDTH = 44  # the longest step name: a table's growth check
 
 
 class Progress:
-    """Writes a run's events to `out` as they come. On a terminal the running step shows on a live line, which its
-    finished line replaces; elsewhere only the finished line is written. A step's rows are its assets' in the run's
-    summary (`summary()`), so the two agree."""
+    """Writes a run's events to `out` as they come; on a terminal the running step shows on a live line. A step's
+    rows are its assets' in the run's summary (`summary()`), so the two agree."""
 
     def __init__(self, out: TextIO, summary: Callable[[], RunSummary]):
         self.out, self.live, self.summary = out, "", summary
@@ -66,9 +62,8 @@ class Progress:
             self._write(f"  {entry.user_message.strip().splitlines()[0]}", live=self.live)
 
     def _outcome(self, event, ended: float) -> str:
-        step, took = event.step_key, ""
-        if step in self.began:
-            took = f" {ended - self.began[step]:4.0f} s"
+        step = event.step_key
+        took = f" {ended - self.began[step]:4.0f} s" if step in self.began else ""
         if event.event_type == Kind.STEP_FAILURE:
             return f"FAILED{took}: {failure_reason(event.event_specific_data)}"
         checks, figures = self.checks.get(step, Counter()), []
@@ -95,9 +90,8 @@ class Progress:
 
 
 def follow(instance: DagsterInstance, worker: subprocess.Popen, job: str, tags, since: float, out: TextIO | None):
-    """Follows the run `worker` makes until the process ends, its progress written to `out` (None: nothing); returns
-    the run, or None when it made none. The run: of `job` with `tags`, made since `since`, by that process (its
-    worker tags, `defs/run_guard.py`); once the process ended, else the newest such (it failed before its steps)."""
+    """Follows the run of `job` with `tags` that `worker` makes (its pid tag; once it ended, else the newest such),
+    its progress written to `out` (None: nothing), until the process ends; returns the run, or None."""
     made = RunsFilter(job_name=job, tags=dict(tags), created_after=dt.datetime.fromtimestamp(since, dt.UTC))
     run, progress, cursor = None, None, None
     while True:
@@ -133,8 +127,8 @@ def job_of_defs(name: str):
 
 
 def execute(job: str, tags: dict[str, str]) -> bool:
-    """Runs `job` in $DAGSTER_HOME's instance, in this process; whether it succeeded. The result is not opened:
-    opening it would initialise every resource again (a second start of each) to read outputs no one reads."""
+    """Runs `job` in $DAGSTER_HOME's instance; whether it succeeded. The result is not opened: that would start
+    every resource again to read outputs no one reads."""
     recon = build_reconstructable_job(__spec__.name, job_of_defs.__name__, (job,))
     with DagsterInstance.get() as instance:
         return execute_job(recon, instance, tags=tags, raise_on_error=False).success

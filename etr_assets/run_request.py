@@ -1,15 +1,7 @@
-"""`etr run DAY` / `etr run FIRST..LAST`: which days a run of etr_pipeline is for, checked before anything runs.
-
-A mistake (not a day, a reversed range, a day before the partitions start or one not yet over) is one line naming
-what was wrong, the valid format and the valid days, and no run is launched. A valid request launches the run
-`dg launch --job etr_pipeline --partition D` (or `--partition-range A...B`) launches: the same job and tags, in
-$DAGSTER_HOME's instance (so the UI shows it), followed one line a step (`etr_assets.run_progress`), then its id and
-summary. Inside the job the raw
-assets, its first steps, call `days_of_run` on the run's tags: a run launched some other way without a day, or
-with a reversed range, fails there with the same line before any table is touched.
-
-Only the standard library at module level: `etr` commands must not import Dagster or pyspark to check a day.
-"""
+"""`etr run DAY|FIRST..LAST`: the days checked (a mistake is one line, and no run), then the run `dg launch` makes
+(same job and tags, in $DAGSTER_HOME's instance), followed a line a step, then its id and summary. The raw assets
+check a run's tags with `days_of_run`, so a run launched otherwise fails the same way before touching a table.
+Only the standard library at module level: `etr` must not import Dagster or pyspark to check a day."""
 
 from __future__ import annotations
 
@@ -62,8 +54,7 @@ class Days:
 
 def last_complete_day(now: dt.datetime | None = None) -> dt.date:
     """The newest daily partition: the day before today, UTC (a DailyPartitionsDefinition ending at end_offset 0)."""
-    now = now or dt.datetime.now(dt.UTC)
-    return now.astimezone(dt.UTC).date() - dt.timedelta(days=1)
+    return (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date() - dt.timedelta(days=1)
 
 
 def _mistake(what: str, start: dt.date, now: dt.datetime | None) -> RunRequestError:
@@ -102,25 +93,20 @@ def parse_request(text: str | None, start: dt.date, now: dt.datetime | None = No
     text = (text or "").strip()
     if not text:
         raise _mistake("no day given", start, now)
-    ranged = RANGE.fullmatch(text)
-    if ranged:
+    if ranged := RANGE.fullmatch(text):
         return _days(ranged[1].strip(), ranged[2].strip(), text, start, now)
     day = _day(text, start, now)
     return Days(day, day)
 
 
 def days_of_run(tags: Mapping[str, str], start: dt.date, now: dt.datetime | None = None) -> Days:
-    """The days a run of etr_pipeline is for, from its tags, checked as `parse_request` checks a request: the
-    job's first steps call this, so a run launched without a day, or with an empty or reversed range, fails there."""
+    """The days a run of etr_pipeline is for, from its tags, checked as `parse_request` checks a request."""
     if tags.get(PARTITION_TAG):
         return parse_request(tags[PARTITION_TAG], start, now)
     first, last = tags.get(RANGE_START_TAG, "").strip(), tags.get(RANGE_END_TAG, "").strip()
     if first or last:
         return _days(first, last, f"{first}...{last}", start, now)
     raise _mistake(f"no day given ({JOB} runs for a partition or a range of them)", start, now)
-
-
-# --- launching -----------------------------------------------------------------------------------------------
 
 
 def dagster_home(etr_home: Path, environ: Mapping[str, str] | None = None) -> Path:
@@ -138,9 +124,8 @@ def dagster_home(etr_home: Path, environ: Mapping[str, str] | None = None) -> Pa
 
 
 def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = False) -> int:
-    """`etr run`: check the request, launch its run and follow it (one line a step; `verbose`: Dagster's whole log
-    instead), end with its id and summary. The exit code: 0 when the run succeeded, 1 when it failed, 2 (and no
-    run) for a mistake in the request."""
+    """`etr run`: check the request, launch its run, follow it (`verbose`: Dagster's whole log), end with its id and
+    summary. Exits 0 when the run succeeded, 1 when it failed, 2 (and no run) for a mistake in the request."""
     try:
         days = parse_request(request, start)
     except RunRequestError as mistake:
@@ -156,8 +141,7 @@ def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = Fal
     from etr_assets.run_progress import follow
     from etr_assets.run_summary import summarize_run
 
-    # The instance opened (its storage made, if new) before the run's process opens it too; that process's own log
-    # (Dagster's console log) kept aside, shown when it made no run.
+    # The instance opened (its storage made) before the run's process opens it; that process's log shown if no run.
     with DagsterInstance.from_config(str(home)) as instance, tempfile.TemporaryFile("w+") as log:
         launched, quiet = time.time(), {"stdout": log, "stderr": subprocess.STDOUT}
         command = [sys.executable, "-m", "etr_assets.run_progress", JOB, json.dumps(days.tags)]  # dg launch's tags

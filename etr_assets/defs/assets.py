@@ -1,9 +1,5 @@
 """Every asset of etr_pipeline, one daily partition per business day, and the sensor for raw batches left pending.
-
-Raw: each endpoint's day fetched into the raw zone as a new batch. Tables, one asset per layer of
-`etr_assets.pipeline.layers`, each one call of the layer runner (`etr_assets.defs.resources`: in this run's Spark, or
-on Glue / EMR Serverless through Dagster Pipes); a partition range (a single-run backfill) rebuilds all of its days
-in one Spark job and one Iceberg commit per table."""
+Each table asset is one call of the layer runner; a partition range rebuilds its days in one commit per table."""
 
 import datetime as dt
 
@@ -164,18 +160,15 @@ def build_pending_batches_sensor(settings: Settings):
         ),
     )
     def raw_pending_batches(context: dg.SensorEvaluationContext, raw_zone: RawZoneResource):
-        zone = raw_zone.zone()
-        now = dt.datetime.now(dt.UTC)
-        requests, seen = [], []
+        zone, now, requests, seen = raw_zone.zone(), dt.datetime.now(dt.UTC), [], []
         for endpoint in ENDPOINTS:
             for stale in zone.stale(SOURCE, endpoint, now, threshold):
                 seen.append(
                     f"{stale.batch.key} ({stale.age.total_seconds() / 3600:.1f} h, "
                     f"{'downloaded' if stale.sealed else 'download incomplete'})"
                 )
-                selection = [table_key(spec) for spec in _RERUN_AFTER_RAW[endpoint]]
-                if not stale.sealed:
-                    selection = [raw_key(endpoint), *selection]
+                selection = [] if stale.sealed else [raw_key(endpoint)]
+                selection += [table_key(spec) for spec in _RERUN_AFTER_RAW[endpoint]]
                 requests.append(
                     dg.RunRequest(
                         run_key=stale.batch.key,

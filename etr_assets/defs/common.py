@@ -36,22 +36,15 @@ def previous_day(key: dg.AssetKey) -> dg.AssetDep:
 
 
 def table_pool(settings: Settings, spec: TableSpec) -> str | None:
-    """One writer per table at a time where the catalog cannot arbitrate commits (local Hadoop catalog); for SCD2
-    tables everywhere (their keyed MERGEs conflict with any concurrent commit and would only retry); and for
-    bronze everywhere (a day's first load is an append, which Iceberg does not check against another first load)."""
+    """One writer per table where the catalog cannot arbitrate commits (local), for SCD2 (keyed MERGEs conflict with
+    any commit) and for bronze (Iceberg does not check a first load's append against another's)."""
     single_writer = settings.profile == Profile.LOCAL or spec.scd2 or spec.namespace == "bronze"
     return f"iceberg_{spec.namespace}_{spec.name}" if single_writer else None
 
 
 def table_check_specs(spec: TableSpec, days: dg.DailyPartitionsDefinition) -> list[dg.AssetCheckSpec]:
-    """The checks a table asset reports with each materialization, derived from its spec; by day (`days`) when the
-    table has a day column.
-
-    Blocking (ERROR): each expectation and the unique key. Silver and gold evaluate them on the audit branch before
-    publishing; other tables evaluate them after writing, and a failure stops downstream assets.
-    Non-blocking (WARN): each reference of the spec, the row-count anomaly for tables with daily partitions, the
-    records a bronze refused into quarantine, and the rows a per-record expectation held back.
-    """
+    """The checks a table asset reports with each materialization, from its spec; by day when it has a day column.
+    Expectations and the unique key block (before publishing where WAP is on, else after writing); the rest warn."""
 
     def check(name: str, description: str, blocking: bool = False) -> dg.AssetCheckSpec:
         partitions = days if spec.day_column else None
@@ -134,16 +127,13 @@ def as_metadata(figures: dict[str, object]) -> dict[str, object]:
 
 
 def record_days(context, figures: dict[str, object]) -> None:
-    """Each day's own figures on its partition (`day_figures`): a range run's materialization of a day says that
-    day's rows, not the run's; what is the one commit's (snapshot, files) stays, with the run's days (`run_days`).
-    A day the step wrote without being asked (a pending batch it finished, a snapshot day a history took in) is
-    recorded as a materialization of that partition, with a warning, so the UI's partitions and staleness say what
-    the table holds. Call before yielding the materialization."""
+    """Each day's own figures on its partition (a range run's day says its rows, with `run_days`), and a day written
+    without being asked as a materialization of its partition, with a warning. Call before yielding the
+    materialization."""
     days, requested = day_figures(figures), context.partition_keys  # every asset here is partitioned
     run_days = requested[0] + (f"...{requested[-1]}" if len(requested) > 1 else "")
     for day in requested:
-        shared = {"run_days": run_days} if len(requested) > 1 else {}
-        if metadata := as_metadata(days.get(day, {})) | shared:
+        if metadata := as_metadata(days.get(day, {})) | ({"run_days": run_days} if len(requested) > 1 else {}):
             context.add_asset_metadata(metadata, partition_key=day)
     unrequested = sorted(written_days(figures) - set(requested))
     if not unrequested:
@@ -172,11 +162,9 @@ def check_results(outcomes: list[CheckOutcome]) -> list[dg.AssetCheckResult]:
 
 
 def on_partitions(context: dg.AssetExecutionContext, results: list[dg.AssetCheckResult]):
-    """The check results as the run should record them. A one-day run: as they are (Dagster puts a check of days
-    on the day's partition). A range run: a check of days gives one evaluation per day, on that day's partition,
-    with the day's figure and verdict (from `by_day` and `days_failed`; Dagster itself would record one result
-    without a partition, which the UI cannot place on any day), then the check's output, as Dagster's own result
-    does: downstream steps are gated on it. Yield these after the materialization they check."""
+    """The check results as they are, but on a range run one evaluation per day of a check of days (Dagster would
+    record one without a partition, which the UI cannot place), then the check's output, which gates downstream
+    steps. Yield these after the materialization they check."""
     selected = context.selected_asset_check_keys
     checks = context.assets_def.check_specs_by_output_name.items()
     outputs = {spec.name: (output, spec) for output, spec in checks if spec.key in selected}
@@ -212,14 +200,10 @@ def on_partitions(context: dg.AssetExecutionContext, results: list[dg.AssetCheck
 
 
 def table_asset(settings: Settings, spec: TableSpec, deps: list[dg.AssetKey | dg.AssetDep], description: str):
-    """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies.
-
-    A table with a day column has its checks partitioned by day too (a result per day's partition; a preview in
-    Dagster 1.13), which a range run records day by day (`on_partitions`). `deps` without a partition mapping read the
-    same day."""
-    partitions = daily_partitions(settings)
+    """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies; `deps`
+    without a partition mapping read the same day."""
+    partitions, key = daily_partitions(settings), table_key(spec)
     checks = table_check_specs(spec, partitions)
-    key = table_key(spec)
     return dg.multi_asset(
         name=key.to_python_identifier(),  # the step key, as an @asset of this key had
         specs=[

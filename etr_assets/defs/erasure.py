@@ -1,12 +1,6 @@
-"""The `gdpr_erasure` job: erase customers everywhere, expire history, prove nothing is left (lake/erasure.py).
-
-Launched with the request's reference only: `etr erase --reference REF IDS...` records the ids in the request
-store (lake/erasure/store.py, in the raw zone's storage), so they never reach the run's config, tags, logs or
-metadata (counts and keyed hashes only). Steps, in order: `gdpr_request` (read and validate the request) ->
-`erase_raw_zone` -> one `erase_<table>` per personal-data table, upstream layers first -> `prove_erasure` (which,
-once proven, rewrites the request with the keyed hashes only). Each table step holds the pool of that table's
-writer, so it never races a materialization of the table; each records what it did in audit.gdpr_actions as it goes.
-"""
+"""The `gdpr_erasure` job: erase customers everywhere, expire history, prove nothing is left (lake/erasure/).
+Launched with the request's reference only (`etr erase` records the ids in the request store), so the ids never
+reach the run's config, tags, logs or metadata. Each table step holds its writer's pool: it never races a write."""
 
 import dagster as dg
 from pydantic import Field

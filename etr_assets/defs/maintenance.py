@@ -1,8 +1,5 @@
-"""Checks read from each table's Iceberg metadata through pyiceberg (no data read, no JVM), and maintenance:
-`table_health` and `commits_outside_dagster` (commits Dagster's freshness cannot see; recorded by its sensor) on
-every table asset, the `table_maintenance` job (one op per table, each in its table's pool), a sensor that runs it
-for tables whose health warns, and a weekly schedule that runs it for every table. The work is done by
-etr_assets.lake.health / .maintenance / .quality."""
+"""Checks from each table's Iceberg metadata (pyiceberg, no JVM): `table_health` and `commits_outside_dagster`, and
+the `table_maintenance` job (an op per table, in its pool) with its health sensor and weekly schedule."""
 
 import dataclasses
 import json
@@ -59,9 +56,6 @@ def build_maintenance(
     )
 
 
-# --- the check -------------------------------------------------------------------------------------------------
-
-
 def health_check(settings: Settings, spec: TableSpec) -> dg.AssetChecksDefinition:
     limits = spec.health
 
@@ -107,17 +101,13 @@ def health_check(settings: Settings, spec: TableSpec) -> dg.AssetChecksDefinitio
     return table_health_check
 
 
-# --- the job ---------------------------------------------------------------------------------------------------
-
-
 def op_suffix(spec: TableSpec) -> str:
     return f"{spec.namespace}__{spec.name}"
 
 
 def maintenance_pool(settings: Settings, spec: TableSpec) -> str:
-    """The pool of the table's writer where it has one (a quarantine table's is its bronze asset's): maintenance
-    then takes turns with writes, as the Hadoop catalog needs; otherwise a pool of its own, so two maintenances
-    of one table never overlap."""
+    """The pool of the table's writer where it has one (a quarantine table's: its bronze's), so maintenance takes
+    turns with writes; otherwise its own, so two maintenances of one table never overlap."""
     return table_pool(settings, writer_spec(spec)) or f"iceberg_maintenance_{spec.namespace}_{spec.name}"
 
 
@@ -220,9 +210,6 @@ def tables_config(tables: list[str]) -> dict[str, object]:
     return {"ops": {SELECT_OP: {"config": {"tables": tables}}}}
 
 
-# --- sensor and schedule ---------------------------------------------------------------------------------------
-
-
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -249,8 +236,7 @@ def health_sensor(
             health = table_health(settings, spec)
             if not health.needs_maintenance:
                 continue
-            # A maintenance of this table queued or running (the sensor's runs carry the etr/table tag) will fix this
-            # state; the pool would only queue more.
+            # A maintenance of this table queued or running (etr/table tag) will fix it; the pool would only queue more.
             in_flight = dg.RunsFilter(job_name=JOB_NAME, tags={"etr/table": spec.identifier}, statuses=IN_FLIGHT)
             if context.instance.get_runs(filters=in_flight, limit=1):
                 context.log.info(f"{spec.identifier}: {health.status}, maintenance already queued or running")
@@ -271,8 +257,6 @@ def health_sensor(
 
     return table_health_maintenance
 
-
-# --- commits outside Dagster ------------------------------------------------------------------------------------
 
 OUTSIDE = "commits_outside_dagster"
 

@@ -1,9 +1,6 @@
-"""Dagster resources, configured from the profile's settings: thin handles on the lake, the raw zone and the API,
-and the layer runner, which decides where a table layer runs: in the run's own Spark (`ETR_COMPUTE=local`), or as a
-Glue 5.0 / EMR Serverless job through Dagster Pipes. Either way `etr_assets.pipeline.layers.report_layer` runs it
-(in the job: `etr_assets/remote/run_layer.py`, which sends the report back) and `show` records the report. Every
-table asset's body is `yield from layer_runner.run(...)`. `Compute.SUBPROCESS` runs the job script in a child
-process on this machine (its own JVM): what the tests use to exercise the whole protocol without AWS."""
+"""Dagster resources from the profile's settings: the lake, the raw zone, the API, and the layer runner, which runs
+a table layer (`pipeline.layers.report_layer`) in the run's Spark, as a Glue / EMR Serverless job through Pipes, or
+(`Compute.SUBPROCESS`, for tests) as the job script in a child process; `show` records its report."""
 
 from __future__ import annotations
 
@@ -46,8 +43,7 @@ class LakeResource(dg.ConfigurableResource):
             spark = self.spark.spark_session
             log.info(f"{SPARK_STARTED} after {time.monotonic() - began:.0f} s")
         spark = self.spark.spark_session
-        # A session made earlier in this process (getOrCreate) may not know this catalog yet: catalog
-        # settings are read lazily by Spark, so setting them here always takes effect.
+        # A session made earlier (getOrCreate) may not know this catalog: Spark reads catalog settings lazily.
         for key, value in self.catalog_conf.items():
             spark.conf.set(key, value)
         return spark
@@ -124,9 +120,8 @@ class LayerRunner(dg.ConfigurableResource):
         raw_zone: RawZoneResource | None = None,
         options: dict | None = None,
     ):
-        """Build and finish the asset's layer (named by its key) for the run's days, here or in a remote job; yields
-        the materialization and the check results. Bronze's raw zone (run) config travels with the request, so a
-        remote bronze obeys it too."""
+        """Build and finish the asset's layer for the run's days, here or in a remote job (with bronze's raw zone
+        config); yields the materialization and the check results."""
         layer = context.asset_key.to_user_string()
         policy = raw_zone.policy() if raw_zone else {}
         request = LayerRequest(layer, context.partition_keys, branch_name(context.run.run_id), policy | (options or {}))
@@ -151,9 +146,8 @@ class LayerRunner(dg.ConfigurableResource):
         yield from show(context, Report.from_json(report))
 
     def _aws_pipes_client(self):
-        """dagster-aws writes each run's messages under a random top-level key; here they go under `pipes/`, inside
-        what the IAM policy grants and what the bucket's lifecycle rule expires. (dagster-aws is imported only when a
-        run goes remote: it costs a second at import.)"""
+        """Messages under `pipes/` (dagster-aws picks a random top-level key), which the IAM policy grants and the
+        lifecycle rule expires. dagster-aws is imported only here: it costs a second at import."""
         import boto3
         from dagster_aws.pipes import (
             PipesEMRServerlessClient,
@@ -171,10 +165,8 @@ class LayerRunner(dg.ConfigurableResource):
         s3 = boto3.client("s3", region_name=self.region, endpoint_url=self.s3_endpoint or None)
         injector = PipesS3ContextInjector(bucket=self.bucket, client=s3, key_prefix=PIPES_PREFIX)
         reader = PrefixedS3MessageReader(bucket=self.bucket, client=s3, interval=2)
-        client = self.aws_client()
-        if self.compute == Compute.GLUE:
-            return PipesGlueClient(context_injector=injector, message_reader=reader, client=client)
-        return PipesEMRServerlessClient(client=client, context_injector=injector, message_reader=reader)
+        pipes = PipesGlueClient if self.compute == Compute.GLUE else PipesEMRServerlessClient
+        return pipes(client=self.aws_client(), context_injector=injector, message_reader=reader)
 
 
 def show(context: dg.AssetExecutionContext, report: Report):

@@ -1,15 +1,7 @@
-"""A run whose process died (kill -9, an out-of-memory kill, a lost machine) must not wedge the runs after it.
-
-Such a run stays STARTED for ever and keeps its table pool slots: the next run of that table waits without end.
-Dagster's run monitoring cannot tell, because the default run launcher has no worker health check, and it frees
-the slots only of runs that *ended*. So every run of this code location records its process as run tags (host,
-pid, process start time) and, before any of its steps claims a slot, fails the runs of the same host whose process
-is gone and frees their slots (`reap_dead_runs`). The `dead_runs` sensor does the same every minute under the
-daemon (`dagster dev`), so a wedged pool is freed even when no new run starts.
-
-The same executor ends every run with its summary in the run's log (`etr_assets.run_summary`: assets materialized,
-rows written, checks passed / warned / failed), so a `dg launch` prints it last and the UI shows it on the run. A
-run whose request is wrong (no day, a reversed range) ends at the first step that says so: one failure, in one line.
+"""A run whose process died (kill -9, out of memory) stays STARTED and keeps its pool slots, and the default run
+launcher has no health check to tell: so every run records its process in run tags and, before its steps claim a
+slot, fails this host's runs whose process is gone and frees their slots; the `dead_runs` sensor does it every minute.
+The same executor ends every run's log with its summary, and ends a run whose request is wrong at its first failure.
 """
 
 from __future__ import annotations
@@ -28,8 +20,7 @@ _WATCHED = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
 def process_started(pid: int) -> str | None:
-    """The process's start time as the kernel counts it (ticks since boot), to tell a reused pid apart;
-    "" where /proc is not available; None when no such process exists."""
+    """The process's start time in ticks since boot (a reused pid differs); "" without /proc; None: no process."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[19]
@@ -108,14 +99,12 @@ class GuardedExecutor(dg.Executor):
                     break  # the run's days are wrong for every step: one failure says so, no other step runs
         finally:
             events.close()  # the inner executor's resources and step contexts end as on an interrupted run
+            outcome = f"{failed_steps} step(s) failed" if failed_steps else "every step succeeded"
             try:
-                summary = summarize_run(instance, run_id)
+                if summary := summarize_run(instance, run_id):
+                    plan_context.log.info("\n".join(summary.lines(outcome)))
             except Exception as exc:  # noqa: BLE001 - a summary must never fail a run or hide why it failed
                 plan_context.log.warning(f"no run summary: {type(exc).__name__}: {exc}")
-                summary = None
-            if summary is not None:
-                outcome = f"{failed_steps} step(s) failed" if failed_steps else "every step succeeded"
-                plan_context.log.info("\n".join(summary.lines(outcome)))
 
 
 @dg.executor(
