@@ -10,7 +10,7 @@ the next share, so every case starts from the same state.
   merged, in one MERGE;
 - ours, daily path: `apply_log` (what `build_landing` runs) after batch 1 was appended to the observation log: one
   new batch after everything the table has seen, so it is compared with the current rows only, and the closes (a
-  MERGE) and new versions (an append) are published together by one fast-forward of main (scd2_current.py). The
+  MERGE) and new versions (an append) are published together by one fast-forward of main (scd2_incremental.py). The
   benchmark fails unless it took that path and its versions equal the recompute's;
 - requirement R2, faithfully in Spark: (1) a temporary view over the batch's files with ROW_NUMBER per id and the file
   path (Spark requires an ORDER BY in ROW_NUMBER's window: the file path; Athena's `"$path"` is Spark's

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 
 class Scd2Method(StrEnum):
-    """How an SCD2 apply was done: every observation recomputed, only the keys new observations change rewritten
-    from their first change on (scd2_window.py), one new batch compared with the current rows (scd2_current.py), or
-    nothing to do."""
+    """How an SCD2 apply was done: every observation recomputed; incrementally (scd2_incremental.py), with some keys
+    rewritten from their first change on (the window), or every key settled by the current versions; or nothing
+    to do."""
 
     RECOMPUTE = "recompute"
     WINDOW = "window"
@@ -51,15 +51,6 @@ class Applied:
 
     result: Scd2Result
     watermark: int | None
-
-
-@dataclasses.dataclass(frozen=True)
-class Declined:
-    """The daily path cannot place these records (`reason`); `batches`: the new rows' (`_batch_id`, snapshot micros,
-    latest sequence micros) when it read them, so the window need not read them again."""
-
-    reason: str
-    batches: tuple[tuple[str, int, int], ...] = ()
 
 
 def observations(records: DataFrame, scd2: Scd2, mode: str, snapshot_time_column: str = "_snapshot_at", held=None):
@@ -132,10 +123,24 @@ def history(events: DataFrame, spec: TableSpec) -> DataFrame:
 def merge_scd2(spark: SparkSession, catalog: str, spec: TableSpec, versions, keys, existing=None) -> Scd2Result:
     """Make the table's rows for `keys` (or the `existing` rows given) equal `versions`, in one MERGE of only
     what differs."""
+    target = spec.qualified(catalog)
+    delta, counts = scd2_delta(spark, spec, target, versions, keys, existing)
+    try:
+        if not counts:
+            return Scd2Result(target, 0, 0, 0, None)
+        write_delta(spark, spec, target, delta)
+    finally:
+        delta.unpersist()
+    inserted, updated, deleted = (counts.get(action, 0) for action in ("insert", "update", "delete"))
+    return Scd2Result(target, inserted, updated, deleted, current_snapshot_id(spark, target))
+
+
+def scd2_delta(spark: SparkSession, spec: TableSpec, target: str, versions, keys, existing=None):
+    """(the rows to insert, update and delete, cached, with their `_action`; how many of each) that make `target`'s
+    rows for `keys` (or the `existing` rows given) equal `versions`."""
     from pyspark.sql import functions as F
 
     scd2 = _scd2_of(spec)
-    target = spec.qualified(catalog)
     # Lineage is not compared: a re-download of the same data under a new batch id changes no history, so it
     # must not rewrite rows (it keeps pointing at the batch that first delivered the version).
     compared = [c for c in spec.column_names if c not in ("_ingested_at", "_source_file", "_batch_id")]
@@ -161,21 +166,22 @@ def merge_scd2(spark: SparkSession, catalog: str, spec: TableSpec, versions, key
         for c in spec.column_names
     ]
     delta = joined.select(*carried, action.alias("_action")).where(F.col("_action").isNotNull()).cache()
-    counts = {row["_action"]: row["count"] for row in delta.groupBy("_action").count().collect()}
-    if not counts:
-        delta.unpersist()
-        return Scd2Result(target, 0, 0, 0, None)
+    return delta, {row["_action"]: row["count"] for row in delta.groupBy("_action").count().collect()}
 
+
+def write_delta(spark: SparkSession, spec: TableSpec, target: str, delta) -> None:
+    """One MERGE of `scd2_delta`'s rows into `target` (a table, or a branch of one)."""
+    key = _scd2_of(spec).key
     view = f"scd2_delta_{uuid.uuid4().hex[:12]}"
     delta.createOrReplaceTempView(view)
     columns = spec.column_names
-    updates = ", ".join(f"t.{c} = s.{c}" for c in columns if c not in (scd2.key, "_valid_from"))
+    updates = ", ".join(f"t.{c} = s.{c}" for c in columns if c not in (key, "_valid_from"))
     try:
         spark.sql(
             f"""
             MERGE INTO {target} t
             USING {view} s
-            ON t.{scd2.key} = s.{scd2.key} AND t._valid_from = s._valid_from
+            ON t.{key} = s.{key} AND t._valid_from = s._valid_from
             WHEN MATCHED AND s._action = 'delete' THEN DELETE
             WHEN MATCHED AND s._action = 'update' THEN UPDATE SET {updates}
             WHEN NOT MATCHED AND s._action = 'insert' THEN INSERT ({", ".join(columns)})
@@ -184,14 +190,6 @@ def merge_scd2(spark: SparkSession, catalog: str, spec: TableSpec, versions, key
         )
     finally:
         spark.catalog.dropTempView(view)
-        delta.unpersist()
-    return Scd2Result(
-        target,
-        counts.get("insert", 0),
-        counts.get("update", 0),
-        counts.get("delete", 0),
-        current_snapshot_id(spark, target),
-    )
 
 
 def apply_observations(

@@ -1,8 +1,7 @@
 """Keep an SCD2 table in line with its observation log (bronze), reading only what the log gained since the cursor
-(a table property: the log snapshot applied, the table's snapshot after it, the watermark). One new batch after the
-watermark takes the daily path (`scd2_current`); anything else the log gained or replaced takes the window
-(`scd2_window`); an erasure, a rollback or an expired cursor snapshot recomputes, and says why (docs/scd2.md,
-"Applying only what the log gained")."""
+(a table property: the log snapshot applied, the table's snapshot after it, the watermark): what the log gained or
+replaced is applied incrementally (`scd2_incremental`); an erasure, a rollback or an expired cursor snapshot
+recomputes, and says why (docs/scd2.md, "Applying only what the log gained")."""
 
 from __future__ import annotations
 
@@ -13,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.incremental import changed_only_by, days_changed_by, lineage_since, snapshot_in_metadata
-from etr_assets.lake.scd2 import Declined, Scd2Method, Scd2Result, recompute, with_retries
-from etr_assets.lake.scd2_current import apply_current
-from etr_assets.lake.scd2_window import LogWindow, apply_window
+from etr_assets.lake.scd2 import Scd2Method, Scd2Result, recompute, with_retries
+from etr_assets.lake.scd2_incremental import apply_incremental
+from etr_assets.lake.scd2_window import LogWindow
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
@@ -107,28 +106,16 @@ def apply_log(
                 # a removed record they still send changes nothing.
                 beside = sorted({d + offset for d in reloaded for offset in (-ONE_DAY, ONE_DAY)} - reloaded)
                 still_sent = to_records(at_head.where(F.col(snapshot_day).isin(beside)))
-                applied = Declined("reloaded day(s): " + ", ".join(str(day) for day in sorted(reloaded)))
             else:
                 new_records = to_records(appended)
-                applied = apply_current(spark, catalog, spec, new_records, mode, cursor.watermark_micros, base, held)
-            if isinstance(applied, Declined):
-                note = applied.reason if reloaded else f"not by current rows: {applied.reason}"
-                window = LogWindow(log, head, to_records, snapshot_day)
-                applied = apply_window(
-                    spark,
-                    catalog,
-                    spec,
-                    new_records,
-                    mode,
-                    cursor.watermark_micros,
-                    base,
-                    window,
-                    held,
-                    removed,
-                    still_sent,
-                    batches=list(applied.batches),
+            window = LogWindow(log, head, to_records, snapshot_day)
+            args = (mode, cursor.watermark_micros, base, window, held, removed, still_sent)
+            applied = apply_incremental(spark, catalog, spec, new_records, *args)
+            if reloaded:
+                days = ", ".join(str(day) for day in sorted(reloaded))
+                result = dataclasses.replace(
+                    applied.result, reason=f"{applied.result.reason} (reloaded day(s): {days})"
                 )
-                result = dataclasses.replace(applied.result, reason=f"{applied.result.reason} ({note})")
                 applied = dataclasses.replace(applied, result=result)
             _advance(spark, target, applied.result, head, applied.watermark)
             return applied.result

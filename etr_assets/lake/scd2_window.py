@@ -1,7 +1,7 @@
 """SCD2 history rewritten only where new log rows change it: the keys they affect, from each key's first change
 (`_lo`) on, rebuilt from its *anchor* (the last version starting before `_lo`) and every raw observation since, read
-from the log days that can hold them. Used for several batches at once, a late, repeated or reloaded day, and a
-record older than the watermark (docs/scd2.md, "The window")."""
+from the log days that can hold them: what `scd2_incremental` does with the keys the current versions cannot settle
+(docs/scd2.md, "The window")."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
-from etr_assets.lake.scd2 import Applied, Scd2Method, Scd2Result, history, in_snapshot, merge_scd2, observations
+from etr_assets.lake.scd2 import history, in_snapshot, observations
 from etr_assets.lake.specs import SCD2_COLUMNS, STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec
 from etr_assets.lake.writes import iceberg_table
 
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 # Affected keys sent whole to every task that reads the log's window (a key and a time: tens of MB at most).
 BROADCAST_KEYS = 2_000_000
 _LINEAGE = ("_batch_id", "_source_file")
+# The order `scd2.observations` picks a key's latest record by, and what identifies the record picked (the file by a
+# hash: a path is long, and the picks may be sent to every task).
+_ORDER = ("_seq", "_file_rank", "_tie")
+PICKED = ("_seq", "_file_hash", "_tie")
 _VERSION_COLUMNS = {c.name for c in SCD2_COLUMNS}
 
 
@@ -36,73 +40,59 @@ class LogWindow:
     snapshot_day: str | None = None
 
 
-def apply_window(
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """The versions the affected keys (`keys`: key, `_lo`) should have from each one's anchor on, the rows they
+    replace (`existing`), why (`reason`), and the frames cached for them (unpersist after the write)."""
+
+    versions: DataFrame
+    existing: DataFrame
+    keys: DataFrame
+    count: int
+    reason: str
+    cached: tuple
+
+
+def rewrite(
     spark: SparkSession,
-    catalog: str,
     spec: TableSpec,
+    table: DataFrame,
+    state,
+    present: DataFrame,
     new_records: DataFrame,
     mode: str,
     watermark: int,
-    base: int | None,
     window: LogWindow,
+    batches: list[tuple],
     held: DataFrame | None = None,
     removed_records: DataFrame | None = None,
     still_sent: DataFrame | None = None,
-    batches: list[tuple] | None = None,
-) -> Applied:
-    """Apply the log's new rows (`new_records`, scd2.observations' input) to the keys they change. `base`: the
-    table's snapshot the caller checked (None: still empty), whose versions are compared and rewritten; `watermark`:
-    the latest observation time applied before, in microseconds. `removed_records`: the rows the log no longer holds
-    (days it replaced), as records; `new_records` then holds every row of those days; `still_sent`: other rows the
+) -> Rewrite | None:
+    """What the new rows (`new_records`; `present`, their latest record per key and batch) change in `table`'s
+    versions (those of the keys to look at), or None when they change nothing. `removed_records`: the rows the log no
+    longer holds (days it replaced); `new_records` then holds every row of those days; `still_sent`: other rows the
     log holds that may send the removed records again (the days beside); `batches`: (`_batch_id`, snapshot micros,
-    latest sequence micros) of `new_records`, when the caller has them."""
+    latest sequence micros) of `new_records`; `watermark`: the latest observation time applied before (micros)."""
     from pyspark.sql import functions as F
 
-    scd2 = spec.scd2
-    key, target = scd2.key, spec.qualified(catalog)
-    batches = batches or [
-        (row["_batch_id"], row["_snapshot"], row["_latest"])
-        for row in new_records.groupBy("_batch_id", F.unix_micros("_snapshot_at").alias("_snapshot"))
-        .agg(F.max(F.unix_micros(scd2.sequence)).alias("_latest"))
-        .collect()
-    ]
-    times = [b[2] for b in batches] + ([b[1] for b in batches] if mode == FeedMode.FULL else [])
-    watermark_after = max(t for t in (watermark, *times) if t is not None)
-    table = (
-        spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
-    )
-    state = _state(spark, spec, target)
-    # Not cached: the two classifications that read it run at once, each scan on a core of its own.
-    present = _latest_records(spec, new_records)
+    key = spec.scd2.key
     changes = affected_keys(spec, table, state, present, mode, batches, held, removed_records, still_sent).cache()
-    gained = f"{len(batches)} new batch(es)"
-    if removed_records is not None:
-        gone = removed_records.select("_batch_id").distinct().count()
-        gained = f"{gained} replacing {gone} removed one(s)"
-    try:
-        stats = changes.agg(F.count("*").alias("keys"), F.min(F.unix_micros("_lo")).alias("lo")).first()
-        if not stats["keys"]:
-            reason = f"{gained} whose every observation the versions already imply"
-            return Applied(Scd2Result(target, 0, 0, 0, None, Scd2Method.WINDOW, reason), watermark_after)
-        lo = stats["lo"]
-        affected = F.broadcast(changes) if stats["keys"] <= BROADCAST_KEYS else changes
-        if lo > watermark:  # every observation at or after `lo` arrived in the new rows
-            records, snapshots, source = new_records, batches, "the new rows only"
-        else:
-            records = _window_records(spark, spec, window, mode, lo)
-            snapshots = _snapshots_since(records, lo) if mode == FeedMode.FULL else []
-            source = f"the log since {_when(lo)}" + (f" ({len(snapshots)} snapshot(s))" if snapshots else "")
-        records = records.join(affected, key, "left_semi")
-        versions, existing, cached = _rebuild(spark, spec, table, records, affected, mode, snapshots, held)
-        try:
-            result = merge_scd2(spark, catalog, spec, versions, changes, existing=existing)
-        finally:
-            for frame in cached:
-                frame.unpersist()
-        reason = f"{gained} change {stats['keys']} key(s) from {_when(lo)} on; read {source}"
-        return Applied(dataclasses.replace(result, method=Scd2Method.WINDOW, reason=reason), watermark_after)
-    finally:
+    stats = changes.agg(F.count("*").alias("keys"), F.min(F.unix_micros("_lo")).alias("lo")).first()
+    if not stats["keys"]:
         changes.unpersist()
+        return None
+    lo = stats["lo"]
+    affected = F.broadcast(changes) if stats["keys"] <= BROADCAST_KEYS else changes
+    if lo > watermark:  # every observation at or after `lo` arrived in the new rows
+        records, snapshots, source = new_records, batches, "the new rows only"
+    else:
+        records = _window_records(spark, spec, window, mode, lo)
+        snapshots = _snapshots_since(records, lo) if mode == FeedMode.FULL else []
+        source = f"the log since {when(lo)}" + (f" ({len(snapshots)} snapshot(s))" if snapshots else "")
+    records = records.join(affected, key, "left_semi")
+    versions, existing, cached = _rebuild(spark, spec, table, records, affected, mode, snapshots, held)
+    reason = f"change {stats['keys']} key(s) from {when(lo)} on; read {source}"
+    return Rewrite(versions, existing, changes, stats["keys"], reason, (*cached, changes))
 
 
 def affected_keys(
@@ -118,14 +108,14 @@ def affected_keys(
 ) -> DataFrame:
     """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does (module
     docstring). `table`: the SCD2 table's rows to compare with, `state` their state hash; `present`: the new rows'
-    latest record per key and batch (`_latest_records`); `batches`: (`_batch_id`,
+    latest record per key and batch (`latest_records`); `batches`: (`_batch_id`,
     snapshot micros, ...) of the new rows; `removed_records`: rows the log no longer holds (None: it only gained);
     `still_sent`: other rows it still holds, which may send removed records again."""
     from pyspark.sql import functions as F
 
     spark, scd2 = present.sparkSession, spec.scd2
     key = scd2.key
-    versions = table.select(key, "_valid_from", "_valid_to", state.alias("_state"), _others(spec).alias("_others"))
+    versions = table.select(key, "_valid_from", "_valid_to", state.alias("_state"), others_hash(spec).alias("_others"))
     p, v = present.alias("p"), versions.alias("v")
     covers = (F.col(f"p.{key}") == F.col(f"v.{key}")) & (F.col("v._valid_from") <= F.col("p._seq"))
     covers = covers & (F.col("v._valid_to").isNull() | (F.col("p._seq") < F.col("v._valid_to")))
@@ -146,8 +136,8 @@ def affected_keys(
         same = [key, "_seq", "_state", "_others"]
         sent = present.select(*same)
         if still_sent is not None:
-            sent = sent.unionByName(_latest_records(spec, still_sent).select(*same))
-        removed = _latest_records(spec, removed_records).join(sent, same, "left_anti")
+            sent = sent.unionByName(latest_records(spec, still_sent).select(*same))
+        removed = latest_records(spec, removed_records).join(sent, same, "left_anti")
         changed.append(removed.select(key, F.col("_seq").alias("_at")))
     if mode == FeedMode.FULL:
         # A key alive across a new snapshot's time that the snapshot neither contains nor holds: deleted there.
@@ -165,28 +155,45 @@ def affected_keys(
     return union.groupBy(key).agg(F.min("_at").alias("_lo"))
 
 
-def _latest_records(spec: TableSpec, records: DataFrame) -> DataFrame:
-    """Each batch's latest record per key, in narrow columns, picked as `scd2.observations` picks it."""
+def latest_records(spec: TableSpec, records: DataFrame, ranks: DataFrame | None = None, by_batch=True) -> DataFrame:
+    """Each batch's latest record per key, picked as `scd2.observations` picks it (newest sequence, then source file,
+    then state), in narrow columns: the key, `_batch_id`, `_PICKED`, the state's fingerprint `_state`, `others_hash`
+    as `_others`, `_alone` (the key's only record) and `_tied` (another record equals it in that order and may differ
+    in others). `ranks` (`_source_file`, `_file_rank`, numbered in path order) lets the sort compare a number, not a
+    path; `by_batch=False` for one batch: partitioned by the key alone, so a join by the key reuses the shuffle."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
-    newest = Window.partitionBy(scd2.key, "_batch_id").orderBy(
-        F.col("_seq").desc(), F.col("_source_file").desc(), F.col("_tie").desc()
+    picked = (
+        records.withColumn("_seq", F.col(scd2.sequence))
+        .withColumn("_tie", F.xxhash64(*scd2.tracked))
+        .withColumn("_file_hash", F.xxhash64("_source_file"))
     )
-    return (
-        records.select(
-            scd2.key,
-            "_batch_id",
-            "_source_file",
-            F.col(scd2.sequence).alias("_seq"),
-            F.xxhash64(*scd2.tracked).alias("_tie"),
-            F.expr(spec.state_hash_sql).alias("_state"),
-            _others(spec).alias("_others"),
-        )
-        .withColumn("_rank", F.row_number().over(newest))
-        .where("_rank = 1")
+    if ranks is None:
+        picked = picked.withColumn("_file_rank", F.col("_source_file"))
+    else:
+        picked = picked.join(F.broadcast(ranks), "_source_file", "left")
+    narrow = picked.select(
+        scd2.key,
+        "_batch_id",
+        *_ORDER,
+        "_file_hash",
+        F.expr(spec.state_hash_sql).alias("_state"),
+        others_hash(spec).alias("_others"),
     )
+    newest = Window.partitionBy(scd2.key, *(["_batch_id"] if by_batch else [])).orderBy(
+        *[F.col(c).desc() for c in _ORDER]
+    )
+    order = F.struct(*_ORDER)
+    after = F.lead(order).over(newest)  # the key's next record in that order, if any
+    ranked = narrow.select(
+        "*",
+        F.row_number().over(newest).alias("_rank"),
+        after.eqNullSafe(order).alias("_tied"),
+        after.isNull().alias("_alone"),
+    )
+    return ranked.where("_rank = 1").drop("_rank", "_file_rank")
 
 
 def _removed_absences(spark, spec: TableSpec, versions, present, removed_records, batches: list[tuple], held=None):
@@ -296,7 +303,7 @@ def _snapshots(spark: SparkSession, snapshots: list[tuple]) -> DataFrame:
     return frame.select("_batch_id", F.timestamp_micros("_micros").alias("_at"))
 
 
-def _state(spark: SparkSession, spec: TableSpec, target: str):
+def state_of(spark: SparkSession, spec: TableSpec, target: str):
     """The versions' state hash: the stored one when the table says its rows carry this spec's, else computed."""
     from pyspark.sql import functions as F
 
@@ -304,7 +311,7 @@ def _state(spark: SparkSession, spec: TableSpec, target: str):
     return F.col(STATE_HASH_COLUMN) if stored == spec.state_hash_sql else F.expr(spec.state_hash_sql)
 
 
-def _others(spec: TableSpec):
+def others_hash(spec: TableSpec):
     """NULL-safe hash of the columns a version compares besides its state and times (e.g. `created_at`): two
     records at one time and of one state start the same version only if these agree."""
     from pyspark.sql import functions as F
@@ -319,5 +326,5 @@ def _others(spec: TableSpec):
     return F.expr(f"xxhash64({', '.join(parts)})") if parts else F.lit(0).cast("bigint")
 
 
-def _when(micros: int) -> str:
+def when(micros: int) -> str:
     return (dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)).isoformat(sep=" ")

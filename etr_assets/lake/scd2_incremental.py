@@ -1,0 +1,338 @@
+"""SCD2 history extended by what the log gained, rewriting only what that changes. One new batch is first compared
+with the current versions (by the state hash each stores): in the daily case that settles every key, closing versions
+and opening new ones. The keys the current versions cannot settle (a record older than its key's current version, an
+absence inside history, several batches or a reloaded day at once) are rewritten from their first change on
+(`scd2_window`). All of it is written on a branch that one fast-forward of main publishes (docs/scd2.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import TYPE_CHECKING
+
+from etr_assets.lake.feeds import FeedMode
+from etr_assets.lake.frames import conform, local_frame
+from etr_assets.lake.scd2 import Applied, Scd2Method, Scd2Result, in_snapshot, scd2_delta, write_delta
+from etr_assets.lake.scd2_window import (
+    BROADCAST_KEYS,
+    PICKED,
+    LogWindow,
+    latest_records,
+    others_hash,
+    rewrite,
+    state_of,
+)
+from etr_assets.lake.specs import CURRENT_VERSIONS, STATE_HASH_COLUMN, TableSpec
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Closes or picks sent whole to every task: narrow rows (a key, a time or two, a hash or two), tens of MB at most.
+BROADCAST_ROWS = 2_000_000
+# Spark's estimate of the cached closes, rows of every classified column: what the threshold must admit.
+BROADCAST_BYTES = 512 * 1024 * 1024
+_BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
+BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
+_CLOSE = "_close_at"  # when a settled key's current version closes (a new record's time, or its absence's)
+
+
+def apply_incremental(
+    spark: SparkSession,
+    catalog: str,
+    spec: TableSpec,
+    new_records: DataFrame,
+    mode: str,
+    watermark: int,
+    base: int | None,
+    window: LogWindow,
+    held: DataFrame | None = None,
+    removed_records: DataFrame | None = None,
+    still_sent: DataFrame | None = None,
+) -> Applied:
+    """Apply the log's new rows (`new_records`, scd2.observations' input). `base`: the table's snapshot the caller
+    checked (None: still empty), whose versions are compared and rewritten; the writes publish only if main is still
+    there. `watermark`: the latest observation time applied before, in microseconds. `held`: (key, `_batch_id`) of
+    records snapshots sent that could not be read. `removed_records`, `still_sent`: for days the log replaced
+    (`scd2_window.rewrite`)."""
+    from pyspark.sql import functions as F
+
+    key, target = spec.scd2.key, spec.qualified(catalog)
+    batches, files = _batches(spec, new_records)
+    times = [b[2] for b in batches] + ([b[1] for b in batches] if mode == FeedMode.FULL else [])
+    watermark_after = max(t for t in (watermark, *times) if t is not None)
+    table = (
+        spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
+    )
+    ranks = local_frame(spark, [(f, n) for n, f in enumerate(sorted(files))], "_source_file string, _file_rank int")
+    one_batch = len(batches) == 1 and removed_records is None
+    present = latest_records(spec, new_records, ranks, by_batch=not one_batch)
+    state = state_of(spark, spec, target)
+    cached, notes = [], []
+    settled, settled_counts, scope = None, _Settled(), None
+    try:
+        if one_batch:
+            settled = _settle(spec, table, state, present, mode, watermark, batches[0], held).cache()
+            cached.append(settled)
+            settled_counts = _Settled.of(settled)
+            notes.append(settled_counts.note())
+            late = mode == FeedMode.FULL and batches[0][1] <= watermark
+            if settled_counts.deep or late:
+                scope = settled.where(F.col("_kind") == "deep").select(key)
+                if late:  # a version closed since the late snapshot may have spanned it
+                    scope = scope.unionByName(_closed_across(spec, table, present, batches[0], held))
+                scope = scope.distinct().cache()
+                cached.append(scope)
+                in_scope = scope.count()
+                scope = F.broadcast(scope) if in_scope <= BROADCAST_KEYS else scope
+            else:
+                in_scope = 0
+        else:
+            in_scope = None  # every key the new rows name
+        rewritten = None
+        if in_scope != 0:
+            looked_at = table if scope is None else table.join(scope, key, "left_semi")
+            seen = present if scope is None else present.join(scope, key, "left_semi")
+            args = (mode, watermark, window, batches, held, removed_records, still_sent)
+            rewritten = rewrite(spark, spec, looked_at, state, seen, new_records, *args)
+            gained = f"{len(batches)} new batch(es)" if not one_batch else "the rest"
+            if removed_records is not None:
+                gone = removed_records.select("_batch_id").distinct().count()
+                gained = f"{gained} replacing {gone} removed one(s)"
+            if rewritten is None:
+                notes.append(f"{gained}: every observation already implied by the versions")
+            else:
+                cached.extend(rewritten.cached)
+                notes.append(f"{gained}: {rewritten.reason}")
+        method = Scd2Method.CURRENT if in_scope == 0 else Scd2Method.WINDOW
+        delta, counts = (None, {}) if rewritten is None else _delta(spark, spec, target, rewritten)
+        if delta is not None:
+            cached.append(delta)
+        opens, closes = settled_counts.new, settled_counts.changed + settled_counts.vanished
+        reason = "; ".join(notes)
+        if not (opens or closes or counts):
+            return Applied(Scd2Result(target, 0, 0, 0, None, method, reason), watermark_after)
+        versions = _new_versions(new_records, spec, settled, settled_counts) if opens else None
+        _publish(spark, spec, target, base, settled if closes else None, closes, versions, delta)
+        inserted, updated, deleted = (counts.get(action, 0) for action in ("insert", "update", "delete"))
+        result = Scd2Result(
+            target, opens + inserted, closes + updated, deleted, current_snapshot_id(spark, target), method, reason
+        )
+        return Applied(result, watermark_after)
+    finally:
+        for frame in cached:
+            frame.unpersist()
+
+
+def _batches(spec: TableSpec, records: DataFrame) -> tuple[list[tuple], list[str]]:
+    """((`_batch_id`, snapshot micros, latest sequence micros) of each batch in `records`, their files): one job."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        records.groupBy("_batch_id", F.unix_micros("_snapshot_at").alias("_snapshot"))
+        .agg(F.max(F.unix_micros(spec.scd2.sequence)).alias("_latest"), F.collect_set("_source_file").alias("_files"))
+        .collect()
+    )
+    return [(r["_batch_id"], r["_snapshot"], r["_latest"]) for r in rows], sorted(
+        {f for r in rows for f in r["_files"]}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settled:
+    """How many keys of one batch the current versions settled: `new` open a version (`changed` of them close one
+    too), `vanished` close one; `deep` need the window; `shared`/`tied`: some key that opens one had several records
+    (ties among them)."""
+
+    new: int = 0
+    changed: int = 0
+    vanished: int = 0
+    deep: int = 0
+    shared: int = 0
+    tied: int = 0
+
+    @classmethod
+    def of(cls, settled: DataFrame) -> _Settled:
+        from pyspark.sql import functions as F
+
+        kind = F.col("_kind")
+        row = settled.agg(
+            F.count_if(kind == "new").alias("new"),
+            F.count_if((kind == "new") & F.col("_current_from").isNotNull()).alias("changed"),
+            F.count_if(kind == "vanished").alias("vanished"),
+            F.count_if(kind == "deep").alias("deep"),
+            F.count_if((kind == "new") & ~F.col("_alone")).alias("shared"),
+            F.count_if((kind == "new") & F.col("_tied")).alias("tied"),
+        ).first()
+        return cls(**row.asDict())
+
+    def note(self) -> str:
+        return (
+            f"one new batch, compared with the current versions: {self.new - self.changed} new key(s), "
+            f"{self.changed} changed, {self.vanished} vanished"
+            + (f", {self.deep} they cannot settle" if self.deep else "")
+        )
+
+
+def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, batch: tuple, held=None):
+    """Each key of one batch (`present`: its latest record per key) against its current version, by the state hash:
+    `new` (a record after the watermark that changes the key), `vanished` (absent from a snapshot after the
+    watermark), `deep` (what only the versions before the current one can place), or nothing to do (dropped)."""
+    from pyspark.sql import functions as F
+
+    key = spec.scd2.key
+    batch_id, snapshot_micros = batch[0], batch[1]
+    # Only the key, the start, the state's hash and the other compared columns are read from the current rows (the
+    # current versions' partition).
+    current = table.where(CURRENT_VERSIONS).select(
+        key, "_valid_from", state.alias("_state"), others_hash(spec).alias("_others")
+    )
+    how = "full_outer" if mode == FeedMode.FULL else "left"
+    joined = present.alias("n").join(current.alias("c"), F.col(f"n.{key}") == F.col(f"c.{key}"), how)
+    seen, is_current = F.col(f"n.{key}").isNotNull(), F.col(f"c.{key}").isNotNull()
+    if held is not None and mode == FeedMode.FULL:
+        held_here = held.where(F.col("_batch_id") == batch_id).select(F.col(key).alias("_held_key")).distinct()
+        joined = joined.join(held_here, F.col(f"c.{key}") == F.col("_held_key"), "left")
+        vanished = ~seen & F.col("_held_key").isNull()
+    else:
+        vanished = ~seen & F.lit(mode == FeedMode.FULL)
+    snapshot_at = F.timestamp_micros(F.lit(snapshot_micros))
+    # At the version's very start the record ties with the one that started it: a repeat only if the two agree on
+    # every compared column (else either may start it, as the window decides).
+    starts = F.col("n._seq") == F.col("c._valid_from")
+    inside = (F.col("n._seq") > F.col("c._valid_from")) | (starts & (F.col("n._others") == F.col("c._others")))
+    kind = (
+        # No hash to compare, or a start after everything applied (another writer's): for the versions to place.
+        F.when(is_current & (F.col("c._state").isNull() | (F.unix_micros("c._valid_from") > watermark)), "deep")
+        .when(seen & is_current & (F.col("n._state") == F.col("c._state")) & inside, "repeat")
+        .when(seen & (F.unix_micros(F.col("n._seq")) > watermark), "new")
+        .when(seen, "deep")  # at or before the watermark: it may split or precede a version
+        .when(vanished & F.lit(snapshot_micros > watermark), "vanished")
+        .when(vanished & (F.col("c._valid_from") < snapshot_at), "deep")  # a late absence inside the current version
+    )
+    return joined.select(
+        F.coalesce(F.col(f"n.{key}"), F.col(f"c.{key}")).alias(key),
+        kind.alias("_kind"),
+        F.col("c._valid_from").alias("_current_from"),
+        F.when(kind == "new", F.col("n._seq")).when(kind == "vanished", snapshot_at).alias(_CLOSE),
+        *[F.col(f"n.{c}").alias(c) for c in PICKED],
+        F.col("n._alone").alias("_alone"),
+        F.col("n._tied").alias("_tied"),
+    ).where(F.col("_kind").isin("new", "vanished", "deep"))
+
+
+def _closed_across(spec: TableSpec, table, present, batch: tuple, held=None):
+    """Keys with a closed version alive at a late snapshot's time that the snapshot neither contains nor holds."""
+    from pyspark.sql import functions as F
+
+    key = spec.scd2.key
+    at = F.timestamp_micros(F.lit(batch[1]))
+    # `_valid_to > at` reads only the months since the snapshot (the history's partitions).
+    spanning = table.where((F.col("_valid_to") > at) & (F.col("_valid_from") < at)).select(key)
+    held_here = None if held is None else held.where(F.col("_batch_id") == batch[0])
+    return spanning.join(in_snapshot(present, held_here, key).select(key), key, "left_anti")
+
+
+def _delta(spark: SparkSession, spec: TableSpec, target: str, rewritten):
+    """The rewrite's rows to insert, update and delete (cached, None when none) and how many of each."""
+    delta, counts = scd2_delta(spark, spec, target, rewritten.versions, rewritten.keys, rewritten.existing)
+    if counts:
+        return delta, counts
+    delta.unpersist()
+    return None, {}
+
+
+def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
+    """The records that open new versions, as table rows: the batch joined with the picks of the keys that open
+    one (NULL-safe on every part, as the window compares them), by the key alone unless such a key had several
+    records; one per key where records tied on the pick."""
+    from pyspark.sql import functions as F
+
+    scd2 = spec.scd2
+    picks = settled.where(F.col("_kind") == "new").select(
+        F.col(scd2.key).alias("_p_key"), *[F.col(c).alias(f"_p{c}") for c in PICKED]
+    )
+    if counts.new <= BROADCAST_ROWS:
+        picks = F.broadcast(picks)
+    batch = records
+    on = F.col(scd2.key).eqNullSafe(F.col("_p_key"))
+    if counts.shared:
+        batch = (
+            records.withColumn("_seq", F.col(scd2.sequence))
+            .withColumn("_tie", F.xxhash64(*scd2.tracked))
+            .withColumn("_file_hash", F.xxhash64("_source_file"))
+        )
+        for column in PICKED:
+            on = on & F.col(column).eqNullSafe(F.col(f"_p{column}"))
+    picked = batch.join(picks, on, "left_semi")
+    if counts.tied:  # the recompute keeps one of the tied records; keep one too (which one is arbitrary in both)
+        picked = picked.dropDuplicates([scd2.key])
+    versions = picked.select(
+        "*",
+        F.col(scd2.sequence).alias("_valid_from"),
+        F.lit(None).cast("timestamp").alias("_valid_to"),
+        F.lit(True).alias("_is_current"),
+        F.current_timestamp().alias("_ingested_at"),
+        F.expr(spec.state_hash_sql).alias(STATE_HASH_COLUMN),
+    )
+    return conform(versions, spec)
+
+
+def _publish(spark, spec: TableSpec, target: str, base: int | None, settled, closes: int, versions, delta) -> None:
+    """Close versions (a MERGE of matched rows), append new ones and merge the rewritten keys' rows, on a branch made
+    at `base`, then fast-forward main to it: all at once, and only if nobody committed to main since `base`, which
+    the classification read. (An empty table has no snapshot to branch from: written in place, the cursor not yet
+    moved, so a failure between the writes is recomputed.)"""
+
+    def write(into: str) -> None:
+        if closes:
+            _close(spark, spec, into, settled, closes)
+        if versions is not None:
+            versions.writeTo(into).append()
+        if delta is not None:
+            write_delta(spark, spec, into, delta)
+
+    if base is None:
+        write(target)
+        return
+    branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+    iceberg_table(spark, target).manageSnapshots().createBranch(branch, base).commit()
+    try:
+        write(f"{target}.branch_{branch}")
+        # Fails if main moved since `base` (a commit conflict: the attempt reruns on fresh state).
+        iceberg_table(spark, target).manageSnapshots().fastForwardBranch("main", branch).removeBranch(branch).commit()
+    finally:
+        table = iceberg_table(spark, target)
+        if table.refs().get(branch) is not None:
+            table.manageSnapshots().removeBranch(branch).commit()
+
+
+def _close(spark: SparkSession, spec: TableSpec, target: str, settled: DataFrame, closes: int) -> None:
+    from pyspark.sql import functions as F
+
+    key = spec.scd2.key
+    staged = settled.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(
+        key, F.col("_current_from").alias("_valid_from"), _CLOSE
+    )
+    view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
+    threshold = spark.conf.get(_BROADCAST_THRESHOLD) if closes <= BROADCAST_ROWS else None
+    staged.createOrReplaceTempView(view)
+    try:
+        # With the closes broadcast the MERGE reads the table once and shuffles none of it. MERGE ignores broadcast
+        # hints (apache/iceberg#10891), but Spark broadcasts a side estimated under this threshold (never the target).
+        if threshold is not None:
+            spark.conf.set(_BROADCAST_THRESHOLD, str(BROADCAST_BYTES))
+        # `_valid_to IS NULL` keeps the scan to the current versions' partition.
+        spark.sql(
+            f"""
+            MERGE INTO {target} t
+            USING {view} s
+            ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND t.{CURRENT_VERSIONS}
+            WHEN MATCHED THEN UPDATE SET t._valid_to = s.{_CLOSE}, t._is_current = false,
+                t._ingested_at = current_timestamp()
+            """
+        )
+    finally:
+        if threshold is not None:  # the session's own value back
+            spark.conf.set(_BROADCAST_THRESHOLD, threshold)
+        spark.catalog.dropTempView(view)
