@@ -1,7 +1,5 @@
-"""Operator tools in the UI: roll a table back to a snapshot, abandon a raw batch the source will not fix (each
-with a reason, audited), the daily-growth check, and `bootstrap_lake`, which creates every database and table of
-the specs once per environment (Launchpad, or `dagster job execute -m etr_assets.definitions -j bootstrap_lake`;
-running it again changes nothing)."""
+"""Operator tools in the UI: roll a table back, abandon a raw batch (each with an audited reason), the daily-growth
+check, and `bootstrap_lake`, which creates every database and table of the specs (running it again changes nothing)."""
 
 import dagster as dg
 from pydantic import Field
@@ -9,7 +7,6 @@ from pydantic import Field
 from etr_assets.defs.common import table_key
 from etr_assets.defs.resources import LakeResource, RawZoneResource
 from etr_assets.errors import EtrError
-from etr_assets.lake.bookkeeping import TABLE_CHANGES
 from etr_assets.lake.bootstrap import bootstrap_catalog, bootstrap_with_spark
 from etr_assets.lake.bronze import abandon_batch
 from etr_assets.lake.metadata import catalog as pyiceberg_catalog
@@ -86,7 +83,6 @@ def abandon_raw_batch_op(
             RAW_FEEDS[config.endpoint],
             config.batch_id,
             config.reason,
-            TABLE_CHANGES,
             context.run_id,
         )
     except EtrError as error:
@@ -109,15 +105,9 @@ def silver_daily_growth(context: dg.AssetCheckExecutionContext, lake: LakeResour
     spark = lake.session()
     growth = daily_growth(spark, SILVER_TRANSACTIONS.qualified(lake.catalog))
     passed = growth.added >= 0
-    record_metrics(
-        spark,
-        lake.catalog,
-        [
-            Metric(SILVER_TRANSACTIONS.identifier, "row_count", growth.rows_now, passed),
-            Metric(SILVER_TRANSACTIONS.identifier, "daily_growth", growth.added, passed),
-        ],
-        context.run.run_id,
-    )
+    table = SILVER_TRANSACTIONS.identifier
+    metrics = [Metric(table, "row_count", growth.rows_now, passed), Metric(table, "daily_growth", growth.added, passed)]
+    record_metrics(spark, lake.catalog, metrics, context.run.run_id)
     return dg.AssetCheckResult(
         passed=passed,
         severity=dg.AssetCheckSeverity.WARN,

@@ -20,8 +20,7 @@ def _bookkeeping(namespace: str, name: str, description: str, day_column: str, *
     )
 
 
-# The audit trail outlives the erasure it records, so it holds no raw customer id: a keyed hash lets an
-# auditor confirm "was customer X erased?" without the table itself being personal data to erase.
+# The audit outlives the erasures it records: a keyed hash, never the id, so it is no personal data to erase.
 GDPR_ACTIONS = _bookkeeping(
     "audit",
     "gdpr_actions",

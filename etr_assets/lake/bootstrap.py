@@ -1,7 +1,5 @@
-"""Create the lake's databases and every table from the specs, before any data arrives; safe to re-run (Terraform
-cannot create Iceberg tables in Glue). `bootstrap_with_spark` runs `ensure_table` on the profile's catalog;
-`bootstrap_catalog` uses pyiceberg, for the `aws` profile's code location, where Spark's GlueCatalog needs jars only
-Glue and EMR ship (a test checks both create the same tables)."""
+"""Create the lake's databases and every table from the specs, before any data arrives; safe to re-run. With Spark,
+or with pyiceberg on `aws`, where Spark's GlueCatalog needs jars only Glue and EMR ship (both make the same tables)."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ def iceberg_type(type_name: str, where: str):
 
     if type_name in SIMPLE_TYPES:
         return getattr(T, SIMPLE_TYPES[type_name][1])()
-    decimal = decimal_type(type_name)
-    if decimal:
+    if decimal := decimal_type(type_name):
         return T.DecimalType(*decimal)
     raise ValueError(f"{where}: type {type_name!r} has no Iceberg equivalent here")
 
@@ -67,8 +64,7 @@ def iceberg_schema(spec: TableSpec):
 
 
 def partition_spec(spec: TableSpec, schema):
-    """The spec's partitioning, its fields named as Spark names them (`transaction_date_day`,
-    `customer_id_bucket_16`), so both engines agree."""
+    """The spec's partitioning, its fields named as Spark names them (`transaction_date_day`), so both agree."""
     from pyiceberg import transforms as X
     from pyiceberg.partitioning import PartitionField, PartitionSpec
 
@@ -106,13 +102,11 @@ PYICEBERG_WRITES_UP_TO = 2  # pyiceberg 0.12 reads v3 tables but cannot write v3
 
 
 def bootstrap_catalog(catalog, specs: Iterable[TableSpec], warehouse: str, format_version: int) -> BootstrapResult:
-    """Create every database and absent table of `specs` in a pyiceberg catalog (Glue in production), in
-    `format_version` unless a spec pins its own (Settings.format_version)."""
+    """Create every database and absent table of `specs` in a pyiceberg catalog (Glue in production)."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
 
     specs = list(specs)
-    newer = sorted(s.identifier for s in specs if (s.format_version or format_version) > PYICEBERG_WRITES_UP_TO)
-    if newer:
+    if newer := sorted(s.identifier for s in specs if (s.format_version or format_version) > PYICEBERG_WRITES_UP_TO):
         raise ValueError(
             f"pyiceberg writes table metadata up to format v{PYICEBERG_WRITES_UP_TO} only: create "
             f"{', '.join(newer)} with Spark (bootstrap_with_spark), or use format version {PYICEBERG_WRITES_UP_TO}"

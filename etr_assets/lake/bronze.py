@@ -1,6 +1,5 @@
-"""Raw batches -> bronze, for any endpoint: validate with the spec, quarantine what fails, replace the days
-(docs/raw-zone.md). Batches are marked complete only after both commits, so a crash leaves them pending; records
-of erased customers (the suppression list) are dropped before anything is written."""
+"""Raw batches -> bronze: validate with the spec, quarantine what fails, drop suppressed customers, replace the days;
+batches are marked complete only after both commits, so a crash leaves them pending (docs/raw-zone.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from etr_assets.lake.evolve import TableChanges, ensure_table
 from etr_assets.lake.feeds import RawFeed
 from etr_assets.lake.frames import conform
 from etr_assets.lake.quality import CheckOutcome, Severity
-from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.timetravel import record_change
 from etr_assets.lake.validate import Validated, read_validated
 from etr_assets.lake.writes import CommitInfo, append, current_snapshot_id, replace_days
@@ -27,8 +25,7 @@ if TYPE_CHECKING:
 DEFAULT_MAX_REJECT_RATE = 0.05
 # Validated rows per writing task (one file per day each): a day of a million transactions is written by two.
 ROWS_PER_WRITER = 500_000
-# A reload may shrink a loaded day by at most this share; more (an empty reply, a truncated one) is a glitch until
-# a run says otherwise (max_day_shrink=1.0: the source really dropped those records).
+# A reload shrinking a loaded day by more is a glitch (an empty or truncated reply) until a run says 1.0.
 DEFAULT_MAX_DAY_SHRINK = 0.5
 
 
@@ -88,16 +85,14 @@ def load_bronze_days(
     max_day_shrink: float = DEFAULT_MAX_DAY_SHRINK,
 ) -> LayerResult:
     """Load `days` (and, with `finish_pending`, every other day with a downloaded batch still pending). A refused
-    batch (too many rejects, or a shrink) fails a requested day before anything is written; an earlier pending one
-    is skipped, so it never blocks the days after it."""
+    batch fails a requested day before anything is written; an earlier pending one is skipped, never blocking."""
     from pyspark.sql import functions as F
 
     from etr_assets.lake.erasure.suppression import suppression_list
 
     requested = set(days)
     if finish_pending:
-        pending_days = {b.day for b in raw.pending(feed.source, feed.endpoint) if raw.manifest(b) is not None}
-        days = sorted(requested | pending_days)
+        days = sorted(requested | {b.day for b in raw.pending(feed.source, feed.endpoint) if raw.manifest(b)})
     chosen: dict[dt.date, Batch] = {day: raw.latest_sealed(feed.source, feed.endpoint, day) for day in days}
     if missing := [day for day, batch in chosen.items() if batch is None]:
         raise BadInputError(
@@ -173,9 +168,7 @@ def load_bronze_days(
 
         changes = ensure_table(spark, catalog, feed.bronze)
         ensure_table(spark, catalog, feed.quarantine)
-        # Written by a task per ROWS_PER_WRITER rows (at most one per core) without a shuffle: the hash distribution
-        # gave a day one task. Appended when none of the days holds rows yet (a first load: downstream reads just
-        # the new rows), else the days are replaced.
+        # A task per ROWS_PER_WRITER rows, no shuffle (hash gave a day one task); a first load is an append.
         writers = math.ceil(sum(r.accepted_count for r in checked.values()) / ROWS_PER_WRITER)
         df = conform(accepted, feed.bronze).coalesce(max(1, min(spark.sparkContext.defaultParallelism, writers)))
         options = {"distribution-mode": "none"}
@@ -254,21 +247,13 @@ def load_bronze_days(
 
 
 def abandon_batch(
-    spark: SparkSession,
-    catalog: str,
-    raw: RawZone,
-    feed: RawFeed,
-    batch_id: str,
-    reason: str,
-    audit: TableSpec,
-    run_id: str = "",
+    spark: SparkSession, catalog: str, raw: RawZone, feed: RawFeed, batch_id: str, reason: str, run_id: str = ""
 ) -> dict:
-    """Close a pending batch of `feed` without loading it (its source will not fix it), recorded in `audit`."""
+    """Close a pending batch of `feed` without loading it (its source will not fix it), audited."""
     if not reason.strip():
         raise BadInputError(f"abandoning raw batch {batch_id} needs a reason")
     pending = {b.batch_id: b for b in raw.pending(feed.source, feed.endpoint)}
-    batch = pending.get(batch_id.rsplit("/", 1)[-1])
-    if batch is None:
+    if (batch := pending.get(batch_id.rsplit("/", 1)[-1])) is None:
         raise BadInputError(
             f"no pending raw batch {batch_id!r} under {feed.source}/{feed.endpoint}; pending: "
             f"{', '.join(pending) or 'none'}"
@@ -277,4 +262,4 @@ def abandon_batch(
     bronze = feed.bronze.qualified(catalog)
     snapshot = current_snapshot_id(spark, bronze) if spark.catalog.tableExists(bronze) else None
     why, after = f"raw batch {batch.key} abandoned: {reason}", "none" if snapshot is None else str(snapshot)
-    return record_change(spark, catalog, audit, bronze, "ABANDON_BATCH", None, after, why, run_id)
+    return record_change(spark, catalog, bronze, "ABANDON_BATCH", None, after, why, run_id)

@@ -71,8 +71,7 @@ def bounds_naming(spark: SparkSession, qualified: str, column: str, ids) -> dict
     ).collect()
     found: dict[str, set[int]] = {}
     for row in rows:
-        named = {int(v) for v in (row["lower"], row["upper"]) if v is not None} & wanted
-        if named:
+        if named := {int(v) for v in (row["lower"], row["upper"]) if v is not None} & wanted:
             state = {0: "EXISTING", 1: "ADDED", 2: "DELETED"}.get(row["status"], str(row["status"]))
             where = f"manifest entry ({state}) of {row['path']}: a bound of {column} names {len(named)} subject(s)"
             found.setdefault(where, set()).update(named)

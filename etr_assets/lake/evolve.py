@@ -14,8 +14,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _WIDENINGS = {("int", "bigint"), ("float", "double")}
-# Tables this process already brought to a spec, with their layout then: a table still as it was needs one metadata
-# read instead of five catalog statements (every layer ensures its tables before writing).
+# Tables this process brought to a spec, with their layout: unchanged, one metadata read instead of five statements.
 _MATCHED: dict[tuple[str, int], tuple[TableSpec, tuple]] = {}
 
 
@@ -103,8 +102,7 @@ def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts:
 
 
 def _layout(spark: SparkSession, qualified: str) -> tuple:
-    """What changes when anyone alters the table: its identity, schema, partitioning, sort order and properties
-    (a commit of data changes none of them)."""
+    """What any ALTER changes (identity, schema, partitioning, sort order, properties) and a data commit does not."""
     table = iceberg_table(spark, qualified)
     return (
         str(table.uuid()),

@@ -1,9 +1,6 @@
 """A Spark job that ran out of memory or disk, told in one line that names what to raise (docs/production.md).
-
-A task's OutOfMemoryError makes a local JVM exit (code 52) while Python waits on it, so what reaches Python may be
-a refused connection: the exception's whole chain and the JVM's exit code are read. Java's "No space left on
-device" often names no file: then the fullest disk among the folders the run writes to is named.
-"""
+An OutOfMemoryError may reach Python as a refused connection (the JVM exited 52), so the whole exception chain and
+the exit code are read; a full disk Java names no file of is found among the folders the run writes to."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ from urllib.parse import urlparse
 
 from etr_assets.errors import EtrError
 
-# java.lang.OutOfMemoryError: Java heap space (GC overhead limit exceeded, ...), or Spark's own when a task cannot
-# get execution memory.
+# Java's heap (GC overhead, ...), or Spark's own when a task cannot get execution memory.
 OUT_OF_MEMORY = re.compile(r"(?:java\.lang\.|org\.apache\.spark\.memory\.Spark)OutOfMemoryError(?::[^\n]*)?")
 NO_SPACE = re.compile(r"(?:[\w.$]+(?:Exception|Error): )?No space left on device")
 NAMED_PATH = re.compile(r"(/[^\s:()]+) \(No space left on device\)")  # Java names the file it could not open
@@ -39,10 +35,8 @@ def exhaustion(
     jvm_exit_code: Callable[[], int | None] | None = None,
     folders: dict[str, str] | None = None,
 ) -> ResourceExhausted | None:
-    """`failure` as one line if it is the JVM (or Python) running out of memory or disk while `doing` ("building
-    bronze.x for 2025-01-01"), naming the setting from `spark_conf` (what the session was made with) or the folder
-    whose disk filled (among `lake_folders(spark_conf, folders)`); None otherwise. `jvm_exit_code` (default: this
-    process's Spark JVM's) is asked only when the JVM hung up."""
+    """`failure` as one line if it is the JVM (or Python) running out of memory or disk while `doing`, naming the
+    setting from `spark_conf` or the full disk's folder; None otherwise (`jvm_exit_code`: asked if the JVM hung up)."""
     texts = list(_texts(failure))
     memory = next((m.group(0).strip() for text in texts if (m := OUT_OF_MEMORY.search(text))), None)
     if memory is None and any(_is_hang_up(text) for text in texts):
@@ -55,8 +49,7 @@ def exhaustion(
             f"the Spark driver ran out of memory ({memory}) while {doing}: raise ETR_SPARK_DRIVER_MEMORY (now {heap})"
         )
     # A Python write that found its disk full, else Java's words for it.
-    full = [e for e in _chain(failure) if isinstance(e, OSError) and e.errno == errno.ENOSPC]
-    if full:
+    if full := [e for e in _chain(failure) if isinstance(e, OSError) and e.errno == errno.ENOSPC]:
         disk = f"{type(full[0]).__name__}: [Errno {full[0].errno}] {full[0].strerror or os.strerror(full[0].errno)}"
     else:
         disk = next((m.group(0) for text in texts if (m := NO_SPACE.search(text))), None)
@@ -103,8 +96,7 @@ def _where(named: str | None, folders: dict[str, str]) -> str:
 
 
 def _space(path: str) -> tuple[int, int, int] | None:
-    """(device, bytes free to this process, bytes in all) of the disk holding `path` (or the nearest folder above
-    it that exists: a failed write's file may be gone); None if nothing can be measured."""
+    """(device, bytes free, bytes in all) of the disk of `path` or its nearest existing parent; None if unknown."""
     for folder in (path, *map(str, Path(path).parents)):
         try:
             stat, device = os.statvfs(folder), os.stat(folder).st_dev
@@ -159,8 +151,7 @@ def spark_jvm_exit_code() -> int | None:
         from pyspark import SparkContext
     except ImportError:
         return None
-    process = getattr(SparkContext._gateway, "proc", None)
-    if process is None:
+    if (process := getattr(SparkContext._gateway, "proc", None)) is None:
         return None
     try:
         return process.wait(timeout=JVM_EXIT_WAIT_SECONDS)

@@ -26,8 +26,7 @@ class RawFeed:
     quarantine: TableSpec
     day_column: str  # bronze column holding the batch's business day (what a rerun replaces)
     record_day_column: str | None = None  # a record field that must equal the batch day, if any
-    # The entity key of a full-snapshot endpoint: a refused record's key is kept in quarantine, because the record
-    # still says the key is in the snapshot (SCD2 must not read its absence from bronze as a deletion).
+    # A full snapshot's entity key, kept in quarantine: a refused record's key is no deletion for SCD2.
     key_column: str | None = None
 
     @property
@@ -37,8 +36,7 @@ class RawFeed:
 
 @dataclasses.dataclass(frozen=True)
 class EntityFeed:
-    """An endpoint whose records are versions of entities: bronze is their observation log, `landing` their SCD2
-    history."""
+    """An endpoint of entity versions: bronze is their observation log, `landing` their SCD2 history."""
 
     raw: RawFeed
     landing: TableSpec

@@ -17,9 +17,7 @@ class Tagged:
 
 
 def layer_figures(result: LayerResult, location: str, unchanged_rows: RowCount | None = None) -> dict[str, object]:
-    """Figures of one write: numbers plot over time in the UI; ids are strings (they exceed 32 bits).
-    `unchanged_rows`: the table's rows when the write committed nothing. Rows metadata cannot tell are left out,
-    `table_rows_unknown` saying why; `result.extra` overrides (an SCD2 history's `rows_written`)."""
+    """Figures of one write (ids as strings: over 32 bits); `unchanged_rows`: the rows when nothing committed."""
     commit = result.commit
     rows = commit.table_rows if commit.snapshot_id is not None else (unchanged_rows or RowCount(0))
     table_rows = {"dagster/row_count": rows.rows, "table_rows": rows.rows} if rows.rows is not None else {}
@@ -53,8 +51,7 @@ DAY_ROWS = ("rows_written", "records_fetched")  # figures that add up a write's 
 
 
 def day_figures(figures: dict[str, object]) -> dict[str, dict[str, object]]:
-    """Per day a write counted rows for, the figures that are that day's own (its rows, not the whole run's), for
-    that day's partition. A history's `rows_written` has no days (its `rows_by_day` is empty): it stays the run's."""
+    """Per day a write counted rows for, the figures that are that day's own (its rows, not the whole run's)."""
     return {
         day: {"dagster/partition_row_count": rows, "rows_by_day": Tagged("json", {day: rows})}
         | {key: rows for key in DAY_ROWS if key in figures}
@@ -68,10 +65,8 @@ def written_days(figures: dict[str, object]) -> set[str]:
 
 
 def check_figures(outcome: CheckOutcome) -> dict[str, object]:
-    """What a check result reports: its numbers (plotted by the UI), and for a check of days its figure and verdict
-    per day, from which a range run records a result on each day's partition (`etr_assets.defs.common`)."""
-    figures: dict[str, object] = {"violations": outcome.violations, "detail": outcome.examples or "none"}
-    figures |= outcome.figures
+    """What a check result reports: its numbers, and for a check of days its figure and verdict per day."""
+    figures = {"violations": outcome.violations, "detail": outcome.examples or "none", **outcome.figures}
     if outcome.by_day:
         failed = sorted(day for day, passed in outcome.day_verdicts().items() if not passed)
         figures |= {"by_day": Tagged("json", outcome.by_day), "days_failed": Tagged("json", failed)}

@@ -26,9 +26,8 @@ def spark_type(type_name: str) -> DataType:
     raise ValueError(f"unsupported column type {type_name!r}")
 
 
-# The text a JSON value must have to be read as each type. Spark's casts are lenient (a fractional value into an
-# integer truncates, "NaN" and "Infinity" are doubles, a date takes any trailing text): input that is not exactly
-# of the column's type is refused ("a value of the wrong type") instead of being changed into another value.
+# The text a JSON value must have to be read as each type: Spark's casts are lenient (1.5 into an integer truncates,
+# "NaN" is a double, a date takes trailing text), so input not exactly of the type is refused instead of changed.
 _EXACT_TEXT = {
     "bigint": r"^-?[0-9]{1,19}$",
     "int": r"^-?[0-9]{1,10}$",

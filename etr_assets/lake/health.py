@@ -66,12 +66,10 @@ class TableHealth:
 def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = None) -> TableHealth:
     """Measure `spec`'s table from its metadata and judge it against `spec.health`."""
     started = time.perf_counter()
-    table = load_table(settings, spec)
-    if table is None:
+    if (table := load_table(settings, spec)) is None:
         return TableHealth(spec.identifier, exists=False)
     now = now or dt.datetime.now(dt.UTC)
-    metadata = table.metadata
-    snapshot = table.current_snapshot()
+    metadata, snapshot = table.metadata, table.current_snapshot()
     # a manifest whose entries are all deleted is skipped by planning: not counted
     manifests = (
         [m for m in snapshot.manifests(table.io) if m.has_added_files() or m.has_existing_files()] if snapshot else []

@@ -1,6 +1,5 @@
-"""The least-privilege IAM policy of the pipeline, generated from the specs: named actions on the prefixes and
-Glue tables it owns only (what each statement grants: docs/production.md). `deployment/iam-policy.json` is this
-module's output for the defaults below (a test keeps them equal)."""
+"""The least-privilege IAM policy of the pipeline, generated from the specs (docs/production.md);
+`deployment/iam-policy.json` is its output for the defaults below (a test keeps them equal)."""
 
 from __future__ import annotations
 
@@ -43,9 +42,7 @@ def iam_policy(
     account: str = "*",
     glue_job: str = DEFAULT_GLUE_JOB,
 ) -> dict:
-    """The policy document for the pipeline's role (the code location's and the Glue job's). A table's folder is
-    `warehouse/<db>.db/<table>` (bootstrap's and GlueCatalog's layout); the one place under `raw/` the pipeline
-    deletes is each endpoint's index of open batches (an entry per batch, removed once the batch is complete)."""
+    """The policy of the pipeline's role; under `raw/` it deletes only each endpoint's index of open batches."""
     specs = sorted(specs, key=lambda s: s.identifier)
     s3, glue = f"arn:aws:s3:::{bucket}", f"arn:aws:glue:{region}:{account}"
     tables = [f"{WAREHOUSE_PREFIX}/{s.namespace}.db/{s.name}" for s in specs]

@@ -1,6 +1,5 @@
-"""Incremental reads of a day-partitioned table: per day, only what was appended since a cursor snapshot
-(the three plans: docs/lifecycle.md#incremental-silver). A day some non-append snapshot changed is read whole:
-Iceberg's incremental scan silently skips such snapshots (docs/stack.md)."""
+"""Incremental reads of a day-partitioned table: per day, only what was appended since a cursor snapshot; a day a
+non-append snapshot changed is read whole, as Iceberg's incremental scan skips those (docs/lifecycle.md)."""
 
 from __future__ import annotations
 
@@ -63,12 +62,10 @@ def lineage_since(
     parent_of: Callable[[int], tuple[int | None, str] | None], head: int, since: int
 ) -> list[tuple[int, str]] | None:
     """The snapshots after `since` up to `head` (newest first), or None if `since` is not an ancestor of `head`.
-    `parent_of(snapshot id)`: (parent id, operation), None for a snapshot not kept (a dict's `get`, or
-    `snapshot_in_metadata`)."""
+    `parent_of(snapshot id)`: (parent id, operation), None for a snapshot not kept."""
     chain, current = [], head
     while current is not None and current != since:
-        found = parent_of(current)
-        if found is None:
+        if (found := parent_of(current)) is None:
             return None  # history expired below this point
         parent, operation = found
         chain.append((current, operation))
@@ -77,12 +74,10 @@ def lineage_since(
 
 
 def snapshot_in_metadata(table) -> Callable[[int], tuple[int | None, str] | None]:
-    """`lineage_since`'s lookup on an Iceberg table's own metadata (a few Java calls a step; the daily case walks a
-    step or two), instead of a Spark job over its snapshots metadata table."""
+    """`lineage_since`'s lookup on the table's own metadata: a few Java calls, not a Spark job over its snapshots."""
 
     def parent_of(snapshot_id: int) -> tuple[int | None, str] | None:
-        snapshot = table.snapshot(snapshot_id)
-        if snapshot is None:
+        if (snapshot := table.snapshot(snapshot_id)) is None:
             return None
         parent = snapshot.parentId()
         return (None if parent is None else int(parent)), snapshot.operation()
@@ -105,8 +100,7 @@ def changed_only_by(
     head, parent_of = _head_and_lineage(spark, qualified)
     if head is None:
         return None, f"{qualified} has no snapshot"
-    chain = lineage_since(parent_of, head, since)
-    if chain is None:
+    if (chain := lineage_since(parent_of, head, since)) is None:
         return head, f"snapshot {since} of {qualified} is not an ancestor of its current one (rolled back, or expired)"
     if others := [(sid, op) for sid, op in chain if op not in operations]:
         return head, f"snapshot {others[-1][0]} ({others[-1][1]}) of {qualified} changed rows in place"
@@ -133,8 +127,7 @@ def days_changed_by(
     integer = java_class(spark, "java.lang.Class").forName("java.lang.Integer")
     epoch = dt.date(1970, 1, 1)
     for sid in snapshot_ids:
-        snapshot = table.snapshot(int(sid))
-        if snapshot is None:  # no longer kept: nothing known about it, as a query of its entries finds none
+        if (snapshot := table.snapshot(int(sid))) is None:  # no longer kept: nothing known of it (nor its entries)
             continue
         for files in ("addedDataFiles", "removedDataFiles", "addedDeleteFiles", "removedDeleteFiles"):
             it = getattr(snapshot, files)(io).iterator()
@@ -177,8 +170,7 @@ def plan_reads(
         built, since = cursor.downstream_snapshot_id, cursor.upstream_snapshot_id
         if built is not None and lineage_since(downstream_parent, downstream_head, built) is None:
             return whole(f"{downstream} no longer descends from snapshot {built} (rolled back, or history expired)")
-        chain = lineage_since(upstream_parent, head, since)
-        if chain is None:
+        if (chain := lineage_since(upstream_parent, head, since)) is None:
             return whole(f"cursor snapshot {since} is not in the upstream history (expired or rolled back)")
         touching = touched(chain, day)  # compaction (replace) snapshots change no rows
         if rewrites := [(sid, op) for sid, op in touching if op != "append"]:
@@ -194,8 +186,7 @@ def read_plan(spark: SparkSession, upstream: str, plan: ReadPlan, day_column: st
     """(full-day rows, appended rows): DataFrames of the upstream rows the plan needs, pinned to its snapshot."""
     from pyspark.sql import functions as F
 
-    full_days = plan.of(ReadMode.WHOLE_DAY)
-    full = None
+    full, full_days = None, plan.of(ReadMode.WHOLE_DAY)
     if full_days:
         reader = spark.read.format("iceberg")
         if plan.upstream_snapshot_id is not None:  # None: a table with no snapshot yet reads as empty

@@ -18,8 +18,7 @@ from etr_assets.settings import Profile, Settings
 
 @dataclasses.dataclass(frozen=True)
 class RowCount:
-    """The rows `SELECT count(*)` returns, read from metadata; `rows` is None when metadata cannot tell, and
-    `unknown` says why (never a guess)."""
+    """The rows `SELECT count(*)` returns, from metadata; `rows` is None when it cannot tell (`unknown`: why)."""
 
     rows: int | None
     unknown: str = ""
@@ -53,14 +52,12 @@ PARTITION_SCOPED_UNKNOWN = (
 
 def row_count(summary: Mapping[str, str], files: SnapshotFiles) -> RowCount:
     """The rows a `SELECT count(*)` of the snapshot returns, from its summary and, with position deletes, its
-    manifests: the one place the project derives a table's rows from metadata (why it is exact, and when it cannot
-    tell: docs/quality-and-health.md#row-counts-from-metadata)."""
+    manifests (why it is exact, and when it cannot tell: docs/quality-and-health.md#row-counts-from-metadata)."""
 
     num = lambda key: int(summary.get(key, 0) or 0)
     if num("total-equality-deletes"):
         return RowCount(None, EQUALITY_DELETES_UNKNOWN)
-    deleted = num("total-position-deletes")
-    if deleted:
+    if deleted := num("total-position-deletes"):
         delete_files = [f for f in files.position_delete_files() if not f.deletion_vector]
         if any(f.data_file is None for f in delete_files):
             return RowCount(None, PARTITION_SCOPED_UNKNOWN)
@@ -173,13 +170,11 @@ def catalog_tables(settings: Settings) -> list[TableName]:
 
 
 def load_table(settings: Settings, spec: TableSpec | TableName):
-    """The pyiceberg table for a spec (or a TableName), or None if the table was never created; MetadataUnreadable
-    when it exists but its current metadata cannot be read."""
+    """The pyiceberg table of a spec or TableName; None if never created; MetadataUnreadable if unreadable."""
     if settings.profile == Profile.LOCAL:
         from pyiceberg.table import StaticTable
 
-        metadata = _local_metadata_file(settings, spec)
-        if metadata is None:
+        if (metadata := _local_metadata_file(settings, spec)) is None:
             return None
         try:
             return StaticTable.from_metadata(str(metadata))
@@ -232,8 +227,7 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
         return TableStats(spec.identifier, exists=True, has_spec=has_spec, problem=problem)
     if table is None:
         return TableStats(spec.identifier, exists=False, has_spec=has_spec)
-    metadata = table.metadata
-    snapshot = table.current_snapshot()
+    metadata, snapshot = table.metadata, table.current_snapshot()
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
     num = lambda key: int(summary.get(key, 0) or 0)
     rows = snapshot_row_count(table, snapshot)
@@ -273,9 +267,8 @@ _TABLE_REFERENCE = re.compile(
 
 
 def unknown_tables(settings: Settings, query: str) -> list[tuple[str, list[str]]]:
-    """Tables `query` names that the catalog does not hold, each with the nearest names it does: read from the
-    catalog's metadata (no JVM), so a misspelt table fails in a moment. Only `namespace.name` references are
-    checked (a view or CTE has no namespace); what the regex cannot see is left to Spark."""
+    """Tables `query` names (`namespace.name` only) that the catalog does not hold, each with the nearest names it
+    does: from metadata (no JVM), so a misspelt table fails in a moment; what the regex cannot see is left to Spark."""
     import difflib
 
     known = {t.identifier for t in catalog_tables(settings)}

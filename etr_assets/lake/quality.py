@@ -91,8 +91,7 @@ def _per_day(df: DataFrame | None, day_column: str | None, days: list[dt.date]) 
 
 
 def split_by_record_rules(df: DataFrame, spec: TableSpec) -> tuple[DataFrame, DataFrame | None]:
-    """(rows that keep every per-record expectation of `spec`, the others with the first rule broken as `reason`
-    and `quarantined_at`)."""
+    """(rows keeping every per-record expectation of `spec`, the others with the first broken as `reason`)."""
     from pyspark.sql import functions as F
 
     rules = [c for c in spec.expectations if c.per_record]
@@ -144,11 +143,8 @@ def expectation_outcomes(df: DataFrame, spec: TableSpec, days: list[dt.date]) ->
 
 
 def uniqueness_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
-    """Keys of `days` held by more than one row anywhere in the table; per day, the repeated rows on that day.
-
-    Only rows whose key lies between the days' least and greatest are read: a literal range Iceberg prunes files by,
-    so with growing keys a day reads its own files. The range is planned once (planning reads every file's bounds):
-    the repeated keys come back in one job and every figure is taken from them."""
+    """Keys of `days` held by more than one row anywhere in the table; per day, the repeated rows on that day. Only
+    keys between the days' least and greatest are read: a literal range Iceberg prunes files by, planned once."""
     from pyspark.sql import functions as F
 
     key, day_column = spec.unique_key, spec.day_column
@@ -174,10 +170,8 @@ def uniqueness_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> C
 def reference_outcome(
     df, spec: TableSpec, reference: Reference, referenced_df, days: list[dt.date], most_keys: str | None = None
 ) -> CheckOutcome:
-    """Rows of `days` whose `reference.column` names no `reference.key` of the referenced table (WARN).
-
-    `most_keys`: a filter holding almost every key (a history's current versions); the few keys it lacks are looked
-    up by value (a literal list Iceberg skips files by), so one day's check does not read a whole history."""
+    """Rows of `days` whose `reference.column` names no `reference.key` of the referenced table (WARN). `most_keys`:
+    a filter holding almost every key; the rest are looked up by value, so a day does not read a whole history."""
     from pyspark.sql import functions as F
 
     column, day_column = reference.column, spec.day_column
@@ -248,14 +242,11 @@ def row_count_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> Ch
 
 
 def commits_after(settings, spec: TableSpec, recorded: set[int]) -> list[str]:
-    """The commits of the table's current history (main and its ancestors) newer than the newest snapshot of
-    `recorded` (those Dagster's events name), newest first, each in a few words; from metadata (pyiceberg, no JVM).
-    Rewrites that change no rows (`replace`: compaction, manifests) are left out. None of `recorded` in the
-    metadata: every commit."""
+    """The commits of main's history newer than the newest snapshot of `recorded` (all without one), newest first,
+    in a few words each, from metadata; rewrites that change no rows (`replace`) left out."""
     from pyiceberg.table.snapshots import ancestors_of
 
-    table = load_table(settings, spec)
-    if table is None:
+    if (table := load_table(settings, spec)) is None:
         return []
     since = max((s.timestamp_ms for s in table.metadata.snapshots if s.snapshot_id in recorded), default=-1)
     commits = []
@@ -270,8 +261,7 @@ def commits_after(settings, spec: TableSpec, recorded: set[int]) -> list[str]:
 
 
 def outside_commits_outcome(commits: list[str]) -> CheckOutcome:
-    """Commits Dagster recorded no event of (`commits_after`): written by another tool, so Dagster's freshness,
-    lineage and figures do not describe them (WARN)."""
+    """Commits Dagster recorded no event of (another tool wrote them): freshness and figures miss them (WARN)."""
     shown = "; ".join(commits[:5]) + (f"; and {len(commits) - 5} more" if len(commits) > 5 else "")
     description = "every commit of the table's current history is one Dagster recorded"
     return CheckOutcome("commits_outside_dagster", description, not commits, len(commits), shown, Severity.WARN)

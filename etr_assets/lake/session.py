@@ -22,8 +22,7 @@ LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
 # Jars the `s3` profile needs beside Spark's hadoop-client 3.3.4 (docs/stack.md); setup fetches them here.
 S3A_JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
 POSTGRES_JDBC_GLOB = "/usr/share/java/postgresql*.jar"
-# Classes PySpark looks up by short name on nearly every DataFrame call: imported by full name, py4j skips the
-# wildcard imports' failed lookups across every jar (docs/benchmarks.md).
+# Looked up by short name on nearly every DataFrame call: imported, py4j skips failed wildcard lookups in every jar.
 HOT_CLASSES = (
     "org.apache.spark.sql.functions",
     "org.apache.spark.api.python.PythonUtils",
@@ -98,10 +97,8 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
             f"{prefix}.jdbc.schema-version": "V1",
             f"{prefix}.warehouse": settings.warehouse,
         }
-        if settings.jdbc_user:
-            conf[f"{prefix}.jdbc.user"] = settings.jdbc_user
-        if settings.jdbc_password:
-            conf[f"{prefix}.jdbc.password"] = settings.jdbc_password
+        credentials = {"user": settings.jdbc_user, "password": settings.jdbc_password}
+        conf |= {f"{prefix}.jdbc.{key}": value for key, value in credentials.items() if value}
     else:  # aws: Glue Data Catalog with S3FileIO, as Glue 5.0 / EMR expect
         conf |= {
             f"{prefix}.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
@@ -142,8 +139,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     if settings.executor_memory:
         conf["spark.executor.memory"] = settings.executor_memory
-    jars = jars_for(settings)
-    if jars:
+    if jars := jars_for(settings):
         conf["spark.jars"] = ",".join(jars)
     if settings.spark_packages:
         conf["spark.jars.packages"] = ",".join(settings.spark_packages)

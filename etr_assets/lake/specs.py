@@ -1,8 +1,5 @@
-"""TableSpec: the single declaration of an Iceberg table.
-
-Name, columns, partitioning, properties, write order and personal-data columns are written once, here; DDL,
-evolution, the Spark read schema, the UI's column schema and erasure's list of tables are derived from it.
-"""
+"""TableSpec: the single declaration of an Iceberg table, from which its DDL, evolution, Spark read schema, the UI's
+column schema and erasure's list of tables are derived."""
 
 from __future__ import annotations
 
@@ -45,8 +42,7 @@ MIB = 1024 * 1024
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 WAP_ENABLED = "write.wap.enabled"
 FORMAT_VERSION = "format-version"
-# Row-level changes write delete files (v3: deletion vectors) instead of rewriting the files they touch: a change
-# costs the rows changed; compaction merges the deletes later.
+# Row-level changes write delete files (v3: deletion vectors), not whole files; compaction merges them later.
 MERGE_ON_READ: Mapping[str, str] = MappingProxyType(
     {f"write.{change}.mode": "merge-on-read" for change in ("delete", "update", "merge")}
 )
@@ -110,9 +106,8 @@ class Column:
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """A rule every row satisfies: a SQL predicate over the typed columns (NULL passes). As an expectation,
-    `per_record` sends a breaking record to the table's record quarantine and publishes the rest of its day;
-    otherwise the blocking check stops the whole day."""
+    """A rule every row satisfies: a SQL predicate over the typed columns (NULL passes). `per_record`: a breaking
+    record goes to the record quarantine and the rest of its day publishes; otherwise the whole day is stopped."""
 
     description: str
     predicate: str
@@ -126,8 +121,7 @@ class Check:
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
-    """Every non-NULL `column` value should exist as `key` of `table` (namespace.name): a WARN check, since the
-    referenced rows may arrive later than the rows that name them."""
+    """Every non-NULL `column` value should be a `key` of `table`: a WARN check (they may arrive later)."""
 
     column: str
     table: str
@@ -171,9 +165,8 @@ class Scd2:
 
 @dataclasses.dataclass(frozen=True)
 class HealthThresholds:
-    """Limits on a table's metadata figures (etr_assets.lake.health). Above a limit the table WARNs: maintenance
-    is due, and the maintenance sensor runs it. Above `error_factor` times a count or age limit it is an ERROR:
-    planning and commits are already slow. Small files only ever WARN (reads get slower, nothing breaks)."""
+    """Limits on a table's metadata figures: above one the table WARNs (maintenance is due); above `error_factor`
+    times a count or age limit it is an ERROR (planning and commits are already slow); small files only WARN."""
 
     max_small_file_share: float = 0.5  # share of data files compaction could merge (small, not alone in a partition)
     # ... judged only from this many mergeable files (or small files filling a target file)
@@ -265,24 +258,21 @@ class TableSpec:
         if self.format_version is not None and self.format_version not in FORMAT_VERSIONS:
             raise SpecError(f"{where}: format_version {self.format_version} is not one of {FORMAT_VERSIONS}")
         for transform in self.partition_by:
-            match = TRANSFORM.match(transform)
-            if not match:
+            if not (match := TRANSFORM.match(transform)):
                 raise SpecError(f"{where}: partition transform {transform!r} is not understood")
             source = match.group(2) or match.group(5) or match.group(6)
             if source not in names:
                 raise SpecError(f"{where}: partition transform {transform!r} names unknown column {source!r}")
-        for name in self.write_order:
-            if name not in names:
-                raise SpecError(f"{where}: write order names unknown column {name!r}")
+        if unknown := [name for name in self.write_order if name not in names]:
+            raise SpecError(f"{where}: write order names unknown column {unknown[0]!r}")
         if self.subject_column is not None and self.subject_column not in names:
             raise SpecError(f"{where}: subject column {self.subject_column!r} is not a column")
         if self.scd2 is not None:
             for name in (self.scd2.key, self.scd2.sequence, *self.scd2.tracked, *(c.name for c in SCD2_COLUMNS)):
                 if name not in names:
                     raise SpecError(f"{where}: SCD2 names column {name!r}, which the table lacks")
-        for reference in self.quality.references:
-            if reference.column not in names:
-                raise SpecError(f"{where}: reference names column {reference.column!r}, which the table lacks")
+        if lacking := [r.column for r in self.quality.references if r.column not in names]:
+            raise SpecError(f"{where}: reference names column {lacking[0]!r}, which the table lacks")
         if self.subject_column is None and self.pii_columns:
             raise SpecError(f"{where}: has personal data {self.pii_columns} but no subject column to erase by")
 

@@ -108,13 +108,11 @@ def rollback(
     identifier = qualified.split(".", 1)[1]
     spark.sql(f"CALL {catalog}.system.rollback_to_snapshot(table => '{identifier}', snapshot_id => {int(snapshot_id)})")
     before = None if before is None else str(before)
-    return record_change(spark, catalog, TABLE_CHANGES, qualified, "ROLLBACK", before, str(snapshot_id), reason, run_id)
+    return record_change(spark, catalog, qualified, "ROLLBACK", before, str(snapshot_id), reason, run_id)
 
 
-def record_change(
-    spark: SparkSession, catalog: str, audit, table: str, action: str, before, after, reason: str, run_id: str
-) -> dict:
-    """Who made which snapshot of `table` current, and why, as a row of `audit` (audit.table_changes)."""
+def record_change(spark: SparkSession, catalog: str, table: str, action: str, before, after, reason: str, run_id: str):
+    """Who made which snapshot of `table` current, and why, as a row of audit.table_changes."""
     record = {
         "table_name": table,
         "action": action,
@@ -124,5 +122,5 @@ def record_change(
         "run_id": run_id,
         "executed_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
     }
-    record_rows(spark, catalog, audit, [record])
+    record_rows(spark, catalog, TABLE_CHANGES, [record])
     return record

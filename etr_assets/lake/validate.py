@@ -104,8 +104,7 @@ def read_validated(
     day: dt.date | None = None,
     carry_columns: tuple[str, ...] = (),
 ) -> Validated:
-    """Every line of `files`, checked against `columns` and `checks`; a quarantined record keeps `carry_columns`
-    (its subject, its key) when they could be read."""
+    """Every line of `files` checked against `columns` and `checks`; a quarantined record keeps `carry_columns`."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -164,8 +163,7 @@ def read_validated(
         F.when(F.size(undeclared) > 0, undeclared).alias("_unknown"),
     )
     # Counted, then written: kept on local disk in between (in the heap it competed with the writes), uncompressed
-    # (compression costs more CPU than a read or two saves); the setting is read both where the cache is declared
-    # and where the count builds it, so both happen inside.
+    # (cheaper than compressing); the setting is read where the cache is declared and where the count builds it.
     outcome = F.when(F.col("_reason").isNull(), "accepted").otherwise("quarantined")
     verdict = F.struct(F.lit(False).alias("unknown"), outcome.alias("name"))
     unknown_fields = F.transform(

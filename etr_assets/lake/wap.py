@@ -20,8 +20,7 @@ class AuditFailed(EtrError, RuntimeError):
 
     def __init__(self, message: str, branch: str, results: list[CheckOutcome]):
         super().__init__(message)
-        self.branch = branch
-        self.results = results
+        self.branch, self.results = branch, results
 
 
 AUDIT_BRANCH_PREFIX = "audit_"
@@ -49,8 +48,7 @@ def write_audit_publish(spark: SparkSession, catalog: str, spec: TableSpec, bran
     spark.sql(f"ALTER TABLE {qualified} CREATE BRANCH IF NOT EXISTS `{branch}`")
     result = write(branch)
     outcomes = evaluate(spark, qualified, spec, branch, days)
-    failed = [o for o in outcomes if not o.passed]
-    if failed:
+    if failed := [o for o in outcomes if not o.passed]:
         raise AuditFailed(
             f"{spec.identifier}: {len(failed)} blocking check(s) failed, main is unchanged; the data is kept on branch "
             f"'{branch}' (SELECT * FROM {qualified} VERSION AS OF '{branch}'). Failed: "

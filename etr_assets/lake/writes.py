@@ -101,8 +101,7 @@ def _commit_info(spark: SparkSession, table, qualified: str, snapshot) -> Commit
 def commit_of(spark: SparkSession, qualified: str, snapshot_id: int) -> CommitInfo:
     """The figures of one snapshot of `qualified`, by id."""
     table = iceberg_table(spark, qualified)
-    snapshot = table.snapshot(int(snapshot_id))
-    if snapshot is None:
+    if (snapshot := table.snapshot(int(snapshot_id))) is None:
         return CommitInfo(table=qualified, snapshot_id=None, operation=None)
     return _commit_info(spark, table, qualified, snapshot)
 
@@ -134,12 +133,8 @@ def replace_days(
     branch: str | None = None,
     options: dict[str, str] | None = None,
 ) -> CommitInfo:
-    """Atomically replace every row of `days` with `df` (one snapshot; empty `df` empties those days).
-
-    An explicit overwrite filter, so a day that now has no rows is emptied too. Iceberg does not check the rows
-    against it: `df` must hold rows of `days` only. `branch` writes to `<table>.branch_<name>` (no session-wide
-    setting); `options` are Iceberg write options of this write only.
-    """
+    """Atomically replace every row of `days` with `df` (an empty `df` empties them) by an overwrite filter Iceberg
+    does not check rows against: `df` must hold rows of `days` only. `options`: of this write only."""
     from pyspark.sql import functions as F
 
     target = f"{qualified}.branch_{branch}" if branch else qualified

@@ -192,18 +192,9 @@ def test_abandoning_a_refused_batch_is_audited_and_later_runs_no_longer_wait_for
     day = dt.date(2024, 6, 1)
     broken = plant_customers(raw, day, [dict(c, risk_segment="?") for c in customers_as_of(api.config, day)[:20]])
     with pytest.raises(BadInputError, match="needs a reason|no pending raw batch 'nope'"):
-        abandon_batch(lake, settings.catalog, raw, entities.CUSTOMERS.raw, "nope", "x", TABLE_CHANGES)
+        abandon_batch(lake, settings.catalog, raw, entities.CUSTOMERS.raw, "nope", "x")
 
-    abandon_batch(
-        lake,
-        settings.catalog,
-        raw,
-        entities.CUSTOMERS.raw,
-        broken.batch_id,
-        "provider sent junk",
-        TABLE_CHANGES,
-        "run-1",
-    )
+    abandon_batch(lake, settings.catalog, raw, entities.CUSTOMERS.raw, broken.batch_id, "provider sent junk", "run-1")
 
     (audit,) = lake.sql(f"SELECT * FROM {TABLE_CHANGES.qualified(settings.catalog)}").collect()
     assert (audit["action"], audit["run_id"]) == ("ABANDON_BATCH", "run-1")

@@ -1,6 +1,5 @@
 """GDPR erasure: remove customers from every personal-data table and the raw zone, expire history, prove it
-(docs/gdpr-erasure.md). Ids are validated positive integers and never formatted into SQL: they travel as a temp
-view that the DELETE condition reads through a subquery."""
+(docs/gdpr-erasure.md). Ids are never formatted into SQL: the DELETE reads them from a temp view."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def held_ids(tables, raw: RawErasure | None) -> set[int]:
     return held | ({i for i, n in raw.removed.items() if n} if raw is not None else set())
 
 
-# Each step does its work and records it in the audit trail (audit.gdpr_actions, under a keyed hash of the id, never
-# the id); a job and erase_customers run the same steps.
+# Each step records its work in audit.gdpr_actions (a keyed hash, never the id); a job and erase_customers run them.
 def erase_raw_step(spark: SparkSession, catalog: str, raw: RawZone, request: ErasureRequest, feeds) -> RawErasure:
     result = erase_raw_zone(raw, request, feeds)
     detail = f"{len(result.files_rewritten)} raw file(s) rewritten, {result.manifests_updated} manifest(s) updated"
@@ -116,9 +114,7 @@ LAYER_ORDER = ("bronze", "landing", "silver", "gold")
 
 
 def erasure_stages(specs) -> list[tuple[TableSpec, ...]]:
-    """The tables in the order they are erased, one stage per layer (upstream first, so a downstream rebuild during
-    the erasure reads already-erased input; then any other namespace): a stage's tables are independent of each
-    other, and each stage starts once the one before is done."""
+    """The tables in erasure order: a stage per layer, upstream first (a rebuild then reads erased input)."""
     rank = {name: i for i, name in enumerate(LAYER_ORDER)}
     stages: dict[str, list[TableSpec]] = {}
     for spec in sorted(specs, key=lambda s: (rank.get(s.namespace, len(rank)), s.identifier)):
@@ -134,8 +130,7 @@ def erase_customers(
     specs: tuple[TableSpec, ...],
     feeds=(),
 ) -> ErasureReport:
-    """The whole sequence in this process: the raw zone (`feeds`), the tables (`specs`) stage by stage, the proof;
-    each step audited as it completes (what was done stays recorded if a later step fails)."""
+    """The whole sequence in this process: raw zone, tables stage by stage, proof; each step audited as it ends."""
     raw_result = erase_raw_step(spark, catalog, raw, request, feeds) if raw is not None else None
     results = [erase_table_step(spark, catalog, spec, request) for stage in erasure_stages(specs) for spec in stage]
     proof = prove_step(spark, catalog, raw, request, results, raw_result, specs, feeds)

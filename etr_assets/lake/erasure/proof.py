@@ -61,8 +61,7 @@ class Proof:
     findings: tuple[str, ...]  # where a copy was found: "<table> data file <path>: N row(s) of 1 subject(s)"
     found_ids: tuple[int, ...]  # which of the customers were still found (empty when passed)
     time_travel: dict[str, str]  # table -> what reading it as of the erasure's start gave
-    # Every customer on the suppression list (this request's and earlier ones'), by hash: rows of theirs found in
-    # the personal-data tables now, which must all be 0 (nothing of theirs entered any table since the erasure).
+    # Every suppressed customer (this request's and earlier ones'), by hash -> rows of theirs found now: all 0.
     suppressed: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
@@ -148,9 +147,8 @@ def prove_erased(
     specs: tuple[TableSpec, ...],
     feeds: tuple[RawFeed, ...] = (),
 ) -> Proof:
-    """Scan every data file and orphan of every personal-data table (`specs`), its manifests' bounds, every raw file
-    of `feeds`, each table as of before the erasure, and every other table of the catalog with a subject-like
-    column."""
+    """Scan every data file, orphan and manifest bound of every personal-data table (`specs`), every raw file of
+    `feeds`, each table as of before the erasure, and every other table of the catalog with a subject-like column."""
     from etr_assets.lake.erasure.suppression import Suppression, rows_of_suppressed, suppression_list
 
     ids_df = ids_frame(spark, request.customer_ids)

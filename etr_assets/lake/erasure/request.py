@@ -64,8 +64,7 @@ def validate_reference(reference) -> str:
 def audit_key(profile: str, environ: dict[str, str] | None = None) -> bytes:
     """The HMAC key for subject hashes, from ETR_AUDIT_KEY; a documented default only in the local profile."""
     env = os.environ if environ is None else environ
-    key = env.get(AUDIT_KEY_ENV, "").strip()
-    if key:
+    if key := env.get(AUDIT_KEY_ENV, "").strip():
         return key.encode()
     if profile == Profile.LOCAL:
         return LOCAL_AUDIT_KEY.encode()
@@ -158,8 +157,7 @@ def files_naming(
     if not paths:
         return {}
     df = spark.read.option("mergeSchema", "true").parquet(*paths)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
+    if missing := [c for c in columns if c not in df.columns]:
         raise ErasureError(f"data files of {label} lack {missing}: cannot scan them for subjects")
     found: dict[str, dict[int, int]] = {}
     for r in _named_ids(df, keys_sql, ids_df, F.input_file_name().alias("_file")):

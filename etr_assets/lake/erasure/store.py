@@ -1,6 +1,5 @@
-"""Erasure requests waiting for the `gdpr_erasure` job: the ids live here, one JSON file per reference in the raw
-zone's storage (which already holds personal data), never in Dagster. Once the proof passes, the file keeps the
-keyed hashes only, so the same reference cannot be carried out twice (docs/gdpr-erasure.md)."""
+"""Erasure requests waiting for the `gdpr_erasure` job: one JSON file per reference in the raw zone's storage, never
+in Dagster; once proven it keeps the keyed hashes only, so a reference is not carried out twice."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ class RequestStore:
         """Write a pending request; refuse bad ids and a reference already recorded or carried out."""
         reference = validate_reference(reference)
         ids = validate_customer_ids(customer_ids, where)
-        stored = self._read(reference)
-        if stored is not None:
+        if (stored := self._read(reference)) is not None:
             self._refuse_done(reference, stored)
             raise ErasureError(
                 f"erasure request {reference!r} is already recorded and waiting ({self.uri(reference)}): "
@@ -89,8 +87,7 @@ class RequestStore:
     def pending_ids(self, reference: str) -> tuple[int, ...]:
         """The ids of a pending request. Errors name the reference, never an id."""
         reference = validate_reference(reference)
-        stored = self._read(reference)
-        if stored is None:
+        if (stored := self._read(reference)) is None:
             raise ErasureError(
                 f"no erasure request {reference!r} in {self.uri(reference)}: record it first with "
                 f"`etr erase --reference {reference} ID...` (the ids never go into the run's config)"

@@ -1,6 +1,5 @@
-"""The suppression list: customers erased once stay erased (docs/gdpr-erasure.md). It is the keyed hashes the
-audit already holds, newest row winning over a `LIFT_SUPPRESSION`; a record is matched by computing the same
-HMAC-SHA256 of its id in Spark, so no id is ever stored."""
+"""The suppression list: customers erased once stay erased (docs/gdpr-erasure.md): the audit's keyed hashes, unless
+lifted since; a record is matched by the same HMAC-SHA256 of its id computed in Spark, so no id is stored."""
 
 from __future__ import annotations
 
@@ -84,8 +83,7 @@ def suppression_list(spark: SparkSession, catalog: str, key: bytes | None = None
         f"max(CASE WHEN action <> '{LIFT}' THEN executed_at END) > "
         f"coalesce(max(CASE WHEN action = '{LIFT}' THEN executed_at END), TIMESTAMP'1900-01-01')"
     ).collect()
-    hashes = frozenset(r[0] for r in rows)
-    if not hashes:
+    if not (hashes := frozenset(r[0] for r in rows)):
         return Suppression(key or b"", hashes)
     try:  # without a key: the erasure's, that of the profile this process runs (ETR_PROFILE, local when unset)
         return Suppression(key if key is not None else audit_key(os.environ.get(PROFILE_ENV) or Profile.LOCAL), hashes)
@@ -107,8 +105,7 @@ def lift_suppression(
     by: str = "",
 ) -> dict:
     """Lift the suppression of one customer (they signed up again and consented): an audited LIFT_SUPPRESSION row
-    under their hash, with the reference, who (`by`) and why. A customer not on the list is refused: a lift with
-    nothing to lift would only blur the audit."""
+    under their hash, with the reference, who and why; a customer not on the list is refused."""
     (customer_id,) = validate_customer_ids([customer_id])
     if not isinstance(reference, str) or not reference.strip():
         raise ErasureError("lifting a suppression needs a reference (the new consent's, or the ticket's)")

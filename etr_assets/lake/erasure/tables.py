@@ -76,8 +76,7 @@ def erase_table(spark: SparkSession, catalog: str, spec: TableSpec, request: Era
     # Replace every file of a branch with its live rows minus the customers: one overwrite commit.
     rewrite = lambda target: spark.table(target).where(f"NOT {condition}").writeTo(target).overwrite(F.lit(True))
     try:
-        removed = matches_by_id(spark.table(qualified), spec, ids_df)
-        if removed:
+        if removed := matches_by_id(spark.table(qualified), spec, ids_df):
             run_with_retries(lambda: delete(qualified), f"erasing from {qualified}")
         branches_erased, dropped = {}, []
         for ref in spark.sql(f"SELECT name, type FROM {qualified}.refs WHERE name <> 'main'").collect():
