@@ -30,14 +30,12 @@ def _json(value: dict) -> str:
 
 
 def _spark_failed(command: str, exc: BaseException, doing: str, settings: Settings) -> int:
-    """A Spark/Java error in one line on stderr, without the JVM's stack: the setting to raise when the JVM ran out
-    of memory or disk, else the first meaningful line of the error."""
+    """A Spark/Java error in one line on stderr: the setting to raise when the JVM ran out, else its first line."""
     from etr_assets.lake.exhaustion import exhaustion
     from etr_assets.lake.session import spark_conf
 
     text = str(getattr(exc, "desc", None) or exc)
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
+    if (java := getattr(exc, "java_exception", None)) is not None:
         text = str(java.getMessage() or java.toString())
     line = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     print(f"etr {command}: {exhaustion(exc, doing, spark_conf(settings)) or line}", file=sys.stderr)
@@ -50,8 +48,7 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     if args.file is None and args.query is None:
         raise RuntimeError('give a query, "-" to read it from standard input, or --file FILE')
     query = args.file.read_text() if args.file else sys.stdin.read() if args.query == "-" else args.query
-    unknown = unknown_tables(settings, query)  # from the catalog's metadata: no JVM for a misspelt name
-    if unknown:
+    if unknown := unknown_tables(settings, query):  # from the catalog's metadata: no JVM for a misspelt name
         for name, near in unknown:
             hint = f"; did you mean {' or '.join(near)}?" if near else "; `etr tables` lists the tables"
             print(f"etr sql: table {name} does not exist in catalog {settings.catalog}{hint}", file=sys.stderr)
@@ -136,7 +133,6 @@ def cmd_prepare_instance(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.run_request import run
 
-    # A mistake: one line, exit 2, nothing launched.
     return run(args.days, settings.start_date, settings.home, args.verbose)
 
 

@@ -1,6 +1,5 @@
-"""Prepare a Dagster instance for this code location (`etr prepare-instance`): 1. the laptop dagster.yaml when it
-has none, 2. its storage migrated, 3. every table pool created up front: Dagster creates a pool on its first
-claim, and two runs claiming a new pool at the same moment can both get through."""
+"""`etr prepare-instance`: 1. the laptop dagster.yaml if none, 2. storage migrated, 3. every table pool created up
+front (Dagster creates one on its first claim, and two runs claiming a new pool at once can both get through)."""
 
 from __future__ import annotations
 
@@ -44,12 +43,10 @@ def initialize_pools(instance, defs) -> list[str]:
 
 def prepare_instance(config: Path | None = None) -> list[str]:
     """Steps 1-3 for $DAGSTER_HOME; returns what was done, one line each."""
-    home = os.environ.get("DAGSTER_HOME")
-    if not home:
+    if not (home := os.environ.get("DAGSTER_HOME")):
         raise RuntimeError("DAGSTER_HOME is not set: point it at the instance's folder (./dev uses $ETR_HOME/dagster)")
-    home_dir = Path(home)
+    home_dir, done = Path(home), []
     home_dir.mkdir(parents=True, exist_ok=True)
-    done = []
     target = home_dir / "dagster.yaml"
     if not target.exists():
         shutil.copyfile(config or LAPTOP_CONFIG, target)

@@ -127,8 +127,7 @@ def job_of_defs(name: str):
 
 
 def execute(job: str, tags: dict[str, str]) -> bool:
-    """Runs `job` in $DAGSTER_HOME's instance; whether it succeeded. The result is not opened: that would start
-    every resource again to read outputs no one reads."""
+    """Runs `job` in $DAGSTER_HOME's instance; whether it succeeded (the result unopened: no resource restarts)."""
     recon = build_reconstructable_job(__spec__.name, job_of_defs.__name__, (job,))
     with DagsterInstance.get() as instance:
         return execute_job(recon, instance, tags=tags, raise_on_error=False).success

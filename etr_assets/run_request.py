@@ -1,6 +1,5 @@
-"""`etr run DAY|FIRST..LAST`: the days checked (a mistake is one line, and no run), then the run `dg launch` makes
-(same job and tags, in $DAGSTER_HOME's instance), followed a line a step, then its id and summary. The raw assets
-check a run's tags with `days_of_run`, so a run launched otherwise fails the same way before touching a table.
+"""`etr run DAY|FIRST..LAST`: the days checked (a mistake is one line, and no run), then the run `dg launch` makes,
+followed a line a step, then its id and summary; the raw assets check any run's tags with `days_of_run`.
 Only the standard library at module level: `etr` must not import Dagster or pyspark to check a day."""
 
 from __future__ import annotations
@@ -132,8 +131,7 @@ def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = Fal
         print(f"etr run: {mistake}", file=sys.stderr)
         return REQUEST_EXIT
     home = dagster_home(etr_home)
-    env = {**os.environ, "DAGSTER_HOME": str(home)}
-    env.setdefault("PYTHONWARNINGS", "ignore")  # as ./dev demo: Dagster's preview and beta notices are not news
+    env = {"PYTHONWARNINGS": "ignore", **os.environ, "DAGSTER_HOME": str(home)}  # as ./dev demo: no beta notices
     where = "Dagster's log follows" if verbose else "its full log: etr run --verbose, or the run's page in the UI"
     print(f"etr run: {JOB} for {days} (DAGSTER_HOME={home}); {where}", file=sys.stderr, flush=True)
     from dagster import DagsterInstance

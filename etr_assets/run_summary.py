@@ -37,8 +37,7 @@ class RunSummary:
     written_by_table: dict[str, int] = dataclasses.field(default_factory=dict)  # asset -> rows this run committed
 
     def lines(self, status: str | None = None) -> list[str]:
-        """Three lines (then an erasure's proof, and why the run failed); `status` replaces the run's (a run still
-        ending reports how its steps went)."""
+        """Three lines, then an erasure's proof and why it failed; `status` replaces the run's (one still ending)."""
         took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
         days = f" for {self.partitions}" if self.partitions else ""
         rows, written = sum(self.rows_by_table.values()), sum(self.written_by_table.values())
@@ -79,8 +78,7 @@ def failure_reason(data) -> str:
 
 
 def full_run_id(instance: DagsterInstance, run_id: str) -> str:
-    """`run_id`, or the one run id it begins (the short id every log line prints); unchanged when none or several
-    do, so the lookup finds no run."""
+    """`run_id`, or the one run id it begins (the short id logs print); unchanged when none or several do."""
     if len(run_id) >= 36:
         return run_id
     matches = [found for found in instance.get_run_ids() if found.startswith(run_id)]
@@ -90,8 +88,7 @@ def full_run_id(instance: DagsterInstance, run_id: str) -> str:
 def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSummary | None:
     """The run `run_id` (default: the newest run of the instance), or None when the instance has no run."""
     runs = [instance.get_run_by_id(full_run_id(instance, run_id))] if run_id else instance.get_runs(limit=1)
-    run = next(iter(runs), None)
-    if run is None:
+    if (run := next(iter(runs), None)) is None:
         return None
     rows: dict[str, dict[str | None, int]] = {}  # asset -> day (None: the whole run) -> rows
     suppressed, added = {}, {}
@@ -108,8 +105,7 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
             proof = proof_of(data.user_failure_data.metadata if data.user_failure_data else {}) or proof
         elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
             key, metadata = data.materialization.asset_key.to_user_string(), data.materialization.metadata
-            # Each day's own rows where the run put them on its partition (a range run's too); else the figure is
-            # the run's, the same on each of its days (a history's): counted once.
+            # Each day's own rows on its partition; else the run's figure, the same on each of its days: once.
             days = rows.setdefault(key, {})
             if DAY_ROWS in metadata:
                 days[data.materialization.partition] = int(metadata[DAY_ROWS].value)

@@ -147,9 +147,8 @@ class Settings:
 
 
 def driver_memory_for(total_bytes: int | None) -> str:
-    """The driver heap for a machine (or container) of `total_bytes`, in Spark's notation: a quarter of it (room
-    for a second run, Dagster and the page cache: docs/production.md#driver-memory), at least 1g and at most 8g, in
-    whole 256 MB; 1g when the size is unknown."""
+    """The driver heap for a machine of `total_bytes`: a quarter of it (docs/production.md#driver-memory), in whole
+    256 MB from 1g to 8g; 1g when the size is unknown."""
     share = (total_bytes or 0) // 4 // 2**20 // 256 * 256
     megabytes = min(max(share, 1024), 8192)
     return f"{megabytes // 1024}g" if megabytes % 1024 == 0 else f"{megabytes}m"

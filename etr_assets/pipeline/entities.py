@@ -19,8 +19,7 @@ from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 
 def load_bronze(spark, catalog: str, raw: RawZone, feed: EntityFeed, days: list[dt.date], **policy) -> LayerResult:
-    # History depends on every observation, so batches left pending by an earlier failed run are finished
-    # first, whatever their day: the landing step that follows recomputes with them.
+    # History depends on every observation: batches an earlier failed run left pending are finished first.
     return load_bronze_days(spark, catalog, raw, feed.raw, days, finish_pending=True, **policy)
 
 
@@ -36,8 +35,7 @@ def scd2_records(bronze_df, feed: EntityFeed):
 
 
 def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], full_refresh: bool = False) -> Scd2Result:
-    """Bring the SCD2 table in line with every observation in bronze (how: docs/scd2.md). `days` are the partitions
-    being built; the rows read are whatever bronze gained since the last build, days loaded by other runs too."""
+    """Bring the SCD2 table in line with every observation bronze gained since its last build (docs/scd2.md)."""
     ensure_table(spark, catalog, feed.landing)
     bronze = feed.raw.bronze.qualified(catalog)
     to_records, held = functools.partial(scd2_records, feed=feed), held_keys(spark, catalog, feed)
@@ -59,8 +57,7 @@ def days_to_apply(spark, catalog: str, feed: EntityFeed, full_refresh: bool = Fa
     cursor = read_cursor(spark, target) if not full_refresh and spark.catalog.tableExists(target) else None
     if cursor is not None:
         applied = spark.sql(f"SELECT committed_at FROM {bronze}.snapshots WHERE snapshot_id = {cursor.log_snapshot_id}")
-        applied_at = applied.first()
-        if applied_at is not None:  # an expired snapshot: every day counts
+        if (applied_at := applied.first()) is not None:  # an expired snapshot: every day counts
             partitions = partitions.where(F.col("last_updated_at") > F.lit(applied_at[0]))
     return sorted(r["day"] for r in partitions.collect())
 
@@ -99,8 +96,7 @@ def _activity_of(silver_rows, day_column):
 
 def customer_activity(spark, catalog: str, days: list[dt.date]):
     """Each customer's activity up to each of `days`: the table's figures of the day before each run of consecutive
-    days, plus silver's rows of the run. Returns (the rows, the first days of runs whose day before the table lacks
-    while silver holds earlier days: their figures start from every silver day before them)."""
+    days plus silver's rows of the run; and the first days summed from all of silver (the day before was missing)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 

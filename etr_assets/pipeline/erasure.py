@@ -1,6 +1,5 @@
-"""The erasure plan of this pipeline: every table whose spec marks personal data, and the raw feeds with a subject
-column. The machinery (erasing, expiring, proving, auditing) is `etr_assets.lake.erasure`; this binds it to the
-pipeline's tables and feeds, declared once in `etr_assets.tables`."""
+"""The erasure plan of this pipeline: `etr_assets.lake.erasure` bound to every table whose spec marks personal data
+and the raw feeds with a subject column."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from etr_assets.lake import erasure as library
 from etr_assets.tables import personal_data_specs
 from etr_assets.tables.feeds import RAW_FEEDS
 
-# The library's functions, bound to the pipeline's personal-data tables and raw feeds.
 # prove_erased(spark, catalog, raw, request) scans them all; specs=(...) narrows it to those tables.
 erase_raw_zone = functools.partial(library.erase_raw_zone, feeds=RAW_FEEDS)
 scan_raw_zone = functools.partial(library.scan_raw_zone, feeds=RAW_FEEDS)

@@ -1,11 +1,5 @@
-"""Every table layer of the pipeline, by asset key, and the one way to run, finish and report it.
-
-`run_layer` builds a layer (the library call its asset makes), then finishes it: the post-write checks not already
-run on an audit branch, their metric rows in monitoring.data_quality_metrics, and the materialization's figures.
-A blocking check that fails raises `AuditFailed` (main untouched) before anything is finished. `report_layer` runs
-it and says what happened: `etr_assets.defs.resources` shows that `Report` whether the layer ran in process or a
-Glue/EMR job (`etr_assets.remote.run_layer`) sent it as one Pipes message, so the two ways cannot drift.
-"""
+"""Every table layer of the pipeline, by asset key, and the one way to run, finish and report it: the same
+`Report` whether the layer ran in process or in a Glue/EMR job (one Pipes message), so the two ways cannot drift."""
 
 from __future__ import annotations
 
@@ -44,8 +38,7 @@ class LayerRequest:
 
     @classmethod
     def from_extras(cls, extras: dict) -> LayerRequest:
-        missing = [k for k in ("layer", "days") if k not in extras]
-        if missing:
+        if missing := [k for k in ("layer", "days") if k not in extras]:
             raise ValueError(f"the Pipes extras lack {', '.join(missing)}: got keys {sorted(extras)}")
         if extras["layer"] not in LAYERS:
             raise ValueError(f"unknown layer {extras['layer']!r}; a layer is one of {', '.join(LAYERS)}")
@@ -119,9 +112,8 @@ class Report:
 def report_layer(
     spark, catalog: str, raw: Callable[[], RawZone], request: LayerRequest, run_id: str, spark_conf: dict, raw_root: str
 ) -> Report:
-    """Run the layer and say what happened. A failed audit records its metric rows and reports its checks before
-    the run fails; a JVM out of memory or disk fails it in one line naming the setting or the folder; any other
-    error is raised as it is."""
+    """Run the layer and say what happened: a failed audit's checks and metrics, or a JVM out of memory or disk in
+    one line, are reported as the failure; any other error is raised as it is."""
     spec = LAYERS[request.layer].spec
     try:
         finished = run_layer(spark, catalog, raw, request, run_id)
@@ -148,7 +140,6 @@ def report_layer(
     return Report(f, list(finished.outcomes), logs)
 
 
-# --- the layers -----------------------------------------------------------------------------------------------
 def _policy(request: LayerRequest) -> dict[str, float]:
     return {
         "max_reject_rate": float(request.option("max_reject_rate", DEFAULT_MAX_REJECT_RATE)),
@@ -186,12 +177,10 @@ def _entity_history(feed: EntityFeed, spark, catalog, raw, request) -> LayerResu
         "versions_removed": result.deleted,
         "history_method": str(result.method),
         "history_reason": result.reason,
-        # The snapshot days this apply took in; those not requested are recorded as materialized too
-        # (`defs.common.record_days`).
+        # The snapshot days this apply took in (those not requested are recorded as materialized too).
         "days_applied": Tagged("json", [d.isoformat() for d in applied]),
     }
-    # A history has no days: its row rules are checked on the versions this apply wrote (older ones passed
-    # when they were written), a filter data files are skipped by, not on every version ever kept.
+    # A history has no days: its row rules are checked on the versions this apply wrote (a filter files skip by).
     written = f"_ingested_at >= timestamp_micros({started})"
     return LayerResult(commit, TableChanges(table), {}, extra, written_rows=written)
 

@@ -21,8 +21,7 @@ __all__ = ["TRANSACTIONS", "BadInputError", "LayerResult", "build_gold", "build_
 
 
 def load_bronze(spark, catalog: str, raw: RawZone, days: list[dt.date], **policy) -> LayerResult:
-    """Replace each day of bronze with the newest downloaded raw batch of that day, then mark it complete (`policy`:
-    max_reject_rate, max_day_shrink)."""
+    """Replace each day of bronze with its newest downloaded raw batch, then mark it complete."""
     return load_bronze_days(spark, catalog, raw, TRANSACTIONS, days, **policy)
 
 
@@ -88,8 +87,7 @@ def build_silver(
     full_refresh: bool = False,
 ) -> LayerResult:
     """Rebuild `days` of silver, reading only the bronze rows each day needs (docs/lifecycle.md#incremental-silver;
-    without `cursors`, every day whole). `extra["bronze_snapshot_id"]` is the next build's cursor. A transaction
-    breaking a per-record expectation waits in silver.quarantine_transactions; the rest of its day publishes."""
+    without `cursors`, every day whole); `extra["bronze_snapshot_id"]` is the next build's cursor."""
     from pyspark.sql import functions as F
 
     bronze_table, silver_table = BRONZE_TRANSACTIONS.qualified(catalog), SILVER_TRANSACTIONS.qualified(catalog)
@@ -141,8 +139,7 @@ def build_silver(
     kept, held = split_by_record_rules(cleaned, SILVER_TRANSACTIONS)
     counts = count_by_day(kept, rebuild, "transaction_date")
     try:
-        # The quarantine first: a crash before silver's commit leaves the days to rebuild, which rewrites it again.
-        # Nothing to hold and nothing held before: no commit (most days).
+        # The quarantine first (a crash before silver's commit rebuilds both); nothing held, no commit (most days).
         held_days = F.col("transaction_date").isin(sorted(rebuild))
         if not held.isEmpty() or not spark.table(quarantine_table).where(held_days).isEmpty():
             replace_days(
@@ -154,8 +151,7 @@ def build_silver(
     checks = (*checks, held_back())
     extra["records_quarantined"] = checks[-1].violations
     extra["silver_snapshot_id"] = str(current_snapshot_id(spark, silver_table))
-    untouched = sorted(set(days) - set(rebuild))
-    if untouched:  # report what every requested day holds, rewritten or not
+    if untouched := sorted(set(days) - set(rebuild)):  # report what every requested day holds, rewritten or not
         in_untouched = spark.table(silver_table).where(F.col("transaction_date").isin(untouched))
         counts |= count_by_day(in_untouched, untouched, "transaction_date")
     distinct_ids = bronze_read.where(F.col("transaction_id").isNotNull()).select("transaction_id").distinct().count()

@@ -1,9 +1,5 @@
-"""Start-job parameters for Glue 5.0 and EMR Serverless, derived from the profile (plain dicts, testable here).
-
-The job runs `code/run_layer.py` from the lake's bucket with the package zipped beside it (`code/etr_assets.zip`,
-`--extra-py-files`) and `dagster-pipes` installed by the platform. Iceberg comes with the platform
-(`--datalake-formats iceberg` on Glue; EMR's runtime jars), the Glue catalog and S3FileIO from `catalog_conf`.
-"""
+"""Start-job parameters for Glue 5.0 and EMR Serverless, from the profile: the job runs `code/run_layer.py` with the
+package zipped beside it; the platform provides Iceberg and dagster-pipes, `catalog_conf` the Glue catalog."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Entry script of a remote job (Glue 5.0, EMR Serverless): run one layer, send its report through Dagster Pipes.
-
-The Dagster side (`etr_assets.defs.resources.LayerRunner`) puts a `LayerRequest` and the lake's settings in the Pipes
-context's extras; this script runs the layer with `etr_assets.pipeline.layers.report_layer`, as the runner does in
-process, and sends the `Report` as one custom message, which the runner records as it records its own. A failure
-the report describes (a failed audit, memory or disk exhausted) ends the job normally: the Pipes clients drop
-every message of a job that fails.
-
-Glue passes the Pipes bootstrap parameters as job arguments (`--dagster-pipes-context ...`); a local subprocess
-gets them as environment variables. The context and messages travel through S3 when the launcher uses S3
-(`pipes/` prefix of the lake's bucket), through files otherwise.
-"""
+"""Entry script of a remote job (Glue 5.0, EMR Serverless): run the Pipes extras' `LayerRequest`, send its `Report`
+as one message. A failure the report describes ends the job normally: Pipes drops every message of a failed job."""
 
 from __future__ import annotations
 

@@ -116,8 +116,7 @@ class ApiClient:
             if not isinstance(doc.get("data"), list):
                 raise fail("response has no 'data' list")
             yield doc, text
-            next_page = doc.get("next_page")
-            if not next_page:
+            if not (next_page := doc.get("next_page")):
                 return
             try:
                 following = int(next_page)
@@ -135,15 +134,13 @@ class ApiClient:
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
-# The decoder's scanner without raw_decode's wrapper (a whitespace match and a call per value): (value, end) of the
-# JSON value starting exactly at a position, StopIteration if none does.
+# raw_decode's scanner without its wrapper: (value, end) of the JSON value starting exactly at a position.
 _SCAN = _DECODER.scan_once
 
 
 def record_texts(body: str) -> list[str]:
-    """The exact text of each element of the top-level object's `data` array (the last `data`, as JSON readers
-    take it), in order. A line break between a record's tokens (a pretty-printed body) becomes a space, the one
-    change JSON Lines needs; inside strings JSON has none. `body` must be valid JSON (it was parsed first)."""
+    """The exact text of each element of the (valid) body's last `data` array, in order; a line break between a
+    record's tokens (a pretty-printed body) becomes a space, the one change JSON Lines needs."""
 
     def skip(position: int) -> int:
         return _SPACE.match(body, position).end()

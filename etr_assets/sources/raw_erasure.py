@@ -1,8 +1,5 @@
-"""Erasing data subjects from the raw zone, and finding them there (plain Python on `RawZone`: local or S3).
-
-A line names a subject when its JSON holds the subject field with that id at any depth (escapes decoded), or, for
-a line that is not JSON, when the text pattern finds it. Markers are never touched: a pending batch stays loadable.
-"""
+"""Erasing data subjects from the raw zone, and finding them there: a line names a subject when its JSON holds the
+subject field with that id at any depth, or the text pattern finds it. Markers are never touched."""
 
 from __future__ import annotations
 
@@ -39,8 +36,7 @@ class RawErasure:
 
 
 def _raw_files(raw: RawZone, feed: RawFeedSubject, batch_keys=None):
-    """(batch, file name) of every data file in every batch folder of the feed (or of `batch_keys`), markers
-    excluded."""
+    """(batch, file name) of every data file of the feed's batch folders (or of `batch_keys`)."""
     for batch in raw.batches(feed.source, feed.endpoint):
         if batch_keys is not None and batch.key not in batch_keys:
             continue
@@ -94,8 +90,7 @@ def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, .
         for batch, name in _raw_files(raw, feed, batch_keys):
             key = f"{batch.key}/{name}"
             lines = raw.storage.read_bytes(key).splitlines(keepends=True)
-            found = _lines_naming(lines, ids, feed.field)
-            if not found:
+            if not (found := _lines_naming(lines, ids, feed.field)):
                 continue
             drop = {i for indexes in found.values() for i in indexes}
             raw.storage.write_bytes(key, b"".join(line for i, line in enumerate(lines) if i not in drop))
@@ -120,7 +115,6 @@ def find_raw_records(raw: RawZone, ids, feeds: tuple[RawFeedSubject, ...]) -> tu
         for batch, name in _raw_files(raw, feed):
             key = f"{batch.key}/{name}"
             scanned += 1
-            hits = _lines_naming(raw.storage.read_bytes(key).splitlines(), wanted, feed.field)
-            if hits:
+            if hits := _lines_naming(raw.storage.read_bytes(key).splitlines(), wanted, feed.field):
                 found[raw.storage.uri(key)] = {i: len(lines) for i, lines in hits.items()}
     return scanned, found

@@ -1,6 +1,5 @@
-"""The raw zone: API responses kept as they arrived, one folder per batch, with state markers written last so a
-crash at any point loses nothing; an index of open batches keeps a day's cost from growing with the batches ever
-fetched (layout, markers and crash points: docs/raw-zone.md)."""
+"""The raw zone: API responses as they arrived, a folder per batch, state markers written last so a crash loses
+nothing, and an index of open batches so a day's cost does not grow with all batches ever (docs/raw-zone.md)."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ class RawStorage(abc.ABC):
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:
-        """Remove ``key``; nothing if it is not there. Only for index entries: raw files and a batch's markers are
-        never deleted."""
+        """Remove ``key`` if there: only index entries (raw files and a batch's markers are never deleted)."""
 
     def touch(self, key: str) -> None:
         """An empty object at ``key`` (an index entry, whose name is all it says)."""
@@ -144,8 +142,7 @@ class RawZone:
     def start_batch(self, source: str, endpoint: str, day: dt.date, now: dt.datetime | None = None) -> Batch:
         now = now or dt.datetime.now(dt.UTC)
         batch = Batch(source, endpoint, f"{day.isoformat()}_{now:%Y%m%dT%H%M%S%fZ}_{secrets.token_hex(3)}")
-        # Indexed before anything of it exists: a crash from here on leaves a batch `pending()` finds (pending, its
-        # download never finished), and a crash before leaves nothing at all.
+        # Indexed before anything of it exists: a crash leaves a batch `pending()` finds, or nothing at all.
         self.storage.touch(_index_key(batch))
         marker = {"started_at": now.isoformat(), "day": day.isoformat()}
         self.storage.write_bytes(f"{batch.key}/{PENDING}", json.dumps(marker).encode())
@@ -169,9 +166,8 @@ class RawZone:
         self.storage.delete(_index_key(batch))
 
     def settle(self, batch: Batch, detail: dict) -> None:
-        """After `batch` is committed: mark it complete, and older pending batches of its day as superseded. Those
-        are the day's folders and its index entries: a crash between a batch's entry and its first marker leaves an
-        entry with no folder (on S3), a batch still to close when a newer one of its day is loaded."""
+        """After `batch` is committed: mark it complete, and older pending batches of its day (folders and index
+        entries: a crash can leave an entry with no folder) as superseded."""
         entries = self.storage.list_children(_index_folder(batch.source, batch.endpoint), f"{batch.day.isoformat()}_")
         indexed = {Batch(batch.source, batch.endpoint, name) for name in entries if _looks_like_batch(name)}
         day_batches = set(self.batches(batch.source, batch.endpoint, batch.day)) | indexed
@@ -236,8 +232,7 @@ class RawZone:
         return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.UTC)
 
     def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:
-        """The batch folders of an endpoint, oldest first; of one `day`, listed by the day's name prefix only
-        (without `day`, every batch ever fetched: for tools that must see them all, such as erasure)."""
+        """The batch folders of an endpoint (of one `day`: by its name prefix; else all, for erasure), oldest first."""
         names = self.storage.list_children(f"{source}/{endpoint}", f"{day.isoformat()}_" if day else "")
         found = [Batch(source, endpoint, name) for name in names if _looks_like_batch(name)]
         return [b for b in found if day is None or b.day == day]
@@ -265,8 +260,7 @@ class RawZone:
         ]
 
     def file_uris(self, batch: Batch) -> list[str]:
-        manifest = self.manifest(batch)
-        if manifest is None:
+        if (manifest := self.manifest(batch)) is None:
             raise RawZoneError(f"raw batch {batch.key} has no {MANIFEST}: its download did not finish")
         return [self.storage.uri(f"{batch.key}/{name}") for name in manifest.files]
 

@@ -94,8 +94,7 @@ def s3_raw_zone(client, bucket: str, prefix: str = "raw", uri_scheme: str = "s3a
 
 def open_raw_zone(root: str, *, s3_endpoint: str = "", region: str = "", uri_scheme: str = "s3a") -> RawZone:
     """The raw zone at `root`: a folder, or `s3://bucket/prefix` through boto3 (credentials from the environment
-    or the role; `s3_endpoint` for MinIO or moto). The one place a raw zone is opened from settings, in process
-    (`RawZoneResource`) and in a remote job alike."""
+    or the role; `s3_endpoint` for MinIO or moto), in process and in a remote job alike."""
     if not root.startswith("s3://"):
         return local_raw_zone(root)
     import boto3

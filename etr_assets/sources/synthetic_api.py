@@ -1,8 +1,5 @@
-"""A deterministic synthetic BNPL API on loopback, for local runs and tests: the HTTP server (docs/raw-zone.md).
-
-Every response is a pure function of (config, day), so any server instance in any process answers a request
-byte for byte the same. Stdlib only: the pipeline and the tests start it without Dagster or Spark.
-"""
+"""A deterministic synthetic BNPL API on loopback, for local runs and tests (docs/raw-zone.md): every response is
+a pure function of (config, day). Stdlib only: the pipeline and the tests start it without Dagster or Spark."""
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ def _served(config: ApiConfig, path: str, day: datetime.date, malformed_rate: fl
 
 
 def _param_date(params: dict, name: str) -> datetime.date:
-    text = params.get(name, [None])[-1]
-    if text is None:
+    if (text := params.get(name, [None])[-1]) is None:
         raise ValueError(f"missing required parameter {name} (YYYY-MM-DD)")
     try:
         day = datetime.date.fromisoformat(text if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else "")  # "": no date
@@ -55,8 +51,7 @@ def _param_date(params: dict, name: str) -> datetime.date:
 
 
 def _param_int(params: dict, name: str, default: int, low: int, high: int) -> int:
-    text = params.get(name, [None])[-1]
-    if text is None:
+    if (text := params.get(name, [None])[-1]) is None:
         return default
     if not re.fullmatch(r"[0-9]{1,10}", text) or not low <= int(text) <= high:
         raise ValueError(f"parameter {name}={text!r} must be an integer in {low}..{high}")
@@ -146,8 +141,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         config, faults = self.server.config, self.server.faults
         if faults.delay_seconds:
             self.server.stopping.wait(faults.delay_seconds)
-        failed = self.server.switch.take_failure(url.path)
-        if failed is not None:
+        if (failed := self.server.switch.take_failure(url.path)) is not None:
             return self._send(*failure_response(failed, url.path))
         try:
             params = urllib.parse.parse_qs(url.query, keep_blank_values=True)

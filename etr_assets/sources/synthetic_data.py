@@ -1,6 +1,5 @@
 """Deterministic synthetic BNPL data: customers, merchants and the daily transaction feed, each record a pure
-function of (config, day). Randomness comes only from ``random.Random`` seeded with strings (PYTHONHASHSEED cannot
-change it), never from the global generator or ``hash()``."""
+function of (config, day): ``random.Random`` seeded with strings, never the global generator or ``hash()``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Fault switches for the synthetic BNPL API: failures, delays, malformed records, schema drift, cut-off pages.
-Record faults are deterministic like the data (seed, entity, day and index, never paging or timing), so
-the tests compute the exact truth without HTTP."""
+Record faults are deterministic like the data, so the tests compute the exact truth without HTTP."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ class ApiFaults:
 
     @classmethod
     def from_json(cls, document: str | bytes | dict) -> ApiFaults:
-        """Faults from a JSON object of field names (missing ones take their defaults); a ValueError names the
-        field for an unknown field, a wrong type or a value out of range."""
+        """Faults from a JSON object of field names (others default); a ValueError names a bad field or value."""
         if isinstance(document, (str, bytes)):
             try:
                 document = json.loads(document)
@@ -141,12 +139,10 @@ _ID = {"transaction": "transaction_id", "customer": "customer_id", "merchant": "
 def apply_record_faults(
     records: list, *, seed: int, entity: str, day: datetime.date, malformed_rate: float, drift: bool
 ) -> list:
-    """The records as served with these faults (the input is left untouched): drift first, then the rate's share
-    (nearest integer, halves up) of records with the lowest SHA-256 of (seed, entity, day, index) replaced, so any
-    page size sees the same and a higher rate corrupts a superset; kinds cycle in ``MALFORMED_KINDS`` order."""
+    """The records as served with these faults: drift, then the rate's share of records with the lowest SHA-256 of
+    (seed, entity, day, index) replaced, so any page size sees the same and a higher rate corrupts a superset."""
     served = [_drifted(record, seed, entity) for record in records] if drift else list(records)
-    count = math.floor(len(served) * malformed_rate + 0.5)
-    if count:
+    if count := math.floor(len(served) * malformed_rate + 0.5):
 
         def rank(index: int) -> bytes:
             return hashlib.sha256(f"etr:{seed}:malformed:{entity}:{day.isoformat()}:{index}".encode()).digest()

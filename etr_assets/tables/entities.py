@@ -126,8 +126,7 @@ _PER_CUSTOMER_DAY = {  # the layout of both gold tables keyed by (day, customer)
     "subject_column": "customer_id",
 }
 
-# The running aggregate profiles are built from: a customer's activity up to a day is the day before's plus the
-# day's transactions, so no day reads every earlier day of silver.
+# Running totals: a day's activity is the day before's plus the day's transactions, never all of silver.
 GOLD_CUSTOMER_ACTIVITY = TableSpec(
     namespace="gold",
     name="customer_activity",

@@ -1,6 +1,5 @@
-"""The pipeline's feeds, declared once beside the table specs: which API endpoint fills which bronze, quarantine and
-landing table, and so which asset writes each table; and the quarantine tables, records a source sent that do not
-fit its bronze spec (and silver rows held back by a per-record rule), kept with the reason."""
+"""The pipeline's feeds: which API endpoint fills which bronze, quarantine and landing table (so which asset writes
+each table); and the quarantine tables, records refused by bronze or held back in silver, with the reason."""
 
 from etr_assets.lake.feeds import EntityFeed, RawFeed
 from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
@@ -46,8 +45,7 @@ QUARANTINE_MERCHANTS = quarantine_spec("merchants", key_column="merchant_id")
 
 
 def record_quarantine_spec(spec: TableSpec) -> TableSpec:
-    """`<namespace>.quarantine_<name>`: rows of `spec` that broke one of its per-record expectations, as they would
-    have been written, with the first rule broken. Replaced with the days `spec` rebuilds."""
+    """`<namespace>.quarantine_<name>`: rows of `spec` held back by a per-record expectation, with the rule broken."""
     return TableSpec(
         namespace=spec.namespace,
         name=f"quarantine_{spec.name.removeprefix('bnpl_').removesuffix('_clean')}",

@@ -79,8 +79,7 @@ SILVER_TRANSACTIONS = TableSpec(
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "customer_id"),
     subject_column="customer_id",
-    # Written to an audit branch, published when checks pass. The bloom filter speeds up one-customer lookups
-    # (erasure, support) at no cost to full scans (docs/benchmarks.md, benchmark 1).
+    # Published from an audit branch once checks pass; a bloom filter speeds one-customer lookups (docs/benchmarks.md).
     properties={WAP_ENABLED: "true", **bloom_filter("customer_id", ids_per_file=10_000)},
     # Per record: a transaction that breaks one goes to silver.quarantine_transactions and its day publishes without
     # it. Per day (blocking): transaction_id unique in the whole table.
