@@ -38,14 +38,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     return dg.Definitions(
         assets=assets,
         asset_checks=[silver_daily_growth, *outside, *maintenance.checks],
-        jobs=[
-            job,
-            rollback_table,
-            abandon_raw_batch,
-            build_bootstrap_job(settings),
-            erasure,
-            maintenance.job,
-        ],
+        jobs=[job, rollback_table, abandon_raw_batch, build_bootstrap_job(settings), erasure, maintenance.job],
         schedules=[daily, maintenance.schedule],
         sensors=[
             build_pending_batches_sensor(settings),

@@ -192,8 +192,7 @@ class SilverConfig(dg.Config):
 
 
 def silver_cursors(context: dg.AssetExecutionContext) -> dict[str, list[int | None] | None]:
-    """Per day, the bronze and silver snapshots recorded by the latest materialization of that partition (as JSON:
-    the request may travel to a remote job; `pipeline.layers` makes them `Cursor`s)."""
+    """Per day, the bronze and silver snapshots its latest materialization recorded (JSON: it may go remote)."""
     cursors = {}
     for day in context.partition_keys:
         records = context.instance.fetch_materializations(

@@ -53,15 +53,11 @@ def table_check_specs(spec: TableSpec, days: dg.DailyPartitionsDefinition) -> li
         )
 
     when = "before publishing" if spec.table_properties.get(WAP_ENABLED) == "true" else "after writing"
+    held = " (a row that breaks it is held back in quarantine; blocks only if one got through)"
     specs = [
-        check(
-            c.name,
-            f"Per record, {when}: {c.description} (a row that breaks it is held back in quarantine; blocks only if "
-            "one got through)"
-            if c.per_record
-            else f"Blocking, {when}: {c.description}",
-            blocking=True,
-        )
+        check(c.name, f"Per record, {when}: {c.description}{held}", blocking=True)
+        if c.per_record
+        else check(c.name, f"Blocking, {when}: {c.description}", blocking=True)
         for c in spec.expectations
     ]
     if spec.unique_key:
@@ -84,27 +80,17 @@ def table_check_specs(spec: TableSpec, days: dg.DailyPartitionsDefinition) -> li
     if any(feed.bronze is spec for feed in RAW_FEEDS):  # bronze's own: the run fails above the limit
         specs.append(check("quarantine_rate", "Warns when any received record was refused into quarantine"))
     if per_record := [c.description for c in spec.expectations if c.per_record]:
-        rules = ", ".join(per_record)  # the rest of the day was published
-        specs.append(
-            check("records_quarantined", f"Warns when a row broke a per-record expectation ({rules}) and was held back")
-        )
+        held_back = f"Warns when a row broke a per-record expectation ({', '.join(per_record)}) and was held back"
+        specs.append(check("records_quarantined", held_back))  # the rest of the day was published
     return specs
 
 
 def column_schema(spec: TableSpec) -> dg.TableSchema:
-    return dg.TableSchema(
-        columns=[
-            dg.TableColumn(
-                name=c.name,
-                type=c.type,
-                description=c.doc or None,
-                constraints=dg.TableColumnConstraints(
-                    nullable=not c.required, other=["personal data"] if c.pii else []
-                ),
-            )
-            for c in spec.columns
-        ]
-    )
+    def column(c) -> dg.TableColumn:
+        constraints = dg.TableColumnConstraints(nullable=not c.required, other=["personal data"] if c.pii else [])
+        return dg.TableColumn(name=c.name, type=c.type, description=c.doc or None, constraints=constraints)
+
+    return dg.TableSchema(columns=[column(c) for c in spec.columns])
 
 
 def definition_metadata(spec: TableSpec, catalog: str) -> dict[str, object]:
@@ -127,9 +113,8 @@ def as_metadata(figures: dict[str, object]) -> dict[str, object]:
 
 
 def record_days(context, figures: dict[str, object]) -> None:
-    """Each day's own figures on its partition (a range run's day says its rows, with `run_days`), and a day written
-    without being asked as a materialization of its partition, with a warning. Call before yielding the
-    materialization."""
+    """Each day's own figures on its partition, and a day written without being asked as a materialization of its
+    partition, with a warning. Call before yielding the materialization."""
     days, requested = day_figures(figures), context.partition_keys  # every asset here is partitioned
     run_days = requested[0] + (f"...{requested[-1]}" if len(requested) > 1 else "")
     for day in requested:
@@ -162,9 +147,8 @@ def check_results(outcomes: list[CheckOutcome]) -> list[dg.AssetCheckResult]:
 
 
 def on_partitions(context: dg.AssetExecutionContext, results: list[dg.AssetCheckResult]):
-    """The check results as they are, but on a range run one evaluation per day of a check of days (Dagster would
-    record one without a partition, which the UI cannot place), then the check's output, which gates downstream
-    steps. Yield these after the materialization they check."""
+    """The check results, but on a range run one evaluation per day of a check of days (Dagster would record one the
+    UI cannot place), then the check's output, which gates downstream steps. Yield after the materialization."""
     selected = context.selected_asset_check_keys
     checks = context.assets_def.check_specs_by_output_name.items()
     outputs = {spec.name: (output, spec) for output, spec in checks if spec.key in selected}
@@ -200,8 +184,7 @@ def on_partitions(context: dg.AssetExecutionContext, results: list[dg.AssetCheck
 
 
 def table_asset(settings: Settings, spec: TableSpec, deps: list[dg.AssetKey | dg.AssetDep], description: str):
-    """The asset of a daily-partitioned Iceberg table written by Spark, with the checks its spec implies; `deps`
-    without a partition mapping read the same day."""
+    """A daily-partitioned Iceberg table's asset, with the checks its spec implies; `deps` read the same day."""
     partitions, key = daily_partitions(settings), table_key(spec)
     checks = table_check_specs(spec, partitions)
     return dg.multi_asset(

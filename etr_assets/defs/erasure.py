@@ -1,6 +1,5 @@
-"""The `gdpr_erasure` job: erase customers everywhere, expire history, prove nothing is left (lake/erasure/).
-Launched with the request's reference only (`etr erase` records the ids in the request store), so the ids never
-reach the run's config, tags, logs or metadata. Each table step holds its writer's pool: it never races a write."""
+"""The `gdpr_erasure` job: erase customers everywhere, expire history, prove nothing is left. Launched with the
+request's reference only, so the ids never reach Dagster; each table step holds its writer's pool."""
 
 import dagster as dg
 from pydantic import Field
@@ -22,8 +21,7 @@ _IN_MEMORY = dg.Out(io_manager_key=MEMORY_IO_MANAGER)
 
 
 class ErasureConfig(dg.Config):
-    """The reference only: the ids are read from the request store, never given here (no `customer_ids` field, so
-    a config naming ids is refused before a run is created, and they never reach the run storage)."""
+    """The reference only: with no `customer_ids` field, a config naming ids is refused before a run exists."""
 
     request_reference: str = Field(
         description="Reference of a request recorded with `etr erase --reference REF ID...`, e.g. GDPR-2025-0042 "

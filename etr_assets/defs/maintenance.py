@@ -18,8 +18,7 @@ from etr_assets.settings import Settings
 from etr_assets.tables import ALL_SPECS
 from etr_assets.tables.feeds import writer_spec
 
-# Definitions copies a job-targeting sensor to give it the code location's executor, passing `owners` (a beta
-# parameter) although we set none: the warning is about Dagster's own call.
+# Definitions copies a job-targeting sensor passing `owners` (beta) although we set none: Dagster's own call warns.
 warnings.filterwarnings("ignore", category=dg.BetaWarning, message=".*owners.*SensorDefinition.*")
 
 JOB_NAME = "table_maintenance"
@@ -127,8 +126,7 @@ def _select_op(specs: tuple[TableSpec, ...]):
         out={op_suffix(spec): dg.Out(dg.Nothing, is_required=False) for spec in specs},
     )
     def select_tables(context: dg.OpExecutionContext, config: MaintenanceConfig):
-        unknown = [name for name in config.tables if name not in by_name]
-        if unknown:
+        if unknown := [name for name in config.tables if name not in by_name]:
             raise dg.Failure(f"unknown table(s) {', '.join(unknown)}; known tables: {', '.join(by_name)}")
         chosen = [by_name[name] for name in dict.fromkeys(config.tables)] or list(specs)
         context.log.info(f"maintaining {len(chosen)} table(s): {', '.join(s.identifier for s in chosen)}")
@@ -262,8 +260,7 @@ OUTSIDE = "commits_outside_dagster"
 
 
 def outside_outcome(settings: Settings, spec: TableSpec, instance: dg.DagsterInstance) -> CheckOutcome:
-    """The table's commits newer than every snapshot its asset's newest events name (materializations; maintenance
-    and erasure observations; a run's extra days, which name none, come before its main materialization)."""
+    """The table's commits newer than every snapshot its asset's newest materializations and observations name."""
     key = table_key(spec)
     events = [
         *instance.fetch_materializations(key, limit=20).records,

@@ -1,6 +1,5 @@
-"""Dagster resources from the profile's settings: the lake, the raw zone, the API, and the layer runner, which runs
-a table layer (`pipeline.layers.report_layer`) in the run's Spark, as a Glue / EMR Serverless job through Pipes, or
-(`Compute.SUBPROCESS`, for tests) as the job script in a child process; `show` records its report."""
+"""Dagster resources: the lake, the raw zone, the API, and the layer runner, which runs a table layer in the run's
+Spark, as a Glue / EMR Serverless job through Pipes, or (tests) in a child process; `show` records its report."""
 
 from __future__ import annotations
 
@@ -120,8 +119,7 @@ class LayerRunner(dg.ConfigurableResource):
         raw_zone: RawZoneResource | None = None,
         options: dict | None = None,
     ):
-        """Build and finish the asset's layer for the run's days, here or in a remote job (with bronze's raw zone
-        config); yields the materialization and the check results."""
+        """Build and finish the asset's layer for the run's days, here or remotely; yields what the run records."""
         layer = context.asset_key.to_user_string()
         policy = raw_zone.policy() if raw_zone else {}
         request = LayerRequest(layer, context.partition_keys, branch_name(context.run.run_id), policy | (options or {}))

@@ -1,8 +1,6 @@
-"""A run whose process died (kill -9, out of memory) stays STARTED and keeps its pool slots, and the default run
-launcher has no health check to tell: so every run records its process in run tags and, before its steps claim a
-slot, fails this host's runs whose process is gone and frees their slots; the `dead_runs` sensor does it every minute.
-The same executor ends every run's log with its summary, and ends a run whose request is wrong at its first failure.
-"""
+"""A run whose process died stays STARTED with its pool slots (the default launcher cannot tell): every run records
+its process in tags and first fails this host's dead runs, freeing their slots, as the `dead_runs` sensor does.
+The same executor ends every run's log with its summary, and a run whose request is wrong at its first failure."""
 
 from __future__ import annotations
 
