@@ -151,8 +151,7 @@ def _local_metadata_file(settings: Settings, spec: TableSpec | TableName) -> Pat
     if not hint.exists():  # listed only then: the hint is the normal case and `etr tables` reads every table
         files = folder.iterdir() if folder.is_dir() else ()
         return max(((int(m.group(1)), p) for p in files if (m := _VERSION_FILE.match(p.name))), default=(0, None))[1]
-    version = hint.read_text().strip()
-    path = folder / f"v{version}.metadata.json"
+    path = folder / f"v{hint.read_text().strip()}.metadata.json"
     if not path.exists():
         raise MetadataUnreadable(
             f"metadata file missing: {path} (named by {hint.name}; the table's history is damaged)"

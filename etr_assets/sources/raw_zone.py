@@ -228,8 +228,7 @@ class RawZone:
         if self.storage.exists(f"{batch.key}/{PENDING}"):
             raw = json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))
             return dt.datetime.fromisoformat(raw["started_at"])
-        stamp = batch.batch_id.split("_")[1]
-        return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.UTC)
+        return dt.datetime.strptime(batch.batch_id.split("_")[1], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.UTC)
 
     def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:
         """The batch folders of an endpoint (of one `day`: by its name prefix; else all, for erasure), oldest first."""

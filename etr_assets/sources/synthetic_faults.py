@@ -149,8 +149,7 @@ def apply_record_faults(
 
         kinds = MALFORMED_KINDS[entity]
         for k, index in enumerate(sorted(range(len(served)), key=rank)[:count]):
-            kind = kinds[k % len(kinds)]
-            served[index] = _malformed(served[index], entity, kind, k // len(kinds), day)
+            served[index] = _malformed(served[index], entity, kinds[k % len(kinds)], k // len(kinds), day)
     return served
 
 

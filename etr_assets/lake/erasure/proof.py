@@ -88,8 +88,7 @@ class Proof:
 def _as_of_read(spark, spec: TableSpec, qualified: str, when: dt.datetime, ids_df) -> tuple[str, dict[int, int]]:
     """What reading the table as it was at `when` gives: its snapshot is gone (fine) or it must hold no customer."""
     try:
-        df = read_as_of(spark, qualified, when=when)
-        found = matches_by_id(df, spec, ids_df)
+        found = matches_by_id(read_as_of(spark, qualified, when=when), spec, ids_df)
     except NoSuchSnapshot:
         return "no snapshot left from before the erasure", {}
     except Exception as error:  # Iceberg refusing an expired snapshot, or its files being gone
