@@ -81,8 +81,9 @@ def apply_incremental(
                 scope = settled.where(F.col("_kind") == "deep").select(key)
                 if late:  # a version closed since the late snapshot may have spanned it
                     scope = scope.unionByName(_closed_across(spec, table, present, batches[0], held))
-                scope = scope.distinct().cache()
-                cached.append(scope)
+                # Materialized without its lineage: every plan below joins it, and a cached frame would carry its
+                # whole plan (the classification's) into each of them, for Spark to plan again and again.
+                scope = scope.distinct().localCheckpoint()
                 in_scope = scope.count()
                 scope = F.broadcast(scope) if in_scope <= BROADCAST_KEYS else scope
             else:

@@ -76,7 +76,9 @@ def rewrite(
     from pyspark.sql import functions as F
 
     key = spec.scd2.key
-    changes = affected_keys(spec, table, state, present, mode, batches, held, removed_records, still_sent).cache()
+    # Materialized without lineage, as the rebuild's inputs are (`_rebuild`).
+    changes = affected_keys(spec, table, state, present, mode, batches, held, removed_records, still_sent)
+    changes = changes.localCheckpoint()
     stats = changes.agg(F.count("*").alias("keys"), F.min(F.unix_micros("_lo")).alias("lo")).first()
     if not stats["keys"]:
         changes.unpersist()
@@ -226,8 +228,9 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     scd2 = spec.scd2
     key = scd2.key
     carried = [c.name for c in spec.columns if c.name not in _VERSION_COLUMNS] + list(_LINEAGE)
-    # Both are read several times below and hold the affected keys only: kept, not read again from the tables.
-    kept = table.join(affected, key).cache()
+    # Both are read several times below and hold the affected keys only: materialized once, without the lineage a
+    # cached frame would carry into every plan below (Spark plans each of them again for every job).
+    kept = table.join(affected, key).localCheckpoint()
     anchors = kept.groupBy(key).agg(
         F.max(F.when(F.col("_valid_from") < F.col("_lo"), F.col("_valid_from"))).alias("_anchor_from"),
         F.min("_valid_from").alias("_first"),
@@ -238,7 +241,7 @@ def _rebuild(spark, spec: TableSpec, table, records, affected, mode: str, snapsh
     existing = existing.select(*spec.column_names)
 
     sent = records.groupBy(key).agg(F.min("_snapshot_at").alias("_first")) if mode == FeedMode.FULL else None
-    present = observations(records, scd2, FeedMode.INCREMENTAL).join(affected, key).cache()
+    present = observations(records, scd2, FeedMode.INCREMENTAL).join(affected, key).localCheckpoint()
     events = [
         anchor.select(*carried, F.col("_valid_from").alias("_seq"), F.lit(False).alias("_deleted")),
         anchor.where(F.col("_valid_to") < F.col("_lo")).select(  # deleted before the window: still deleted at it
