@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform, local_frame
-from etr_assets.lake.scd2 import Applied, Scd2Method, Scd2Result, in_snapshot, scd2_delta, write_delta
+from etr_assets.lake.scd2 import Applied, Scd2Method, Scd2Result, scd2_delta, write_delta
 from etr_assets.lake.scd2_window import (
     BROADCAST_KEYS,
     PICKED,
@@ -76,24 +76,20 @@ def apply_incremental(
             cached.append(settled)
             settled_counts = _Settled.of(settled)
             notes.append(settled_counts.note())
-            late = mode == FeedMode.FULL and batches[0][1] <= watermark
-            if settled_counts.deep or late:
-                scope = settled.where(F.col("_kind") == "deep").select(key)
-                if late:  # a version closed since the late snapshot may have spanned it
-                    scope = scope.unionByName(_closed_across(spec, table, present, batches[0], held))
+            in_scope = settled_counts.deep
+            if in_scope:
                 # Materialized without its lineage: every plan below joins it, and a cached frame would carry its
                 # whole plan (the classification's) into each of them, for Spark to plan again and again.
-                scope = scope.distinct().localCheckpoint()
-                in_scope = scope.count()
+                scope = settled.where(F.col("_kind") == "deep").select(key).localCheckpoint()
                 scope = F.broadcast(scope) if in_scope <= BROADCAST_KEYS else scope
-            else:
-                in_scope = 0
         else:
             in_scope = None  # every key the new rows name
         rewritten = None
         if in_scope != 0:
-            looked_at = table if scope is None else table.join(scope, key, "left_semi")
-            seen = present if scope is None else present.join(scope, key, "left_semi")
+            looked_at, seen = table, present
+            if scope is not None:  # the keys' versions, and their latest records picked again from their rows only
+                looked_at = table.join(scope, key, "left_semi")
+                seen = latest_records(spec, new_records.join(scope, key, "left_semi"), ranks)
             args = (mode, watermark, window, batches, held, removed_records, still_sent)
             rewritten = rewrite(spark, spec, looked_at, state, seen, new_records, *args)
             gained = f"{len(batches)} new batch(es)" if not one_batch else "the rest"
@@ -176,62 +172,63 @@ class _Settled:
 
 
 def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, batch: tuple, held=None):
-    """Each key of one batch (`present`: its latest record per key) against its current version, by the state hash:
-    `new` (a record after the watermark that changes the key), `vanished` (absent from a snapshot after the
-    watermark), `deep` (what only the versions before the current one can place), or nothing to do (dropped)."""
+    """Each key of one batch (`present`: its latest record per key) against its version alive at the batch's time
+    (a full snapshot's; a change list's latest record's), by the state hash: `new` (a record after the watermark
+    that changes the key), `vanished` (absent from a snapshot after the watermark), `deep` (what only the key's
+    other versions can place), or nothing to do (dropped)."""
     from pyspark.sql import functions as F
 
     key = spec.scd2.key
-    batch_id, snapshot_micros = batch[0], batch[1]
-    # Only the key, the start, the state's hash and the other compared columns are read from the current rows (the
-    # current versions' partition).
-    current = table.where(CURRENT_VERSIONS).select(
-        key, "_valid_from", state.alias("_state"), others_hash(spec).alias("_others")
-    )
+    batch_id, at_micros = batch[0], batch[1] if mode == FeedMode.FULL else batch[2]
+    at = F.timestamp_micros(F.lit(at_micros))
+    # The versions alive at that time (the current ones, and for a late day those closed since), read from the
+    # current partition and the months since; and any current one starting after everything applied (another
+    # writer's), which no record may close. Only the key, the interval, the state's hash and the other compared
+    # columns are read.
+    if at_micros > watermark:  # every closed version ended by the watermark: the current ones are all alive
+        alive = table.where(CURRENT_VERSIONS)
+    else:  # literals, not functions of the columns: Spark hands Iceberg only plain comparisons to prune files by
+        starts, ends = F.col("_valid_from"), F.col("_valid_to")
+        others_start = ends.isNull() & (starts > F.timestamp_micros(F.lit(watermark)))
+        alive = table.where(((ends.isNull() | (ends > at)) & (starts <= at)) | others_start)
+    alive = alive.select(key, "_valid_from", "_valid_to", state.alias("_state"), others_hash(spec).alias("_others"))
     how = "full_outer" if mode == FeedMode.FULL else "left"
-    joined = present.alias("n").join(current.alias("c"), F.col(f"n.{key}") == F.col(f"c.{key}"), how)
-    seen, is_current = F.col(f"n.{key}").isNotNull(), F.col(f"c.{key}").isNotNull()
+    joined = present.alias("n").join(alive.alias("c"), F.col(f"n.{key}") == F.col(f"c.{key}"), how)
+    seen, is_alive, is_current = (
+        F.col(f"n.{key}").isNotNull(),
+        F.col(f"c.{key}").isNotNull(),
+        F.col(f"c.{key}").isNotNull() & F.col("c._valid_to").isNull(),
+    )
     if held is not None and mode == FeedMode.FULL:
         held_here = held.where(F.col("_batch_id") == batch_id).select(F.col(key).alias("_held_key")).distinct()
         joined = joined.join(held_here, F.col(f"c.{key}") == F.col("_held_key"), "left")
         vanished = ~seen & F.col("_held_key").isNull()
     else:
         vanished = ~seen & F.lit(mode == FeedMode.FULL)
-    snapshot_at = F.timestamp_micros(F.lit(snapshot_micros))
+    seq, since = F.col("n._seq"), F.col("c._valid_from")
+    covered = (seq >= since) & (F.col("c._valid_to").isNull() | (seq < F.col("c._valid_to")))
     # At the version's very start the record ties with the one that started it: a repeat only if the two agree on
     # every compared column (else either may start it, as the window decides).
-    starts = F.col("n._seq") == F.col("c._valid_from")
-    inside = (F.col("n._seq") > F.col("c._valid_from")) | (starts & (F.col("n._others") == F.col("c._others")))
+    inside = (seq > since) | (F.col("n._others") == F.col("c._others"))
+    after = F.unix_micros(seq) > watermark
     kind = (
         # No hash to compare, or a start after everything applied (another writer's): for the versions to place.
-        F.when(is_current & (F.col("c._state").isNull() | (F.unix_micros("c._valid_from") > watermark)), "deep")
-        .when(seen & is_current & (F.col("n._state") == F.col("c._state")) & inside, "repeat")
-        .when(seen & (F.unix_micros(F.col("n._seq")) > watermark), "new")
+        F.when(is_alive & (F.col("c._state").isNull() | (F.unix_micros(since) > watermark)), "deep")
+        .when(seen & covered & (F.col("n._state") == F.col("c._state")) & inside, "repeat")
+        .when(seen & after & (is_current | ~is_alive), "new")
         .when(seen, "deep")  # at or before the watermark: it may split or precede a version
-        .when(vanished & F.lit(snapshot_micros > watermark), "vanished")
-        .when(vanished & (F.col("c._valid_from") < snapshot_at), "deep")  # a late absence inside the current version
+        .when(vanished & is_current & F.lit(at_micros > watermark), "vanished")
+        .when(vanished & (since < at), "deep")  # a late snapshot's absence inside a version
     )
     return joined.select(
         F.coalesce(F.col(f"n.{key}"), F.col(f"c.{key}")).alias(key),
         kind.alias("_kind"),
-        F.col("c._valid_from").alias("_current_from"),
-        F.when(kind == "new", F.col("n._seq")).when(kind == "vanished", snapshot_at).alias(_CLOSE),
+        F.when(is_current, since).alias("_current_from"),
+        F.when(kind == "new", seq).when(kind == "vanished", at).alias(_CLOSE),
         *[F.col(f"n.{c}").alias(c) for c in PICKED],
         F.col("n._alone").alias("_alone"),
         F.col("n._tied").alias("_tied"),
     ).where(F.col("_kind").isin("new", "vanished", "deep"))
-
-
-def _closed_across(spec: TableSpec, table, present, batch: tuple, held=None):
-    """Keys with a closed version alive at a late snapshot's time that the snapshot neither contains nor holds."""
-    from pyspark.sql import functions as F
-
-    key = spec.scd2.key
-    at = F.timestamp_micros(F.lit(batch[1]))
-    # `_valid_to > at` reads only the months since the snapshot (the history's partitions).
-    spanning = table.where((F.col("_valid_to") > at) & (F.col("_valid_from") < at)).select(key)
-    held_here = None if held is None else held.where(F.col("_batch_id") == batch[0])
-    return spanning.join(in_snapshot(present, held_here, key).select(key), key, "left_anti")
 
 
 def _delta(spark: SparkSession, spec: TableSpec, target: str, rewritten):
