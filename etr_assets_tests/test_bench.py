@@ -201,3 +201,14 @@ def test_a_day_after_the_history_is_compared_with_the_day_1_timed_right_after_it
     assert history.paired_ratios(timed, "silver", 365) == [1.1, 1.1]
     assert history.paired_ratios(timed, "silver", 30) == [1.1]
     assert history.paired_ratios(timed, "gold", 365) == []
+
+
+def test_scd2_against_a_revision_runs_both_applies_on_the_same_states(spark, capsys):
+    """HEAD's SCD2 modules, loaded from git beside this tree's, apply the same two days to the same versions."""
+    from bench import scd2_against
+
+    scd2_against.main(["HEAD", "200", "1"])
+    found = json.loads(capsys.readouterr().out)
+    assert found["daily: same versions"] and found["late: same versions"], found
+    assert set(found["best"]) == {"daily then", "daily now", "late then", "late now"}, found
+    assert "change" in found["runs"]["late now reason"], found  # the late day changed keys, not nothing

@@ -1,0 +1,124 @@
+"""The SCD2 apply of this tree against a git revision's, side by side in one process: `python -m bench.scd2_against
+REV [KEYS] [REPEATS] [DAILY_SHARE]`.
+
+The revision's `etr_assets/lake/scd2*.py` are copied into a temporary package (their imports of each other
+renamed; the rest of the library is this tree's), so both applies run in one Spark session on the same tables. From
+the late-day benchmark's state (bench/scd2_late.py: two days of an unchanged list in a day-partitioned log, one
+version per key) each is timed on the same two cases, in turns, from the same starting snapshots and cursor: the
+daily apply (day 3, DAILY_SHARE % of keys changed) and the late day (day 2 arriving after day 3, 1 % changed). The
+first round is untimed; the best of REPEATS counts. After the last round each table is summed column by column
+(xxhash64 of every column but `_ingested_at`): the two must hold the same versions. Prints JSON with the load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import scd2
+from bench import scd2_late as late_bench
+from bench.common import measure, open_lake, ratio
+from etr_assets.lake import scd2_log
+from etr_assets.tables.entities import LANDING_CUSTOMERS
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = "etr_scd2_then"
+
+
+def load_revision(revision: str, into: Path):
+    """The revision's `scd2_log` module, from its SCD2 modules copied under `into`."""
+    listed = subprocess.run(
+        ["git", "ls-tree", "--name-only", revision, "etr_assets/lake/"], cwd=REPO, capture_output=True, text=True
+    )
+    if listed.returncode:
+        raise SystemExit(f"bench.scd2_against: no revision {revision!r}: {listed.stderr.strip()}")
+    names = [Path(p).stem for p in listed.stdout.split() if re.fullmatch(r"etr_assets/lake/scd2\w*\.py", p)]
+    package = into / PACKAGE
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    own = re.compile(r"etr_assets\.lake\.(" + "|".join(names) + r")\b")
+    for name in names:
+        text = subprocess.run(
+            ["git", "show", f"{revision}:etr_assets/lake/{name}.py"], cwd=REPO, capture_output=True, text=True
+        ).stdout
+        (package / f"{name}.py").write_text(own.sub(rf"{PACKAGE}.\1", text))
+    sys.path.insert(0, str(into))
+    return importlib.import_module(f"{PACKAGE}.scd2_log")
+
+
+def compare(lake, then_log, keys: int, repeats: int, daily_share: int) -> dict:
+    spark, business = lake.spark, scd2.BUSINESS
+    spec = dataclasses.replace(LANDING_CUSTOMERS, name="customers_against")
+    log, target = f"{lake.catalog}.landing.customers_against_log", spec.qualified(lake.catalog)
+    unchanged = late_bench._write(lake, scd2.batch(spark, keys, 0, 0), "against_list0")
+    late_bench._seed(lake, spec, log, unchanged, 2, business, None)
+    daily = late_bench._write(lake, scd2.batch(spark, keys, daily_share, 1, late_bench._noon(3), "moved"), "d")
+    late = late_bench._write(lake, scd2.batch(spark, keys, 1, 1, late_bench._noon(2), "late"), "l")
+    start = (late_bench._current(spark, target), scd2_log.read_cursor(spark, target))
+    late_bench._day_rows(spark, daily, business, 3).writeTo(log).append()
+    daily_log = late_bench._current(spark, log)
+    scd2_log.apply_log(spark, lake.catalog, spec, log, late_bench._records, "full", snapshot_day="_as_of")
+    after_daily = (late_bench._current(spark, target), scd2_log.read_cursor(spark, target))
+    late_bench._day_rows(spark, late, business, 2).writeTo(log).append()
+    cases = {"daily": (start, daily_log), "late": (after_daily, late_bench._current(spark, log))}
+    runs, sums = {}, {}
+    for attempt in range(repeats + 1):
+        for case, ((table_at, cursor), log_at) in cases.items():
+            for name, module in (("then", then_log), ("now", scd2_log)):
+                late_bench._set_current(lake, target, table_at)
+                late_bench._set_current(lake, log, log_at)
+                scd2_log.write_cursor(spark, target, cursor)
+                seconds, _, result = measure(
+                    spark,
+                    lambda m=module: m.apply_log(
+                        spark, lake.catalog, spec, log, late_bench._records, "full", snapshot_day="_as_of"
+                    ),
+                )
+                if attempt:
+                    runs.setdefault(f"{case} {name}", []).append(round(seconds, 2))
+                if attempt == repeats:
+                    sums[f"{case} {name}"] = _checksum(spark, target)
+                    runs[f"{case} {name} reason"] = result.reason
+    best = {k: min(v) for k, v in runs.items() if isinstance(v, list)}
+    found = {"runs": runs, "best": best}
+    for case in cases:
+        found[f"{case}: now / then"] = ratio(best[f"{case} now"], best[f"{case} then"])
+        found[f"{case}: same versions"] = sums[f"{case} now"] == sums[f"{case} then"]
+    found["late / daily (now)"] = ratio(best["late now"], best["daily now"])
+    found["late / daily (then)"] = ratio(best["late then"], best["daily then"])
+    return found
+
+
+def _checksum(spark, table: str) -> list:
+    from pyspark.sql import functions as F
+
+    columns = [c for c in spark.table(table).columns if c != "_ingested_at"]
+    return list(spark.table(table).select(F.sum(F.xxhash64(*columns)), F.count("*")).first())
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        raise SystemExit(__doc__)
+    revision = args[0]
+    defaults = [1_000_000, 3, 10]
+    keys, repeats, share = ([int(a) for a in args[1:4]] + defaults[len(args) - 1 :])[:3]
+    with tempfile.TemporaryDirectory(prefix="etr-scd2-then-") as folder:
+        then_log = load_revision(revision, Path(folder))
+        load_start = os.getloadavg()
+        with open_lake("scd2_against") as lake:
+            found = compare(lake, then_log, keys, repeats, share)
+    found |= {"revision": revision, "keys": keys, "repeats": repeats, "daily_share": share}
+    found |= {"load_start": load_start, "load_end": os.getloadavg()}
+    print(json.dumps(found, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
