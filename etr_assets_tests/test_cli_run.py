@@ -31,9 +31,7 @@ from etr_assets.run_progress import API_STARTED, SPARK_STARTING
 from etr_assets.run_request import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, last_complete_day
 from etr_assets.run_summary import summarize_run
 from etr_assets_tests.test_cli_subprocess import (
-    BIN,
     MATERIALIZE_TIMEOUT_S,
-    REPO,
     Done,
     finish,
     isolated_env,
@@ -192,16 +190,7 @@ def test_the_synthetic_api_starts_once_a_run_though_dagster_initialises_resource
 
 def run_merged(args: list[str], env: dict[str, str]) -> Done:
     """A command from the venv's bin, its stderr into its stdout: the lines in the order a terminal shows them."""
-    merged = subprocess.Popen(
-        [str(BIN / args[0]), *args[1:]],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # `finish` can stop the group, its JVM too
-    )
+    merged = start(args, env, stderr=subprocess.STDOUT)
     done = finish(merged, MATERIALIZE_TIMEOUT_S)
     return dataclasses.replace(done, stderr="")
 

@@ -86,15 +86,16 @@ class Done:
         )
 
 
-def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """A command from the venv's bin, in its own process group (so a timeout can stop its JVM too)."""
+def start(args: list[str], env: dict[str, str], stderr: int = subprocess.PIPE) -> subprocess.Popen:
+    """A command from the venv's bin, in its own process group (so a timeout can stop its JVM too); `stderr`:
+    `subprocess.STDOUT` merges it into stdout, in the order a terminal shows them."""
     return subprocess.Popen(
         [str(BIN / args[0]), *args[1:]],
         cwd=REPO,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         start_new_session=True,
     )
