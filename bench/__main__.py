@@ -26,7 +26,29 @@ BENCHMARKS = {
         "the pipeline over time (day N+1 against day 1 after 30 and 365 days) and at volume (999,999 transactions)",
     ),
 }
-HISTORY_OPTIONS = ("days", "per_day", "volume")  # the history benchmark's own options, refused elsewhere
+# The options only some benchmarks take (refused by the others): the size of their data.
+SIZE_OPTIONS = {"history": ("days", "per_day", "volume"), "formats": ("days", "per_day")}
+
+
+def check_sizes(name: str, scale: float, options: dict) -> dict:
+    """`options` (days, per_day, volume: those given) as `name`'s run() takes them, or SystemExit saying why not."""
+    allowed = SIZE_OPTIONS.get(name, ())
+    if refused := [k for k in options if k not in allowed]:
+        flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+        takers = " and ".join(n for n, keys in SIZE_OPTIONS.items() if set(refused) <= set(keys))
+        raise SystemExit(f"bench: {flags}: an option of {takers} only, not {name}")
+    days, per_day = options.get("days"), options.get("per_day", 1)
+    if min(days or [0]) < 0 or per_day < 1:
+        raise SystemExit(f"bench: --days must be >= 0 and --per-day >= 1, got {options}")
+    if not 0 <= options.get("volume", 0) <= 999_999:
+        raise SystemExit(f"bench: --volume is 0..999999 (the synthetic API's most a day), got {options['volume']}")
+    if name == "formats" and options:
+        if days is not None and (len(days) != 1 or days[0] < 1):
+            raise SystemExit(f"bench: formats takes one --days value, the days of data (>= 1), got {days}")
+        if scale != 1.0:
+            raise SystemExit("bench: formats takes --scale or --days/--per-day, not both")
+        return {**options, "days": days[0]} if days else options
+    return options
 
 
 def run_benchmark(
@@ -36,11 +58,11 @@ def run_benchmark(
     out_dir: Path,
     command: str,
     keys: list[int] | None = None,
-    history: dict | None = None,
+    options: dict | None = None,
 ) -> dict:
     """Run one benchmark in this process's Spark session (created if absent) and write its results. `keys`: the
-    scd2 benchmark's table sizes instead of its defaults (e.g. one run at 3,000,000 keys). `history`: the history
-    benchmark's days, per_day and volume instead of its defaults."""
+    scd2 benchmark's table sizes instead of its defaults (e.g. one run at 3,000,000 keys). `options`: the history
+    benchmark's days, per_day and volume, or the formats benchmark's days and per_day, instead of their defaults."""
     from bench import report
 
     if name not in BENCHMARKS:
@@ -49,19 +71,14 @@ def run_benchmark(
         raise SystemExit(f"bench: --scale must be positive, got {scale}")
     if keys is not None and (name != "scd2" or not keys or min(keys) < 100):
         raise SystemExit(f"bench: --keys sets the scd2 benchmark's table sizes (each >= 100), got {keys} for {name}")
-    if history and name != "history":
-        raise SystemExit(f"bench: --days, --per-day and --volume set the history benchmark, not {name}")
-    if history and (min(history.get("days") or [0]) < 0 or history.get("per_day", 1) < 1):
-        raise SystemExit(f"bench: --days must be >= 0 and --per-day >= 1, got {history}")
-    if history and not 0 <= history.get("volume", 0) <= 999_999:
-        raise SystemExit(f"bench: --volume is 0..999999 (the synthetic API's most a day), got {history['volume']}")
+    options = check_sizes(name, scale, options or {})
     module = importlib.import_module(BENCHMARKS[name][0])
     start_machine, started = machine(), time.perf_counter()
     with open_lake(name) as lake:
         if keys:
             result = module.run(lake, scale, repeats, sizes=keys)
         else:
-            result = module.run(lake, scale, repeats, **(history or {}))
+            result = module.run(lake, scale, repeats, **options)
     end_machine = machine()
     result = {
         "benchmark": name,
@@ -97,10 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--days",
         type=lambda text: [int(d) for d in text.split(",") if d.strip()],
-        help="history only: comma-separated history lengths in days, instead of 30,365 (0 skips the history part)",
+        help="history: comma-separated history lengths in days, instead of 30,365 (0 skips the history part); "
+        "formats: the days of data (one value, instead of 365)",
     )
     parser.add_argument(
-        "--per-day", type=int, help="history only: transactions a day, seeded and timed (default 10000, times --scale)"
+        "--per-day",
+        type=int,
+        help="history: transactions a day, seeded and timed (default 10000, times --scale); formats: rows a day "
+        "(default 10000; formats takes --scale or --days/--per-day)",
     )
     parser.add_argument(
         "--volume", type=int, help="history only: transactions in the big day (default 999999, times --scale; 0 skips)"
@@ -108,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder for <name>.json, .md and charts")
     args = parser.parse_args(argv)
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
-    history = {k: getattr(args, k) for k in HISTORY_OPTIONS if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in ("days", "per_day", "volume") if getattr(args, k) is not None}
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
     for name in names:
-        options = history if name == "history" or args.name != "all" else None  # `all`: history's options to it
+        options = given if name == "history" or args.name != "all" else None  # `all`: the size options to history
         run_benchmark(name, args.scale, args.repeats, args.out, command.replace(" all", f" {name}"), args.keys, options)
     return 0
 

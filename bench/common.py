@@ -214,5 +214,12 @@ def ratio(numerator: float, denominator: float) -> float | None:
     return round(numerator / denominator, 3) if denominator else None
 
 
+def verdict(value: float | None, target: float, at_least: bool = False) -> str:
+    """`met` when `value` is at most `target` (at least, for a speedup), else `MISSED`; blank without a value."""
+    if value is None:
+        return ""
+    return "met" if (value >= target if at_least else value <= target) else "MISSED"
+
+
 def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file() and not f.name.startswith((".", "_")))

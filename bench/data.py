@@ -16,9 +16,15 @@ DAYS = 365
 CUSTOMERS_PER_ROW = 0.05  # about 20 transactions a customer a year: one customer touches a few days only
 
 
-def sizes(scale: float) -> dict:
-    rows = max(1_000, int(ROWS_PER_SCALE * scale))
-    days = DAYS if rows >= 36_500 else max(7, rows // 1_000)
+def sizes(scale: float, days: int | None = None, per_day: int | None = None) -> dict:
+    """Rows, days and customers: from `scale`, or `days` x `per_day` rows (a default for the one not given: a
+    year, or 10,000 rows a day). Customers follow the rows either way, so one keeps about 20 transactions."""
+    if days or per_day:
+        rows = (days or DAYS) * (per_day or ROWS_PER_SCALE // DAYS)
+        days = days or DAYS
+    else:
+        rows = max(1_000, int(ROWS_PER_SCALE * scale))
+        days = DAYS if rows >= 36_500 else max(7, rows // 1_000)
     return {"rows": rows, "days": days, "customers": max(100, int(rows * CUSTOMERS_PER_ROW))}
 
 

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import Lake, measure, ratio, revision
+from bench.common import Lake, measure, ratio, revision, verdict
 
 TITLE = "Benchmark 6 — the pipeline over time and at volume"
 RAW_FETCH = "raw fetch"
@@ -390,10 +390,6 @@ def at_volume(lake: Lake, memory: JvmPeak, volume: int, repeats: int) -> dict:
 # --- results ------------------------------------------------------------------------------------------------------
 def best_by_layer(rows: list[dict]) -> dict[str, float]:
     return {layer: min(r["seconds"] for r in rows if r["layer"] == layer) for layer in LAYERS}
-
-
-def verdict(value: float | None, target: float) -> str:
-    return "" if value is None else ("met" if value <= target else "MISSED")
 
 
 def paired_ratios(timed: list[dict], layer: str, length: int) -> list[float]:

@@ -15,8 +15,9 @@ TINY = 0.001
 
 @pytest.fixture
 def run(spark, tmp_path):
-    def run_one(name: str, repeats: int = 1) -> dict:
-        run_benchmark(name, TINY, repeats, tmp_path, f"python -m bench {name} --scale {TINY}")
+    def run_one(name: str, repeats: int = 1, options: dict | None = None) -> dict:
+        scale = 1.0 if options else TINY
+        run_benchmark(name, scale, repeats, tmp_path, f"python -m bench {name} --scale {scale}", options=options)
         result = json.loads((tmp_path / f"{name}.json").read_text())
         assert (tmp_path / f"{name}.md").read_text().startswith(f"# {result['title']}")
         assert result["machine"]["cores"] >= 1 and len(result["machine"]["load_average_end"]) == 3
@@ -35,7 +36,15 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     from etr_assets.lake.health import TableHealth
     from etr_assets.lake.quality import Severity
 
-    result = run("formats", repeats=2)  # every repeat must find the same rows to change
+    # Sized by days and rows a day, as the record runs at 7 days of 1,000,000 (every repeat must find the same
+    # rows to change).
+    result = run("formats", repeats=2, options={"days": [4], "per_day": 1000})
+    assert (result["data"]["rows"], result["data"]["days"], result["data"]["customers"]) == (4000, 4, 200)
+    assert result["data"]["customer_days"] >= 1 and result["data"]["days_per_customer_average"] > 1
+    charts = {
+        c["file"] for c in result["charts"]
+    }  # named by the size, beside the default run's (none without matplotlib)
+    assert charts >= {"formats_4x1000.png", "formats_speedup_4x1000.png"} or "charts skipped" in result["notes"][-1]
     reads = {(r["operation"], r["dataset"]): r for r in result["tables"][0]["rows"]}
     days = result["data"]["days"]
     assert reads[("full scan (13 columns)", "Parquet")]["files_read"] == days
@@ -47,12 +56,48 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     assert {r["rows"] for (op, _), r in reads.items() if op == "one customer"} == {customer_rows}
     assert reads[("one customer", "Iceberg days+bucket16")]["files_skipped"] > 0  # bucket pruning
     dml = {(r["operation"], r["method"]): r for r in result["tables"][1]["rows"]}
-    mor = dml[("delete one customer", "Iceberg merge-on-read")]
-    assert mor["delete_files_written"] >= 1 and mor["files_rewritten"] == 0
+    # The silver spec as the local profile creates it (v3, copy-on-write) is the default; both write modes on both
+    # format versions beside it, each named by the version its table really has.
+    assert (result["data"]["silver_spec_format_version"], result["data"]["silver_spec_write_mode"]) == (
+        3,
+        "copy-on-write",
+    )
+    assert {m for op, m in dml if op == "delete one customer"} == {
+        "Parquet: rewrite affected partitions",
+        "Iceberg v2 copy-on-write",
+        "Iceberg v2 merge-on-read (position deletes)",
+        "Iceberg v3 copy-on-write: silver spec, the default",
+        "Iceberg v3 merge-on-read (deletion vectors)",
+    }
+    for version in ("v2 merge-on-read (position deletes)", "v3 merge-on-read (deletion vectors)"):
+        mor = dml[("delete one customer", f"Iceberg {version}")]
+        assert mor["delete_files_written"] >= 1 and mor["files_rewritten"] == 0 and mor["full_scan_after_s"] > 0
     rewrites = [r for (op, method), r in dml.items() if method.startswith("Parquet")]
     assert rewrites and all(r["files_rewritten"] >= 1 for r in rewrites)
-    cow = dml[("delete one customer", "Iceberg copy-on-write")]
+    cow = dml[("delete one customer", "Iceberg v3 copy-on-write: silver spec, the default")]
     assert cow["delete_files_written"] == 0 and cow["files_rewritten"] >= 1
+    # Each target judged on the default and on the best variant (the verdicts, not the timings, are checked).
+    verdicts = {r["target"].rsplit(":", 1)[0]: r for r in result["tables"][3]["rows"]}
+    assert set(verdicts) == {
+        *formats.TARGETS,
+        "full scan",
+        "full scan after a merge-on-read 1% update and the health-triggered maintenance / clean",
+    }
+    assert all(r["verdict, default"] in {"met", "MISSED"} for r in verdicts.values())
+    assert verdicts["delete one customer"]["wanted"] == ">= 10x"
+    # What a layout costs the daily write: one day replaced whole, in each write mode (an overwrite of whole files).
+    daily = result["tables"][4]["rows"]
+    assert [r["layout"] for r in daily] == [
+        "Iceberg silver spec (copy-on-write: its own)",
+        "Iceberg silver spec in merge-on-read",
+        "Iceberg + bloom (sized for the day)",  # 1,000 rows a day: a smaller filter than the spec's 10,000 ids
+    ]
+    assert all(r["rows"] == 1000 and r["files_rewritten"] == 1 and r["delete_files_written"] == 0 for r in daily)
+    assert verdicts["delete one customer"]["best"] == max(
+        r["speedup_vs_parquet"]
+        for (op, m), r in dml.items()
+        if op == "delete one customer" and r.get("speedup_vs_parquet")
+    )
 
     # Health, then the maintenance its sensor would launch, after a merge-on-read 1% update: at this size the few
     # deletion vectors stay under the WARN limit, so the sensor would not act (maintenance runs regardless).
@@ -67,7 +112,7 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     assert maintained["delete_files"] == 0 and "delete files" not in maintained["reasons"]
     assert maintained["full_scan_delete_files_read"] == 0
     assert maintained["rows"] == updated["rows"] == maintained["full_scan_rows"] == result["data"]["rows"]
-    assert "full scan after a merge-on-read 1% update / before" in result["ratios"]
+    assert "full scan after a 1% update, Iceberg v3 merge-on-read (deletion vectors) / before" in result["ratios"]
     assert (
         "full scan after a merge-on-read 1% update + health-triggered maintenance / before (target: <= 1.2)"
         in result["ratios"]
@@ -140,7 +185,7 @@ def test_history_times_every_layer_over_time_and_at_volume(spark, tmp_path, monk
     monkeypatch.setattr(history, "WARM_UP", False)  # the test session is warm: figures, not speed
     per_day, volume = 30, 300
     options = {"days": [3], "per_day": per_day, "volume": volume}
-    run_benchmark("history", 1.0, 1, tmp_path, "python -m bench history --days 3", history=options)
+    run_benchmark("history", 1.0, 1, tmp_path, "python -m bench history --days 3", options=options)
     result = json.loads((tmp_path / "history.json").read_text())
     assert (tmp_path / "history.md").read_text().startswith(f"# {result['title']}")
     assert result["data"]["commit"] and result["data"]["date"] and len(result["machine"]["load_average_end"]) == 3
@@ -172,11 +217,26 @@ def test_history_times_every_layer_over_time_and_at_volume(spark, tmp_path, monk
     assert floor["seconds"] > 0 and floor["files"] >= 1
 
 
-def test_history_options_are_refused_elsewhere(tmp_path):
+def test_size_options_go_to_the_benchmarks_that_take_them(tmp_path, monkeypatch):
     from bench import __main__ as bench_main
+    from bench import data, formats
 
-    with pytest.raises(SystemExit, match="set the history benchmark, not formats"):
+    seen = {}
+    monkeypatch.setattr(formats, "run", lambda lake, scale, repeats, **sizes: seen.update(sizes) or {})
+    monkeypatch.setattr(bench_main, "open_lake", lambda name: __import__("contextlib").nullcontext(None))
+    monkeypatch.setattr("bench.report.write", lambda result, out: [])
+    bench_main.main(["formats", "--days", "7", "--per-day", "1000000", "--out", str(tmp_path)])
+    assert seen == {"days": 7, "per_day": 1_000_000}
+    assert data.sizes(1.0, 7, 1_000_000) == {"rows": 7_000_000, "days": 7, "customers": 350_000}
+    assert data.sizes(1.0) == data.sizes(1.0, 365, 10_000)  # the default run: 10,000 rows a day for a year
+    with pytest.raises(SystemExit, match="--volume: an option of history only, not formats"):
         bench_main.main(["formats", "--volume", "1000", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="formats takes one --days value"):
+        bench_main.main(["formats", "--days", "7,30", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="formats takes --scale or --days/--per-day, not both"):
+        bench_main.main(["formats", "--per-day", "1000", "--scale", "2", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--days, --per-day: an option of history and formats only, not scd2"):
+        bench_main.main(["scd2", "--days", "7", "--per-day", "10", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--volume is 0..999999"):
         bench_main.main(["history", "--volume", "1000000", "--out", str(tmp_path)])
 
