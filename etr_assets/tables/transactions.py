@@ -1,6 +1,7 @@
 """The eTR+ transaction tables: bronze (as received), silver (typed, deduplicated), gold (daily summary)."""
 
 from etr_assets.lake.specs import (
+    MERGE_ON_READ,
     MIB,
     TARGET_FILE_SIZE,
     WAP_ENABLED,
@@ -79,8 +80,8 @@ SILVER_TRANSACTIONS = TableSpec(
     partition_by=("days(transaction_date)",),
     write_order=("transaction_date", "customer_id"),
     subject_column="customer_id",
-    # Published from an audit branch once checks pass; a bloom filter speeds one-customer lookups (docs/benchmarks.md).
-    properties={WAP_ENABLED: "true", **bloom_filter("customer_id", ids_per_file=10_000)},
+    # Published from an audit branch once checks pass; bloom filter and merge-on-read: docs/benchmarks.md, benchmark 1.
+    properties={WAP_ENABLED: "true", **MERGE_ON_READ, **bloom_filter("customer_id", ids_per_file=10_000)},
     # Per record: a transaction that breaks one goes to silver.quarantine_transactions and its day publishes without
     # it. Per day (blocking): transaction_id unique in the whole table.
     expectations=(
