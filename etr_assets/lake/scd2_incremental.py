@@ -33,6 +33,8 @@ BROADCAST_ROWS = 2_000_000
 # Spark's estimate of the cached closes, rows of every classified column: what the threshold must admit.
 BROADCAST_BYTES = 512 * 1024 * 1024
 _BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
+# Appended rows per writing task, at least: fewer rows go to one writer per partition (the table's distribution).
+ROWS_PER_WRITE_TASK = 250_000
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
 _CLOSE = "_close_at"  # when a settled key's current version closes (a new record's time, or its absence's)
 
@@ -109,8 +111,12 @@ def apply_incremental(
         reason = "; ".join(notes)
         if not (opens or closes or counts):
             return Applied(Scd2Result(target, 0, 0, 0, None, method, reason), watermark_after)
+        staged = _closes(spec, settled) if closes else None
         versions = _new_versions(new_records, spec, settled, settled_counts) if opens else None
-        _publish(spark, spec, target, base, settled if closes else None, closes, versions, delta)
+        if closes:  # the closed versions are written anew beside the new ones (the MERGE only deletes the old rows)
+            closed = _closed_copies(spec, table, staged, closes)
+            versions = closed if versions is None else versions.unionByName(closed)
+        _publish(spark, spec, target, base, staged, closes, versions, opens + closes, delta)
         inserted, updated, deleted = (counts.get(action, 0) for action in ("insert", "update", "delete"))
         result = Scd2Result(
             target, opens + inserted, closes + updated, deleted, current_snapshot_id(spark, target), method, reason
@@ -276,17 +282,42 @@ def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
     return conform(versions, spec)
 
 
-def _publish(spark, spec: TableSpec, target: str, base: int | None, settled, closes: int, versions, delta) -> None:
-    """Close versions (a MERGE of matched rows), append new ones and merge the rewritten keys' rows, on a branch made
-    at `base`, then fast-forward main to it: all at once, and only if nobody committed to main since `base`, which
-    the classification read. (An empty table has no snapshot to branch from: written in place, the cursor not yet
-    moved, so a failure between the writes is recomputed.)"""
+def _closes(spec: TableSpec, settled: DataFrame) -> DataFrame:
+    """(key, `_valid_from`, `_close_at`) of each current version a settled key closes."""
+    from pyspark.sql import functions as F
+
+    return settled.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(
+        spec.scd2.key, F.col("_current_from").alias("_valid_from"), _CLOSE
+    )
+
+
+def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, closes: int) -> DataFrame:
+    """The current versions `staged` closes, as they read at the checked snapshot, ended at their `_close_at`."""
+    from pyspark.sql import functions as F
+
+    staged = F.broadcast(staged) if closes <= BROADCAST_ROWS else staged
+    ended = {"_valid_to": F.col(_CLOSE), "_is_current": F.lit(False), "_ingested_at": F.current_timestamp()}
+    return (
+        table.where(CURRENT_VERSIONS)
+        .join(staged, [spec.scd2.key, "_valid_from"])
+        .select(*[ended.get(c, F.col(c)).alias(c) for c in spec.column_names])
+    )
+
+
+def _publish(
+    spark, spec: TableSpec, target: str, base: int | None, staged, closes: int, rows, row_count: int, delta
+) -> None:
+    """Delete the versions `staged` closes (a MERGE of matched rows), append `rows` (their closed copies and the new
+    versions) and merge the rewritten keys' rows, on a branch made at `base`, then fast-forward main to it: all at
+    once, and only if nobody committed to main since `base`, which the classification read. (An empty table has no
+    snapshot to branch from: written in place, the cursor not yet moved, so a failure between the writes is
+    recomputed.)"""
 
     def write(into: str) -> None:
         if closes:
-            _close(spark, spec, into, settled, closes)
-        if versions is not None:
-            versions.writeTo(into).append()
+            _delete_closed(spark, spec, into, staged, closes)
+        if rows is not None:
+            _append(spark, into, rows, row_count)
         if delta is not None:
             write_delta(spark, spec, into, delta)
 
@@ -305,13 +336,19 @@ def _publish(spark, spec: TableSpec, target: str, base: int | None, settled, clo
             table.manageSnapshots().removeBranch(branch).commit()
 
 
-def _close(spark: SparkSession, spec: TableSpec, target: str, settled: DataFrame, closes: int) -> None:
-    from pyspark.sql import functions as F
+def _append(spark: SparkSession, into: str, rows: DataFrame, count: int) -> None:
+    """Append `rows`. They fall in one or two partitions (the current versions', the closing month's), which the
+    table's distribution would give one task each: many rows are written by up to a task per core instead, each
+    sorting its own (docs/scd2.md)."""
+    tasks = min(spark.sparkContext.defaultParallelism, count // ROWS_PER_WRITE_TASK)
+    if tasks < 2:
+        rows.writeTo(into).append()
+    else:
+        rows.coalesce(tasks).writeTo(into).option("distribution-mode", "none").append()
 
+
+def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: DataFrame, closes: int) -> None:
     key = spec.scd2.key
-    staged = settled.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(
-        key, F.col("_current_from").alias("_valid_from"), _CLOSE
-    )
     view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
     threshold = spark.conf.get(_BROADCAST_THRESHOLD) if closes <= BROADCAST_ROWS else None
     staged.createOrReplaceTempView(view)
@@ -320,14 +357,14 @@ def _close(spark: SparkSession, spec: TableSpec, target: str, settled: DataFrame
         # hints (apache/iceberg#10891), but Spark broadcasts a side estimated under this threshold (never the target).
         if threshold is not None:
             spark.conf.set(_BROADCAST_THRESHOLD, str(BROADCAST_BYTES))
-        # `_valid_to IS NULL` keeps the scan to the current versions' partition.
+        # `_valid_to IS NULL` keeps the scan to the current versions' partition; deleting only, the MERGE reads the
+        # key and interval and writes deletion vectors, no rows.
         spark.sql(
             f"""
             MERGE INTO {target} t
             USING {view} s
             ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND t.{CURRENT_VERSIONS}
-            WHEN MATCHED THEN UPDATE SET t._valid_to = s.{_CLOSE}, t._is_current = false,
-                t._ingested_at = current_timestamp()
+            WHEN MATCHED THEN DELETE
             """
         )
     finally:

@@ -268,7 +268,7 @@ def test_a_compaction_committed_while_the_daily_path_writes_makes_it_retry_on_th
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
     compactions = []
-    close_on_branch = scd2_incremental._close
+    close_on_branch = scd2_incremental._delete_closed
 
     def close_while_compacting(spark, spec, target, *args):
         close_on_branch(spark, spec, target, *args)
@@ -280,7 +280,7 @@ def test_a_compaction_committed_while_the_daily_path_writes_makes_it_retry_on_th
                 ).first()
             )
 
-    monkeypatch.setattr(scd2_incremental, "_close", close_while_compacting)
+    monkeypatch.setattr(scd2_incremental, "_delete_closed", close_while_compacting)
     for number, batch in enumerate(batches):
         append(lake, log, batch)
         result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
@@ -292,6 +292,28 @@ def test_a_compaction_committed_while_the_daily_path_writes_makes_it_retry_on_th
     operations = [r[0] for r in lake.sql(f"SELECT operation FROM {table}.snapshots ORDER BY committed_at").collect()]
     assert "replace" in operations
     assert [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()] == ["main"]
+
+
+def test_many_closes_and_opens_are_appended_by_a_task_per_core(lake, settings, monkeypatch):
+    """Over ROWS_PER_WRITE_TASK rows the closed copies and the new versions are written by several tasks (each
+    sorting its own, not one writer per partition): the history is the model's all the same."""
+    catalog = settings.catalog
+    from pyspark.sql import DataFrameWriterV2
+
+    batches = scenario(5, FeedMode.FULL, (12, 30, 45))
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    monkeypatch.setattr(scd2_incremental, "ROWS_PER_WRITE_TASK", 1)
+    options, option = [], DataFrameWriterV2.option
+    monkeypatch.setattr(DataFrameWriterV2, "option", lambda self, *pair: options.append(pair) or option(self, *pair))
+    for number, batch in enumerate(batches):
+        append(lake, log, batch)
+        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        rows, versions = table_rows(lake, catalog)
+        check_invariants(rows)
+        assert versions == model(batches[: number + 1], FeedMode.FULL)
+    assert result.method == Scd2Method.CURRENT and result.updated > 0, result.reason
+    assert ("distribution-mode", "none") in options  # the writers were the input's tasks, not one per partition
 
 
 @pytest.mark.slow
