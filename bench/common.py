@@ -21,6 +21,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from pathlib import Path
 from etr_assets.settings import Settings
 
 RESULTS_DIR = Path(__file__).with_name("results")
+MIB = 1024 * 1024
 DRIVER_MEMORY = "4g"  # benchmarks move more data than the pipeline's 1 GB default
 
 
@@ -211,7 +213,7 @@ def best_of(repeats: int, run: Callable[[], tuple[float, dict]]) -> tuple[float,
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
-    return round(numerator / denominator, 3) if denominator else None
+    return round(numerator / denominator, 3) if denominator and numerator is not None else None
 
 
 def verdict(value: float | None, target: float, at_least: bool = False) -> str:
@@ -223,3 +225,56 @@ def verdict(value: float | None, target: float, at_least: bool = False) -> str:
 
 def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file() and not f.name.startswith((".", "_")))
+
+
+# --- memory -----------------------------------------------------------------------------------------------------
+class JvmPeak:
+    """The JVM's resident peak over a stretch of work: its VmHWM after resetting it (writing 5 to clear_refs), or,
+    where the kernel refuses the reset, the highest VmRSS a thread samples every 50 ms. A full GC comes first: the
+    collector then gives back the heap an earlier layer grew, so each peak is what this layer made the JVM hold."""
+
+    def __init__(self, spark):
+        self.runtime = spark._jvm.java.lang.Runtime.getRuntime()
+        self.pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        self.status = Path(f"/proc/{self.pid}/status")
+        self.method = "VmHWM of the java process, reset after a full GC before each layer (clear_refs 5)"
+        self._sampled, self._stop, self._thread = 0, threading.Event(), None
+        if not self._reset():
+            self.method = "highest VmRSS of the java process after a full GC, sampled every 50 ms"
+
+    def _reset(self) -> bool:
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+            return True
+        except OSError:
+            return False
+
+    def _read_kib(self, field: str) -> int:
+        for line in self.status.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        return 0
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            self._sampled = max(self._sampled, self._read_kib("VmRSS"))
+
+    def start(self) -> None:
+        self.runtime.gc()
+        if self._reset():
+            return
+        self._sampled, self._stop = self._read_kib("VmRSS"), threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="jvm-rss-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        """The peak since `start`, in MiB."""
+        if self._thread is None:
+            return round(self._read_kib("VmHWM") / 1024, 1)
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        return round(max(self._sampled, self._read_kib("VmRSS")) / 1024, 1)
+
+    def heap_max_mib(self) -> float:
+        return round(self.runtime.maxMemory() / MIB, 1)

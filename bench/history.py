@@ -26,12 +26,11 @@ import dataclasses
 import datetime as dt
 import statistics
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import Lake, measure, ratio, revision, verdict
+from bench.common import MIB, JvmPeak, Lake, measure, ratio, revision, verdict
 
 TITLE = "Benchmark 6 — the pipeline over time and at volume"
 RAW_FETCH = "raw fetch"
@@ -57,7 +56,6 @@ VOLUME_DAY_TARGET = 2.5  # the big day's seconds / (floor x layers)
 VOLUME_LAYER_TARGET = 3.0  # one layer's seconds / floor
 VOLUME_VERDICT = f"verdict (<= {VOLUME_LAYER_TARGET}x)"
 WARM_UP = True  # an untimed day first: a JVM's first run of each plan compiles classes, which day 1 must not pay
-MIB = 1024 * 1024
 
 
 # --- one lake and its source ----------------------------------------------------------------------------------
@@ -207,59 +205,6 @@ def daily_page_size(settings, transactions: int) -> int:
 
     pages = transactions * 1.03 / settings.api_page_size + 1  # the feed re-sends about 3% as stale copies
     return settings.api_page_size if pages < MAX_PAGES else ApiConfig.max_page_size
-
-
-# --- memory -----------------------------------------------------------------------------------------------------
-class JvmPeak:
-    """The JVM's resident peak over a stretch of work: its VmHWM after resetting it (writing 5 to clear_refs), or,
-    where the kernel refuses the reset, the highest VmRSS a thread samples every 50 ms. A full GC comes first: the
-    collector then gives back the heap an earlier layer grew, so each peak is what this layer made the JVM hold."""
-
-    def __init__(self, spark):
-        self.runtime = spark._jvm.java.lang.Runtime.getRuntime()
-        self.pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
-        self.status = Path(f"/proc/{self.pid}/status")
-        self.method = "VmHWM of the java process, reset after a full GC before each layer (clear_refs 5)"
-        self._sampled, self._stop, self._thread = 0, threading.Event(), None
-        if not self._reset():
-            self.method = "highest VmRSS of the java process after a full GC, sampled every 50 ms"
-
-    def _reset(self) -> bool:
-        try:
-            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
-            return True
-        except OSError:
-            return False
-
-    def _read_kib(self, field: str) -> int:
-        for line in self.status.read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-        return 0
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.05):
-            self._sampled = max(self._sampled, self._read_kib("VmRSS"))
-
-    def start(self) -> None:
-        self.runtime.gc()
-        if self._reset():
-            return
-        self._sampled, self._stop = self._read_kib("VmRSS"), threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="jvm-rss-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> float:
-        """The peak since `start`, in MiB."""
-        if self._thread is None:
-            return round(self._read_kib("VmHWM") / 1024, 1)
-        self._stop.set()
-        self._thread.join()
-        self._thread = None
-        return round(max(self._sampled, self._read_kib("VmRSS")) / 1024, 1)
-
-    def heap_max_mib(self) -> float:
-        return round(self.runtime.maxMemory() / MIB, 1)
 
 
 # --- the floor ----------------------------------------------------------------------------------------------------

@@ -56,25 +56,28 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     assert {r["rows"] for (op, _), r in reads.items() if op == "one customer"} == {customer_rows}
     assert reads[("one customer", "Iceberg days+bucket16")]["files_skipped"] > 0  # bucket pruning
     dml = {(r["operation"], r["method"]): r for r in result["tables"][1]["rows"]}
-    # The silver spec as the local profile creates it (v3, copy-on-write) is the default; both write modes on both
+    # The silver spec as the local profile creates it (v3, merge-on-read) is the default; both write modes on both
     # format versions beside it, each named by the version its table really has.
     assert (result["data"]["silver_spec_format_version"], result["data"]["silver_spec_write_mode"]) == (
         3,
-        "copy-on-write",
+        "merge-on-read",
     )
     assert {m for op, m in dml if op == "delete one customer"} == {
         "Parquet: rewrite affected partitions",
         "Iceberg v2 copy-on-write",
         "Iceberg v2 merge-on-read (position deletes)",
-        "Iceberg v3 copy-on-write: silver spec, the default",
-        "Iceberg v3 merge-on-read (deletion vectors)",
+        "Iceberg v3 copy-on-write",
+        "Iceberg v3 merge-on-read (deletion vectors): silver spec, the default",
     }
-    for version in ("v2 merge-on-read (position deletes)", "v3 merge-on-read (deletion vectors)"):
+    for version in (
+        "v2 merge-on-read (position deletes)",
+        "v3 merge-on-read (deletion vectors): silver spec, the default",
+    ):
         mor = dml[("delete one customer", f"Iceberg {version}")]
         assert mor["delete_files_written"] >= 1 and mor["files_rewritten"] == 0 and mor["full_scan_after_s"] > 0
     rewrites = [r for (op, method), r in dml.items() if method.startswith("Parquet")]
     assert rewrites and all(r["files_rewritten"] >= 1 for r in rewrites)
-    cow = dml[("delete one customer", "Iceberg v3 copy-on-write: silver spec, the default")]
+    cow = dml[("delete one customer", "Iceberg v3 copy-on-write")]
     assert cow["delete_files_written"] == 0 and cow["files_rewritten"] >= 1
     # Each target judged on the default and on the best variant (the verdicts, not the timings, are checked).
     verdicts = {r["target"].rsplit(":", 1)[0]: r for r in result["tables"][3]["rows"]}
@@ -88,8 +91,8 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     # What a layout costs the daily write: one day replaced whole, in each write mode (an overwrite of whole files).
     daily = result["tables"][4]["rows"]
     assert [r["layout"] for r in daily] == [
-        "Iceberg silver spec (copy-on-write: its own)",
-        "Iceberg silver spec in merge-on-read",
+        "Iceberg silver spec (merge-on-read: its own)",
+        "Iceberg silver spec in copy-on-write",
         "Iceberg + bloom (sized for the day)",  # 1,000 rows a day: a smaller filter than the spec's 10,000 ids
     ]
     assert all(r["rows"] == 1000 and r["files_rewritten"] == 1 and r["delete_files_written"] == 0 for r in daily)
@@ -112,7 +115,7 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     assert maintained["delete_files"] == 0 and "delete files" not in maintained["reasons"]
     assert maintained["full_scan_delete_files_read"] == 0
     assert maintained["rows"] == updated["rows"] == maintained["full_scan_rows"] == result["data"]["rows"]
-    assert "full scan after a 1% update, Iceberg v3 merge-on-read (deletion vectors) / before" in result["ratios"]
+    assert "full scan after a 1% update, Iceberg v2 merge-on-read (position deletes) / before" in result["ratios"]
     assert (
         "full scan after a merge-on-read 1% update + health-triggered maintenance / before (target: <= 1.2)"
         in result["ratios"]
@@ -123,23 +126,39 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
 def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     from bench import scd2
 
-    # One size and one share: every method and the replay still run (the smoke test checks figures, not speed).
-    monkeypatch.setattr(scd2, "KEYS_PER_SCALE", scd2.KEYS_PER_SCALE[:1])
+    # One share at two sizes: every method and the replay at the first; the second is over FULL_RUN_MAX_KEYS, so only
+    # the floor, the seed and the daily path run there (checked against the seed's versions), and both are judged.
     monkeypatch.setattr(scd2, "SHARES", (10,))
-    rows = run("scd2", repeats=2)["tables"][0]["rows"]  # the compared methods twice: each run from batch 0's state
+    monkeypatch.setattr(scd2, "TARGETS", {10: 2.0})
+    monkeypatch.setattr(scd2, "FLOOR_SHARE", 10)
+    monkeypatch.setattr(scd2, "FULL_RUN_MAX_KEYS", 100)
+    monkeypatch.setattr(scd2, "TARGET_FROM_KEYS", 1)
+    result = run("scd2", repeats=2)  # the compared methods twice: each run from batch 0's state
+    tables = {t["title"]: t["rows"] for t in result["tables"]}
+    rows = tables["SCD2 apply of batch 1, and its replay"]
+    small, large = sorted({r["keys"] for r in rows})
     ours = [r for r in rows if r["method"] == "ours: one MERGE"]
-    assert len(ours) == 1 and all(r["replay_commits"] == 0 and r["changed_keys"] > 0 for r in ours)
-    # The bench itself fails unless the daily path was taken and gave the recompute's versions.
+    assert [r["keys"] for r in ours if r["seconds"]] == [small]
+    assert all(r["replay_commits"] == 0 and r["changed_keys"] > 0 for r in ours if r["keys"] == small)
+    # The bench itself fails unless the daily path was taken and gave the recompute's (and the seed's) versions.
     daily = [r for r in rows if r["method"] == "ours: current rows (daily path)"]
-    assert len(daily) == 1 and all(r["seconds"] > 0 and r["replay_commits"] == 0 for r in daily)
-    assert daily[0]["commits"] == 2  # the closes and the new versions, published together by one fast-forward
-    assert len(daily[0]["all_runs_s"]) == 2  # the second run applied the batch again (the bench checks its path)
+    assert len(daily) == 2 and all(r["seconds"] > 0 for r in daily)
+    assert [r["replay_commits"] for r in daily] == [0, None]  # no replay above FULL_RUN_MAX_KEYS
+    assert all(r["commits"] == 2 for r in daily)  # the closes and the new versions, published by one fast-forward
+    assert all(len(r["all_runs_s"]) == 2 for r in daily)  # the second run applied the batch again
     # A day older than the newest takes the general path (the bench fails if it took the daily one).
     late = [r for r in rows if r["method"].startswith("ours: late day")]
-    assert len(late) == 1 and late[0]["commits"] == 1, late
+    assert len(late) == 1 and late[0]["commits"] == 1 and late[0]["keys"] == small, late
     seed = [r for r in rows if r["method"].startswith("seed")]
     assert all(r["commits"] >= 1 for r in seed)
     assert len(seed[0]["all_runs_s"]) == 2
+    judged = tables["Against the targets (from 1 keys up)"]
+    assert [(r["keys"], r["wanted"]) for r in judged] == [(k, w) for k in (small, large) for w in (">= 2x", "<= 2.5x")]
+    assert all(r["verdict"] in ("met", "MISSED") and r["measured"] > 0 for r in judged)
+    assert [r["keys"] for r in tables["Peak memory of the JVM, per size (driver and executors: local mode)"]] == [
+        small,
+        large,
+    ]
 
 
 def test_small_files_maintenance_leaves_fewer_manifests_and_snapshots(run):
