@@ -33,8 +33,6 @@ BROADCAST_ROWS = 2_000_000
 # Spark's estimate of the cached closes, rows of every classified column: what the threshold must admit.
 BROADCAST_BYTES = 512 * 1024 * 1024
 _BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
-# Appended rows per writing task, at least: fewer rows go to one writer per partition (the table's distribution).
-ROWS_PER_WRITE_TASK = 250_000
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
 _CLOSE = "_close_at"  # when a settled key's current version closes (a new record's time, or its absence's)
 
@@ -116,7 +114,7 @@ def apply_incremental(
         if closes:  # the closed versions are written anew beside the new ones (the MERGE only deletes the old rows)
             closed = _closed_copies(spec, table, staged, closes)
             versions = closed if versions is None else versions.unionByName(closed)
-        _publish(spark, spec, target, base, staged, closes, versions, opens + closes, delta)
+        _publish(spark, spec, target, base, staged, closes, versions, delta)
         inserted, updated, deleted = (counts.get(action, 0) for action in ("insert", "update", "delete"))
         result = Scd2Result(
             target, opens + inserted, closes + updated, deleted, current_snapshot_id(spark, target), method, reason
@@ -304,9 +302,7 @@ def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, closes:
     )
 
 
-def _publish(
-    spark, spec: TableSpec, target: str, base: int | None, staged, closes: int, rows, row_count: int, delta
-) -> None:
+def _publish(spark, spec: TableSpec, target: str, base: int | None, staged, closes: int, rows, delta) -> None:
     """Delete the versions `staged` closes (a MERGE of matched rows), append `rows` (their closed copies and the new
     versions) and merge the rewritten keys' rows, on a branch made at `base`, then fast-forward main to it: all at
     once, and only if nobody committed to main since `base`, which the classification read. (An empty table has no
@@ -317,7 +313,7 @@ def _publish(
         if closes:
             _delete_closed(spark, spec, into, staged, closes)
         if rows is not None:
-            _append(spark, into, rows, row_count)
+            rows.writeTo(into).append()
         if delta is not None:
             write_delta(spark, spec, into, delta)
 
@@ -334,17 +330,6 @@ def _publish(
         table = iceberg_table(spark, target)
         if table.refs().get(branch) is not None:
             table.manageSnapshots().removeBranch(branch).commit()
-
-
-def _append(spark: SparkSession, into: str, rows: DataFrame, count: int) -> None:
-    """Append `rows`. They fall in one or two partitions (the current versions', the closing month's), which the
-    table's distribution would give one task each: many rows are written by up to a task per core instead, each
-    sorting its own (docs/scd2.md)."""
-    tasks = min(spark.sparkContext.defaultParallelism, count // ROWS_PER_WRITE_TASK)
-    if tasks < 2:
-        rows.writeTo(into).append()
-    else:
-        rows.coalesce(tasks).writeTo(into).option("distribution-mode", "none").append()
 
 
 def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: DataFrame, closes: int) -> None:

@@ -294,28 +294,6 @@ def test_a_compaction_committed_while_the_daily_path_writes_makes_it_retry_on_th
     assert [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()] == ["main"]
 
 
-def test_many_closes_and_opens_are_appended_by_a_task_per_core(lake, settings, monkeypatch):
-    """Over ROWS_PER_WRITE_TASK rows the closed copies and the new versions are written by several tasks (each
-    sorting its own, not one writer per partition): the history is the model's all the same."""
-    catalog = settings.catalog
-    from pyspark.sql import DataFrameWriterV2
-
-    batches = scenario(5, FeedMode.FULL, (12, 30, 45))
-    ensure_table(lake, catalog, SPEC)
-    log = make_log(lake, catalog)
-    monkeypatch.setattr(scd2_incremental, "ROWS_PER_WRITE_TASK", 1)
-    options, option = [], DataFrameWriterV2.option
-    monkeypatch.setattr(DataFrameWriterV2, "option", lambda self, *pair: options.append(pair) or option(self, *pair))
-    for number, batch in enumerate(batches):
-        append(lake, log, batch)
-        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
-        rows, versions = table_rows(lake, catalog)
-        check_invariants(rows)
-        assert versions == model(batches[: number + 1], FeedMode.FULL)
-    assert result.method == Scd2Method.CURRENT and result.updated > 0, result.reason
-    assert ("distribution-mode", "none") in options  # the writers were the input's tasks, not one per partition
-
-
 @pytest.mark.slow
 def test_a_record_sent_twice_in_the_daily_batch_opens_one_version(lake, settings):
     """The daily path picks each key's record by narrow columns, then fetches the records picked: a record sent
