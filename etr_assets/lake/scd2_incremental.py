@@ -109,9 +109,12 @@ def apply_incremental(
         reason = "; ".join(notes)
         if not (opens or closes or counts):
             return Applied(Scd2Result(target, 0, 0, 0, None, method, reason), watermark_after)
-        staged = _closes(spec, settled) if closes else None
         versions = _new_versions(new_records, spec, settled, settled_counts) if opens else None
-        if closes:  # the closed versions are written anew beside the new ones (the MERGE only deletes the old rows)
+        staged = None
+        if closes:  # the MERGE only deletes the versions it closes: their ended copies are appended with the new ones
+            current = F.col("_current_from")
+            staged = settled.where(current.isNotNull() & F.col(_CLOSE).isNotNull())
+            staged = staged.select(key, current.alias("_valid_from"), _CLOSE)
             closed = _closed_copies(spec, table, staged, closes)
             versions = closed if versions is None else versions.unionByName(closed)
         _publish(spark, spec, target, base, staged, closes, versions, delta)
@@ -278,15 +281,6 @@ def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
         F.expr(spec.state_hash_sql).alias(STATE_HASH_COLUMN),
     )
     return conform(versions, spec)
-
-
-def _closes(spec: TableSpec, settled: DataFrame) -> DataFrame:
-    """(key, `_valid_from`, `_close_at`) of each current version a settled key closes."""
-    from pyspark.sql import functions as F
-
-    return settled.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(
-        spec.scd2.key, F.col("_current_from").alias("_valid_from"), _CLOSE
-    )
 
 
 def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, closes: int) -> DataFrame:
