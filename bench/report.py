@@ -63,12 +63,14 @@ def draw_chart(chart: dict, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    labels, series = chart["labels"], chart["series"]
+    labels = chart["labels"]
+    # A method the run skipped (no value at any label) gets neither a bar nor a legend entry; each keeps its colour.
+    series = [(f"C{n}", name, values) for n, (name, values) in enumerate(chart["series"].items()) if any(values)]
     height = 0.8 / max(1, len(series))
     fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * len(labels) * max(1, len(series)) ** 0.5 + 0.6))
-    for index, (name, values) in enumerate(series.items()):
+    for index, (colour, name, values) in enumerate(series):
         positions = [i + index * height for i in range(len(labels))]
-        ax.barh(positions, [v or 0 for v in values], height=height, label=name)
+        ax.barh(positions, [v or 0 for v in values], height=height, label=name, color=colour)
     ax.set_yticks([i + height * (len(series) - 1) / 2 for i in range(len(labels))], labels)
     ax.invert_yaxis()
     ax.set_xlabel(chart["xlabel"])
