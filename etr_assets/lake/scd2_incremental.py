@@ -11,12 +11,13 @@ import uuid
 from typing import TYPE_CHECKING
 
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.frames import conform, local_frame
+from etr_assets.lake.frames import conform
 from etr_assets.lake.scd2 import Applied, Scd2Method, Scd2Result, scd2_delta, write_delta
 from etr_assets.lake.scd2_window import (
     BROADCAST_KEYS,
     PICKED,
     LogWindow,
+    file_ranks,
     latest_records,
     others_hash,
     rewrite,
@@ -64,7 +65,7 @@ def apply_incremental(
     table = (
         spark.table(target) if base is None else spark.read.format("iceberg").option("snapshot-id", base).load(target)
     )
-    ranks = local_frame(spark, [(f, n) for n, f in enumerate(sorted(files))], "_source_file string, _file_rank int")
+    ranks = file_ranks(spark, files)
     one_batch = len(batches) == 1 and removed_records is None
     present = latest_records(spec, new_records, ranks, by_batch=not one_batch)
     state = state_of(spark, spec, target)
@@ -132,14 +133,18 @@ def _batches(spec: TableSpec, records: DataFrame) -> tuple[list[tuple], list[str
     """((`_batch_id`, snapshot micros, latest sequence micros) of each batch in `records`, their files): one job."""
     from pyspark.sql import functions as F
 
+    # Grouped by file too, not collecting a set of them: a hash aggregate, where a set of paths per batch hashed
+    # every record's path into a Java set.
     rows = (
-        records.groupBy("_batch_id", F.unix_micros("_snapshot_at").alias("_snapshot"))
-        .agg(F.max(F.unix_micros(spec.scd2.sequence)).alias("_latest"), F.collect_set("_source_file").alias("_files"))
+        records.groupBy("_batch_id", F.unix_micros("_snapshot_at").alias("_snapshot"), "_source_file")
+        .agg(F.max(F.unix_micros(spec.scd2.sequence)).alias("_latest"))
         .collect()
     )
-    return [(r["_batch_id"], r["_snapshot"], r["_latest"]) for r in rows], sorted(
-        {f for r in rows for f in r["_files"]}
-    )
+    latest: dict[tuple, int | None] = {}
+    for r in rows:
+        batch = (r["_batch_id"], r["_snapshot"])
+        latest[batch] = max((t for t in (latest.get(batch), r["_latest"]) if t is not None), default=None)
+    return [(*batch, at) for batch, at in latest.items()], sorted({r["_source_file"] for r in rows})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -157,12 +157,21 @@ def affected_keys(
     return union.groupBy(key).agg(F.min("_at").alias("_lo"))
 
 
+def file_ranks(spark: SparkSession, files: list[str]) -> DataFrame:
+    """(`_file_hash`, `_file_rank`): each file's number in path order, by the hash records carry of their file (a
+    join by a number: by the path, every record's lookup hashed and compared a path twice over)."""
+    from pyspark.sql import functions as F
+
+    ranked = local_frame(spark, [(f, n) for n, f in enumerate(sorted(files))], "_source_file string, _file_rank int")
+    return ranked.select(F.xxhash64("_source_file").alias("_file_hash"), "_file_rank")
+
+
 def latest_records(spec: TableSpec, records: DataFrame, ranks: DataFrame | None = None, by_batch=True) -> DataFrame:
     """Each batch's latest record per key, picked as `scd2.observations` picks it (newest sequence, then source file,
     then state), in narrow columns: the key, `_batch_id`, `_PICKED`, the state's fingerprint `_state`, `others_hash`
     as `_others`, `_alone` (the key's only record) and `_tied` (another record equals it in that order and may differ
-    in others). `ranks` (`_source_file`, `_file_rank`, numbered in path order) lets the sort compare a number, not a
-    path; `by_batch=False` for one batch: partitioned by the key alone, so a join by the key reuses the shuffle."""
+    in others). `ranks` (`file_ranks`) lets the sort compare a number, not a path; `by_batch=False` for one batch:
+    partitioned by the key alone, so a join by the key reuses the shuffle."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -175,7 +184,7 @@ def latest_records(spec: TableSpec, records: DataFrame, ranks: DataFrame | None 
     if ranks is None:
         picked = picked.withColumn("_file_rank", F.col("_source_file"))
     else:
-        picked = picked.join(F.broadcast(ranks), "_source_file", "left")
+        picked = picked.join(F.broadcast(ranks), "_file_hash", "left")
     narrow = picked.select(
         scd2.key,
         "_batch_id",
