@@ -76,6 +76,8 @@ def apply_incremental(
             settled = _settle(spec, table, state, present, mode, watermark, batches[0], held).cache()
             cached.append(settled)
             settled_counts = _Settled.of(settled)
+            if settled_counts.keyless:  # the joins below match keys by plain equality, which never matches NULL
+                raise ValueError(f"{settled_counts.keyless} record(s) new in the log have no {key}: {target} needs it")
             notes.append(settled_counts.note())
             in_scope = settled_counts.deep
             if in_scope:
@@ -114,8 +116,9 @@ def apply_incremental(
         staged = None
         if closes:  # the MERGE only deletes the versions it closes: their ended copies are appended with the new ones
             current = F.col("_current_from")
-            staged = settled.where(current.isNotNull() & F.col(_CLOSE).isNotNull())
-            staged = staged.select(key, current.alias("_valid_from"), _CLOSE)
+            # By the key alone: a key has at most one current version, and a join by one number (Spark hashes it
+            # into an array when keys are dense) is what the MERGE and the copies' join spend their time in.
+            staged = settled.where(current.isNotNull() & F.col(_CLOSE).isNotNull()).select(key, _CLOSE)
             closed = _closed_copies(spec, table, staged, closes)
             versions = closed if versions is None else versions.unionByName(closed)
         _publish(spark, spec, target, base, staged, closes, versions, delta)
@@ -151,7 +154,7 @@ def _batches(spec: TableSpec, records: DataFrame) -> tuple[list[tuple], list[str
 class _Settled:
     """How many keys of one batch the current versions settled: `new` open a version (`changed` of them close one
     too), `vanished` close one; `deep` need the window; `shared`/`tied`: some key that opens one had several records
-    (ties among them)."""
+    (ties among them); `keyless`: records without a key."""
 
     new: int = 0
     changed: int = 0
@@ -159,6 +162,7 @@ class _Settled:
     deep: int = 0
     shared: int = 0
     tied: int = 0
+    keyless: int = 0
 
     @classmethod
     def of(cls, settled: DataFrame) -> _Settled:
@@ -172,6 +176,7 @@ class _Settled:
             F.count_if(kind == "deep").alias("deep"),
             F.count_if((kind == "new") & ~F.col("_alone")).alias("shared"),
             F.count_if((kind == "new") & F.col("_tied")).alias("tied"),
+            F.count_if(kind == "keyless").alias("keyless"),
         ).first()
         return cls(**row.asDict())
 
@@ -187,7 +192,7 @@ def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, b
     """Each key of one batch (`present`: its latest record per key) against its version alive at the batch's time
     (a full snapshot's; a change list's latest record's), by the state hash: `new` (a record after the watermark
     that changes the key), `vanished` (absent from a snapshot after the watermark), `deep` (what only the key's
-    other versions can place), or nothing to do (dropped)."""
+    other versions can place), `keyless` (a record without a key), or nothing to do (dropped)."""
     from pyspark.sql import functions as F
 
     key = spec.scd2.key
@@ -224,8 +229,10 @@ def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, b
     inside = (seq > since) | (F.col("n._others") == F.col("c._others"))
     after = F.unix_micros(seq) > watermark
     kind = (
+        # A record without a key matches nothing; it must stop the apply, not vanish (`_alone` marks the records).
+        F.when(F.col("n._alone").isNotNull() & ~seen, "keyless")
         # No hash to compare, or a start after everything applied (another writer's): for the versions to place.
-        F.when(is_alive & (F.col("c._state").isNull() | (F.unix_micros(since) > watermark)), "deep")
+        .when(is_alive & (F.col("c._state").isNull() | (F.unix_micros(since) > watermark)), "deep")
         .when(seen & covered & (F.col("n._state") == F.col("c._state")) & inside, "repeat")
         .when(seen & after & (is_current | ~is_alive), "new")
         .when(seen, "deep")  # at or before the watermark: it may split or precede a version
@@ -240,7 +247,7 @@ def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, b
         *[F.col(f"n.{c}").alias(c) for c in PICKED],
         F.col("n._alone").alias("_alone"),
         F.col("n._tied").alias("_tied"),
-    ).where(F.col("_kind").isin("new", "vanished", "deep"))
+    ).where(F.col("_kind").isin("new", "vanished", "deep", "keyless"))
 
 
 def _delta(spark: SparkSession, spec: TableSpec, target: str, rewritten):
@@ -254,8 +261,8 @@ def _delta(spark: SparkSession, spec: TableSpec, target: str, rewritten):
 
 def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
     """The records that open new versions, as table rows: the batch joined with the picks of the keys that open
-    one (NULL-safe on every part, as the window compares them), by the key alone unless such a key had several
-    records; one per key where records tied on the pick."""
+    one, by the key alone unless such a key had several records (then NULL-safe on every part of the pick, as the
+    window compares them); one per key where records tied on the pick."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
@@ -265,7 +272,7 @@ def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
     if counts.new <= BROADCAST_ROWS:
         picks = F.broadcast(picks)
     batch = records
-    on = F.col(scd2.key).eqNullSafe(F.col("_p_key"))
+    on = F.col(scd2.key) == F.col("_p_key")
     if counts.shared:
         batch = (
             records.withColumn("_seq", F.col(scd2.sequence))
@@ -296,7 +303,7 @@ def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, closes:
     ended = {"_valid_to": F.col(_CLOSE), "_is_current": F.lit(False), "_ingested_at": F.current_timestamp()}
     return (
         table.where(CURRENT_VERSIONS)
-        .join(staged, [spec.scd2.key, "_valid_from"])
+        .join(staged, spec.scd2.key)
         .select(*[ended.get(c, F.col(c)).alias(c) for c in spec.column_names])
     )
 
@@ -347,7 +354,7 @@ def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: Da
             f"""
             MERGE INTO {target} t
             USING {view} s
-            ON t.{key} = s.{key} AND t._valid_from = s._valid_from AND t.{CURRENT_VERSIONS}
+            ON t.{key} = s.{key} AND t.{CURRENT_VERSIONS}
             WHEN MATCHED THEN DELETE
             """
         )

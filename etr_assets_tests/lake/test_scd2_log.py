@@ -343,6 +343,20 @@ def test_records_of_one_time_in_several_files_are_picked_by_file_path_as_the_rec
     )
 
 
+def test_a_record_without_a_key_fails_the_daily_path_naming_the_key_and_writes_nothing(lake, settings):
+    """The daily path matches keys by plain equality: a record with a NULL key must stop it, not vanish."""
+    catalog = settings.catalog
+    ensure_table(lake, catalog, SPEC)
+    log, table = make_log(lake, catalog), SPEC.qualified(catalog)
+    append(lake, log, {"rows": [(1, "x", 1, at(1), "b1", "f", at(2))]})
+    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    before = (current_snapshot_id(lake, table), read_cursor(lake, table))
+    append(lake, log, {"rows": [(1, "y", 1, at(3), "b2", "f", at(4)), (None, "z", 1, at(3), "b2", "f", at(4))]})
+    with pytest.raises(ValueError, match=r"1 record\(s\) new in the log have no id"):
+        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    assert (current_snapshot_id(lake, table), read_cursor(lake, table)) == before
+
+
 @pytest.mark.slow
 def test_an_older_record_inside_a_new_batch_rewrites_its_key_not_appended(lake, settings):
     catalog = settings.catalog
