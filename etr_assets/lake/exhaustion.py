@@ -139,9 +139,12 @@ def _texts(failure: BaseException) -> Iterator[str]:
 
 
 def _is_hang_up(text: str) -> bool:
-    """A py4j call that found no JVM behind the gateway (refused, reset, or an answer cut off)."""
+    """A py4j call that found no JVM behind the gateway (refused, reset, or an answer cut off), or whose job the
+    JVM's shutdown cancelled (an OutOfMemoryError in a task exits the JVM, which stops the SparkContext first)."""
     return text in ("ConnectionRefusedError", "ConnectionResetError", "Py4JNetworkError", "Py4JError") or (
-        "Answer from Java side is empty" in text or "Error while sending or receiving" in text
+        "Answer from Java side is empty" in text
+        or "Error while sending or receiving" in text
+        or "because SparkContext was shut down" in text
     )
 
 

@@ -115,6 +115,14 @@ def test_a_jvm_that_died_of_out_of_memory_is_told_by_its_exit_code():
     assert exhaustion(hang_up, DOING, CONF, lambda: None) is None  # still running
 
 
+def test_a_job_cancelled_by_the_jvms_shutdown_is_told_by_its_exit_code():
+    # When the shutdown that the OutOfMemoryError began stops the SparkContext before py4j loses the JVM.
+    cancelled = RuntimeError("Job 0 cancelled because SparkContext was shut down")
+
+    assert "raise ETR_SPARK_DRIVER_MEMORY (now 1g)" in str(exhaustion(cancelled, DOING, CONF, lambda: 52))
+    assert exhaustion(cancelled, DOING, CONF, lambda: 0) is None  # stopped on purpose
+
+
 def test_other_failures_are_left_as_they_are(spark):
     from pyspark.errors import AnalysisException
 
