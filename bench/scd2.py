@@ -19,10 +19,11 @@ the next share, so every case starts from the same state.
 - floor: appending the batch to plain Parquet files (no history at all).
 
 Every method is timed warm: the seed's statements and the recompute run once untimed when batch 0 is loaded, and the
-daily path runs once untimed (then rolled back) before its first timed apply in the process. The recompute is timed
-after the seed's statements and the daily path, whose runs it would slow. The two methods the
-targets compare, the seed's statements and the daily path, run `--repeats` times each (default 3), in turns, each
-from the batch-0 state; the best time of each counts (`all_runs_s` keeps every one), as in the other benchmarks.
+daily path runs once untimed (then rolled back) before its first timed apply in the process. The recompute, the
+replays and the late day run after the seed's statements and the daily path were timed at every share (the
+recompute caches the whole log, and the JVM runs what follows it slower). The two methods the targets compare,
+the seed's statements and the daily path, run `--repeats` times each (default 3), in turns, each from the batch-0
+state; the best time of each counts (`all_runs_s` keeps every one), as in the other benchmarks.
 
 Then, at the REPLAY_SHARE, each method is run again on the same batch (an idempotent replay): the recompute (timed at
 the smallest size only: it costs what a first apply does) finds no difference and commits nothing, the daily path
@@ -41,6 +42,7 @@ the seed's. Verdicts: the seed's time over the daily path's against TARGETS, and
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 
@@ -98,9 +100,9 @@ def batch(spark, keys: int, changed_percent: int, number: int, changed_at: dt.da
     )
 
 
-def _write_batch(lake: Lake, df, number: int) -> str:
+def _write_batch(lake: Lake, df, name: str) -> str:
     """The batch as files, the way raw batches sit in storage (both methods read these same files)."""
-    path = str(lake.path("batches", f"batch{number}"))
+    path = str(lake.path("batches", name))
     df.write.mode("overwrite").parquet(path)
     return path
 
@@ -181,104 +183,151 @@ def one_size(
 ) -> list[dict]:
     """Every method on batch 1 at `keys` keys; `replay_recompute`: also time the recompute's replay (it costs about
     what a first apply does, so the default run times it at its smallest size only, to stay within 10 minutes);
-    `warm_up`: run the daily path once untimed first (the JVM's first run; the other methods ran in the setup)."""
-    import dataclasses
+    `warm_up`: run the daily path once untimed first (the JVM's first run; the other methods ran in the setup).
+    Two passes over the shares: first the two methods the targets compare, at every share; then the rest (the
+    recompute, the replays, the late day), which would slow what follows them in this JVM (docs/benchmarks.md)."""
+    state = _Size.load(lake, keys)
+    compared = {share: state.compare(share, warm_up and share == SHARES[0], repeats) for share in SHARES}
+    return [row for share in SHARES for row in state.the_rest(share, compared[share], replay_recompute)]
 
-    spark = lake.spark
-    ours_spec = dataclasses.replace(LANDING_CUSTOMERS, name=f"customers_ours_{keys}")
-    extend_spec = dataclasses.replace(LANDING_CUSTOMERS, name=f"customers_extend_{keys}")
-    seed_spec = dataclasses.replace(LANDING_CUSTOMERS, name=f"customers_seed_{keys}")
-    ours, seed = ours_spec.qualified(lake.catalog), seed_spec.qualified(lake.catalog)
-    extended = extend_spec.qualified(lake.catalog)
-    for spec in (ours_spec, extend_spec, seed_spec):
-        ensure_table(spark, lake.catalog, spec)
-    first = _write_batch(lake, batch(spark, keys, 0, 0), 0)
-    history_days = [first] * HISTORY_DAYS  # the same list on each day: nothing changed yet
-    seed_statements(spark, seed, first)
-    # The observation log (bronze's role) for `apply_log`: batch 0's days now, batch 1 appended before each timed apply.
-    log = f"{lake.catalog}.landing.customers_log_{keys}"
-    observations_of(spark, history_days).writeTo(log).using("iceberg").create()
-    apply_log(spark, lake.catalog, extend_spec, log, as_records, FeedMode.FULL)
-    # Batch 0's history once (the first apply_log recomputes it from the same observations), copied for ours.
-    spark.table(extended).writeTo(ours).append()
-    ours_start, seed_start = _current(spark, ours), _current(spark, seed)
-    extend_start, log_start, cursor_start = (
-        _current(spark, extended),
-        _current(spark, log),
-        read_cursor(spark, extended),
-    )
 
-    rows = []
-    for share in SHARES:
-        second = _write_batch(lake, batch(spark, keys, share, 1), 1)
-        records = observations_of(spark, history_days + [second])
-        floor = str(lake.path("floor", str(keys)))
+@dataclasses.dataclass
+class _Size:
+    """One size's tables at the batch-0 state every timed run starts from: the seed's, the daily path's (`extended`)
+    with its observation log and cursor, and the recompute's (`ours`)."""
 
-        def append_floor(path=second, folder=floor):
-            spark.read.parquet(path).write.mode("append").parquet(folder)
+    lake: Lake
+    keys: int
+    specs: dict  # the role ("ours", "extended", "seed") -> its copy of the landing.customers spec
+    history_days: list[str]  # batch 0's files, once per day of history
+    starts: dict  # table -> its batch-0 snapshot
+    cursor: object
+    batches: dict = dataclasses.field(default_factory=dict)  # share -> batch 1's files
 
-        def apply_ours(records=records):
-            return apply_observations(spark, lake.catalog, ours_spec, records, FeedMode.FULL)
+    @classmethod
+    def load(cls, lake: Lake, keys: int) -> _Size:
+        spark = lake.spark
+        specs = {
+            role: dataclasses.replace(LANDING_CUSTOMERS, name=f"customers_{role}_{keys}")
+            for role in ("ours", "extend", "seed")
+        }
+        for spec in specs.values():
+            ensure_table(spark, lake.catalog, spec)
+        first = _write_batch(lake, batch(spark, keys, 0, 0), "batch0")
+        history_days = [first] * HISTORY_DAYS  # the same list on each day: nothing changed yet
+        size = cls(lake, keys, specs, history_days, {}, None)
+        seed_statements(spark, size.table("seed"), first)
+        # The observation log (bronze's role) for `apply_log`: batch 0's days now, batch 1 appended before each apply.
+        observations_of(spark, history_days).writeTo(size.log).using("iceberg").create()
+        apply_log(spark, lake.catalog, specs["extend"], size.log, as_records, FeedMode.FULL)
+        # Batch 0's history once (the first apply_log recomputes it from the same observations), copied for ours.
+        spark.table(size.table("extend")).writeTo(size.table("ours")).append()
+        size.starts = {t: _current(spark, t) for t in (*map(size.table, specs), size.log)}
+        size.cursor = read_cursor(spark, size.table("extend"))
+        return size
 
-        def apply_seed(path=second):
-            return seed_statements(spark, seed, path)
+    @property
+    def log(self) -> str:
+        return f"{self.lake.catalog}.landing.customers_log_{self.keys}"
 
-        def extend_ours():
-            result = apply_log(spark, lake.catalog, extend_spec, log, as_records, FeedMode.FULL)
-            if result.method != Scd2Method.CURRENT:
-                raise AssertionError(f"apply_log did not take the current-rows path: {result.reason}")
-            return result
+    def table(self, role: str) -> str:
+        return self.specs[role].qualified(self.lake.catalog)
 
-        full = keys <= FULL_RUN_MAX_KEYS
-        floor_s, _, _ = measure(spark, append_floor)
-        replays = share == REPLAY_SHARE and full
-        observations_of(spark, [second], first_number=HISTORY_DAYS).writeTo(
-            log
-        ).append()  # bronze loads the day (untimed)
-        if warm_up and share == SHARES[0]:
+    def restart(self) -> None:
+        """Every table back at batch 0 (the cursor is a table property: rollback leaves it)."""
+        for table, snapshot in self.starts.items():
+            _rollback(self.lake, table, snapshot)
+        write_cursor(self.lake.spark, self.table("extend"), self.cursor)
+
+    def log_batch(self, share: int) -> None:
+        """Bronze loads batch 1's day (untimed)."""
+        observations_of(self.lake.spark, [self.batches[share]], first_number=HISTORY_DAYS).writeTo(self.log).append()
+
+    def extend(self):
+        result = apply_log(
+            self.lake.spark, self.lake.catalog, self.specs["extend"], self.log, as_records, FeedMode.FULL
+        )
+        if result.method != Scd2Method.CURRENT:
+            raise AssertionError(f"apply_log did not take the current-rows path: {result.reason}")
+        return result
+
+    def seed(self, share: int) -> int:
+        return seed_statements(self.lake.spark, self.table("seed"), self.batches[share])
+
+    def compare(self, share: int, warm_up: bool, repeats: int) -> dict:
+        """The floor, and the seed's statements and the daily path best of `repeats` each, on batch 1 at `share`."""
+        spark, keys, extended = self.lake.spark, self.keys, self.table("extend")
+        second = self.batches[share] = _write_batch(self.lake, batch(spark, keys, share, 1), f"batch1_{share}")
+        floor = str(self.lake.path("floor", str(keys)))
+        floor_s, _, _ = measure(spark, lambda: spark.read.parquet(second).write.mode("append").parquet(floor))
+        self.log_batch(share)
+        if warm_up:
             # Untimed: this JVM's first daily-path apply compiles its plans (0.5 s at 100k keys), as the seed's
             # statements compiled theirs loading batch 0 above; then back to where the timed apply starts.
-            extend_ours()
-            _rollback(lake, extended, extend_start)
-            write_cursor(spark, extended, cursor_start)
-
-        def restart_daily():
-            _rollback(lake, extended, extend_start)
-            write_cursor(spark, extended, cursor_start)
-
-        # The two methods the targets compare, best of `repeats` each, taken in turns (seed, ours, seed, ...) so a
-        # slower minute of the shared machine falls on both; each run starts from the batch-0 state.
+            self.extend()
+            _rollback(self.lake, extended, self.starts[extended])
+            write_cursor(spark, extended, self.cursor)
+        # Best of `repeats` each, taken in turns (seed, ours, seed, ...) so a slower minute of the shared machine
+        # falls on both; each run starts from the batch-0 state.
         seed_runs, daily_runs = [], []
         for attempt in range(max(1, repeats)):
             if attempt:
-                _rollback(lake, seed, seed_start)
-            seed_runs.append(measure(spark, apply_seed))
-            if attempt:
-                restart_daily()
+                _rollback(self.lake, self.table("seed"), self.starts[self.table("seed")])
+                _rollback(self.lake, extended, self.starts[extended])
+                write_cursor(spark, extended, self.cursor)
+            seed_runs.append(measure(spark, lambda: self.seed(share)))
             snapshots_before = _snapshot_count(spark, extended)
-            daily_runs.append(measure(spark, extend_ours))
-            extend_commits = _snapshot_count(spark, extended) - snapshots_before
-        (seed_s, seed_c, seed_commits), seed_times = _best(seed_runs)
-        (extend_s, extend_c, extended_result), daily_times = _best(daily_runs)
-        _agrees_with_seed(spark, extended, seed)  # both hold batch 1 now
-        seed_replay_s, _, seed_replay_commits = measure(spark, apply_seed) if replays else (None, None, None)
-        # The recompute after the two methods the targets compare: it caches the whole log, and the JVM runs what
-        # follows it slower for a while (docs/benchmarks.md).
-        ours_s, ours_c, result = measure(spark, apply_ours) if full else (None, {}, None)
-        ours_replay_s, _, replay = measure(spark, apply_ours) if replays and replay_recompute else (None, None, None)
-        if full:
-            _same_versions(spark, extended, ours)  # the daily path and the recompute, on every version
-        daily_replay_s = late_rows = None
-        common = common_of(keys, share, extended_result)
-        if replays:
-            daily_replay_s, _, _ = measure(spark, lambda: replay_daily(spark, lake, extend_spec, log))
-            late_rows = late_day(lake, keys, common, extend_spec, log, seed)
-        rows += [
+            daily_runs.append(measure(spark, self.extend))
+            daily_commits = _snapshot_count(spark, extended) - snapshots_before
+        _agrees_with_seed(spark, extended, self.table("seed"))  # both hold batch 1 now
+        seed_replay = measure(spark, lambda: self.seed(share)) if share == REPLAY_SHARE and self.full else None
+        self.restart()
+        return {
+            "floor_s": floor_s,
+            "seed": _best(seed_runs),
+            "daily": _best(daily_runs),
+            "daily_commits": daily_commits,
+            "seed_replay": seed_replay,
+        }
+
+    @property
+    def full(self) -> bool:
+        return self.keys <= FULL_RUN_MAX_KEYS
+
+    def the_rest(self, share: int, compared: dict, replay_recompute: bool) -> list[dict]:
+        """The recompute (and its versions checked against the daily path's), the replays and the late day, at
+        `share`; with the rows of `compared`."""
+        spark, keys, ours_spec = self.lake.spark, self.keys, self.specs["ours"]
+        (seed_s, seed_c, seed_commits), seed_times = compared["seed"]
+        (extend_s, extend_c, extended_result), daily_times = compared["daily"]
+        seed_replay_s, _, seed_replay_commits = compared["seed_replay"] or (None, None, None)
+        replays, common = compared["seed_replay"] is not None, common_of(keys, share, extended_result)
+        ours_s, ours_c, result, ours_replay_s, replay, daily_replay_s, late_rows = None, {}, None, None, None, None, []
+        if self.full:
+            self.log_batch(share)
+            self.extend()  # untimed: batch 1 again, for the checks and the replays below
+            records = observations_of(spark, self.history_days + [self.batches[share]])
+
+            def apply_ours():
+                return apply_observations(spark, self.lake.catalog, ours_spec, records, FeedMode.FULL)
+
+            ours_s, ours_c, result = measure(spark, apply_ours)
+            if replays and replay_recompute:
+                ours_replay_s, _, replay = measure(spark, apply_ours)
+            _same_versions(spark, self.table("extend"), self.table("ours"))  # the daily path and the recompute
+            if replays:
+                daily_replay_s, _, _ = measure(
+                    spark, lambda: replay_daily(spark, self.lake, self.specs["extend"], self.log)
+                )
+                self.seed(share)  # untimed: the seed's table at batch 1 too, for its late day
+                late_rows = late_day(self.lake, keys, common, self.specs["extend"], self.log, self.table("seed"))
+            self.restart()
+        rows = [
             {
                 **common,
                 "method": "plain Parquet append (floor)",
-                "seconds": round(floor_s, 3),
-                "rows_per_s": round(keys / floor_s),
+                "seconds": round(compared["floor_s"], 3),
+                "rows_per_s": round(keys / compared["floor_s"]),
                 "replay_s": None,
                 "replay_commits": None,
             },
@@ -291,6 +340,19 @@ def one_size(
                 "shuffle_read_bytes": ours_c.get("shuffle_read_bytes"),
                 "replay_s": _rounded(ours_replay_s),
                 "replay_commits": None if replay is None else int(replay.snapshot_id is not None),
+                "commits": 1 if self.full else None,
+            },
+            {
+                **common,
+                "method": "ours: current rows (daily path)",
+                "seconds": round(extend_s, 3),
+                "rows_per_s": round(keys / extend_s),
+                "input_bytes": extend_c["input_bytes"],
+                "shuffle_read_bytes": extend_c["shuffle_read_bytes"],
+                "replay_s": _rounded(daily_replay_s),
+                "replay_commits": None if daily_replay_s is None else 0,
+                "commits": compared["daily_commits"],
+                "all_runs_s": daily_times,
             },
             {
                 **common,
@@ -305,29 +367,7 @@ def one_size(
                 "replay_commits": seed_replay_commits,
             },
         ]
-        rows.insert(
-            -1,
-            {
-                **common,
-                "method": "ours: current rows (daily path)",
-                "seconds": round(extend_s, 3),
-                "rows_per_s": round(keys / extend_s),
-                "input_bytes": extend_c["input_bytes"],
-                "shuffle_read_bytes": extend_c["shuffle_read_bytes"],
-                "replay_s": _rounded(daily_replay_s),
-                "replay_commits": None if daily_replay_s is None else 0,
-                "commits": extend_commits,
-                "all_runs_s": daily_times,
-            },
-        )
-        rows[-3]["commits"] = 1 if full else None
-        rows += late_rows or []
-        _rollback(lake, ours, ours_start)
-        _rollback(lake, seed, seed_start)
-        _rollback(lake, extended, extend_start)
-        _rollback(lake, log, log_start)
-        write_cursor(spark, extended, cursor_start)  # the cursor is a table property: rollback leaves it
-    return rows
+        return rows + late_rows
 
 
 def _verdicts(keys: int, ratios: dict) -> list[dict]:
@@ -383,7 +423,7 @@ def late_day(lake: Lake, keys: int, common: dict, spec, log: str, seed: str) -> 
 
     spark = lake.spark
     changed_at = T0 + dt.timedelta(days=HISTORY_DAYS - 1, hours=6)  # before the last day's snapshot, after T0
-    path = _write_batch(lake, batch(spark, keys, 1, 1, changed_at=changed_at, salt="late"), 2)
+    path = _write_batch(lake, batch(spark, keys, 1, 1, changed_at=changed_at, salt="late"), "late")
     late = observations_of(spark, [path], first_number=HISTORY_DAYS - 1).withColumn("_batch_id", F.lit("late"))
     late.writeTo(log).append()  # bronze loads the late day (untimed)
 
