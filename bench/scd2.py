@@ -193,12 +193,12 @@ def one_size(
 
 @dataclasses.dataclass
 class _Size:
-    """One size's tables at the batch-0 state every timed run starts from: the seed's, the daily path's (`extended`)
+    """One size's tables at the batch-0 state every timed run starts from: the seed's, the daily path's (`extend`)
     with its observation log and cursor, and the recompute's (`ours`)."""
 
     lake: Lake
     keys: int
-    specs: dict  # the role ("ours", "extended", "seed") -> its copy of the landing.customers spec
+    specs: dict  # the role ("ours", "extend", "seed") -> its copy of the landing.customers spec
     history_days: list[str]  # batch 0's files, once per day of history
     starts: dict  # table -> its batch-0 snapshot
     cursor: object
@@ -233,11 +233,14 @@ class _Size:
     def table(self, role: str) -> str:
         return self.specs[role].qualified(self.lake.catalog)
 
-    def restart(self) -> None:
-        """Every table back at batch 0 (the cursor is a table property: rollback leaves it)."""
-        for table, snapshot in self.starts.items():
-            _rollback(self.lake, table, snapshot)
-        write_cursor(self.lake.spark, self.table("extend"), self.cursor)
+    def restart(self, *roles: str) -> None:
+        """The tables of `roles` (default: every table and the log) back at batch 0 (the cursor is a table property:
+        rollback leaves it)."""
+        tables = [self.table(role) for role in roles] or list(self.starts)
+        for table in tables:
+            _rollback(self.lake, table, self.starts[table])
+        if self.table("extend") in tables:
+            write_cursor(self.lake.spark, self.table("extend"), self.cursor)
 
     def log_batch(self, share: int) -> None:
         """Bronze loads batch 1's day (untimed)."""
@@ -265,16 +268,13 @@ class _Size:
             # Untimed: this JVM's first daily-path apply compiles its plans (0.5 s at 100k keys), as the seed's
             # statements compiled theirs loading batch 0 above; then back to where the timed apply starts.
             self.extend()
-            _rollback(self.lake, extended, self.starts[extended])
-            write_cursor(spark, extended, self.cursor)
+            self.restart("extend")
         # Best of `repeats` each, taken in turns (seed, ours, seed, ...) so a slower minute of the shared machine
         # falls on both; each run starts from the batch-0 state.
         seed_runs, daily_runs = [], []
         for attempt in range(max(1, repeats)):
             if attempt:
-                _rollback(self.lake, self.table("seed"), self.starts[self.table("seed")])
-                _rollback(self.lake, extended, self.starts[extended])
-                write_cursor(spark, extended, self.cursor)
+                self.restart("seed", "extend")
             seed_runs.append(measure(spark, lambda: self.seed(share)))
             snapshots_before = _snapshot_count(spark, extended)
             daily_runs.append(measure(spark, self.extend))
