@@ -302,7 +302,7 @@ class _Size:
         (extend_s, extend_c, extended_result), daily_times = compared["daily"]
         seed_replay_s, _, seed_replay_commits = compared["seed_replay"] or (None, None, None)
         replays, common = compared["seed_replay"] is not None, common_of(keys, share, extended_result)
-        ours_s, ours_c, result, ours_replay_s, replay, daily_replay_s, late_rows = None, {}, None, None, None, None, []
+        ours_s, ours_c, ours_replay_s, replay, daily_replay_s, late_rows = None, {}, None, None, None, []
         if self.full:
             self.log_batch(share)
             self.extend()  # untimed: batch 1 again, for the checks and the replays below
@@ -311,7 +311,7 @@ class _Size:
             def apply_ours():
                 return apply_observations(spark, self.lake.catalog, ours_spec, records, FeedMode.FULL)
 
-            ours_s, ours_c, result = measure(spark, apply_ours)
+            ours_s, ours_c, _ = measure(spark, apply_ours)
             if replays and replay_recompute:
                 ours_replay_s, _, replay = measure(spark, apply_ours)
             _same_versions(spark, self.table("extend"), self.table("ours"))  # the daily path and the recompute
