@@ -169,13 +169,21 @@ def scd2_delta(spark: SparkSession, spec: TableSpec, target: str, versions, keys
     return delta, {row["_action"]: row["count"] for row in delta.groupBy("_action").count().collect()}
 
 
-def write_delta(spark: SparkSession, spec: TableSpec, target: str, delta) -> None:
-    """One MERGE of `scd2_delta`'s rows into `target` (a table, or a branch of one)."""
+def write_delta(spark: SparkSession, spec: TableSpec, target: str, delta, inserts: bool = True) -> None:
+    """One MERGE of `scd2_delta`'s rows into `target` (a table, or a branch of one). `inserts=False`: its updates
+    and deletes only (the caller appends the inserts): with no NOT MATCHED clause the MERGE is an inner join, which
+    Spark may broadcast the rows into instead of shuffling the table's."""
+    from pyspark.sql import functions as F
+
     key = _scd2_of(spec).key
     view = f"scd2_delta_{uuid.uuid4().hex[:12]}"
-    delta.createOrReplaceTempView(view)
+    (delta if inserts else delta.where(F.col("_action") != "insert")).createOrReplaceTempView(view)
     columns = spec.column_names
     updates = ", ".join(f"t.{c} = s.{c}" for c in columns if c not in (key, "_valid_from"))
+    insert = (
+        f"WHEN NOT MATCHED AND s._action = 'insert' THEN INSERT ({', '.join(columns)}) "
+        f"VALUES ({', '.join('s.' + c for c in columns)})"
+    )
     try:
         spark.sql(
             f"""
@@ -184,8 +192,7 @@ def write_delta(spark: SparkSession, spec: TableSpec, target: str, delta) -> Non
             ON t.{key} = s.{key} AND t._valid_from = s._valid_from
             WHEN MATCHED AND s._action = 'delete' THEN DELETE
             WHEN MATCHED AND s._action = 'update' THEN UPDATE SET {updates}
-            WHEN NOT MATCHED AND s._action = 'insert' THEN INSERT ({", ".join(columns)})
-                VALUES ({", ".join("s." + c for c in columns)})
+            {insert if inserts else ""}
             """
         )
     finally:

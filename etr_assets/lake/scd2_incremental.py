@@ -6,6 +6,7 @@ absence inside history, several batches or a reloaded day at once) are rewritten
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from typing import TYPE_CHECKING
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 BROADCAST_ROWS = 2_000_000
 # Spark's estimate of the cached closes, rows of every classified column: what the threshold must admit.
 BROADCAST_BYTES = 512 * 1024 * 1024
+# Spark's estimate of a rewrite's rows (cached, every column), under which its MERGE broadcasts them: a late day's
+# rewrite at a million keys is tens of thousands of rows.
+DELTA_BROADCAST_BYTES = 64 * 1024 * 1024
 _BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
 _CLOSE = "_close_at"  # when a settled key's current version closes (a new record's time, or its absence's)
@@ -121,8 +125,11 @@ def apply_incremental(
             staged = settled.where(current.isNotNull() & F.col(_CLOSE).isNotNull()).select(key, _CLOSE)
             closed = _closed_copies(spec, table, staged, closes)
             versions = closed if versions is None else versions.unionByName(closed)
-        _publish(spark, spec, target, base, staged, closes, versions, delta)
         inserted, updated, deleted = (counts.get(action, 0) for action in ("insert", "update", "delete"))
+        if inserted:  # appended with the other new rows, so the rewrite's MERGE only matches (`write_delta`)
+            added = delta.where(F.col("_action") == "insert").select(*spec.column_names)
+            versions = added if versions is None else versions.unionByName(added)
+        _publish(spark, spec, target, base, staged, closes, versions, delta if updated or deleted else None)
         result = Scd2Result(
             target, opens + inserted, closes + updated, deleted, current_snapshot_id(spark, target), method, reason
         )
@@ -153,15 +160,14 @@ def _batches(spec: TableSpec, records: DataFrame) -> tuple[list[tuple], list[str
 @dataclasses.dataclass(frozen=True)
 class _Settled:
     """How many keys of one batch the current versions settled: `new` open a version (`changed` of them close one
-    too), `vanished` close one; `deep` need the window; `shared`/`tied`: some key that opens one had several records
-    (ties among them); `keyless`: records without a key."""
+    too), `vanished` close one; `deep` need the window; `shared`: keys that open one and had several records;
+    `keyless`: records without a key."""
 
     new: int = 0
     changed: int = 0
     vanished: int = 0
     deep: int = 0
     shared: int = 0
-    tied: int = 0
     keyless: int = 0
 
     @classmethod
@@ -175,7 +181,6 @@ class _Settled:
             F.count_if(kind == "vanished").alias("vanished"),
             F.count_if(kind == "deep").alias("deep"),
             F.count_if((kind == "new") & ~F.col("_alone")).alias("shared"),
-            F.count_if((kind == "new") & F.col("_tied")).alias("tied"),
             F.count_if(kind == "keyless").alias("keyless"),
         ).first()
         return cls(**row.asDict())
@@ -246,7 +251,6 @@ def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, b
         F.when(kind == "new", seq).when(kind == "vanished", at).alias(_CLOSE),
         *[F.col(f"n.{c}").alias(c) for c in PICKED],
         F.col("n._alone").alias("_alone"),
-        F.col("n._tied").alias("_tied"),
     ).where(F.col("_kind").isin("new", "vanished", "deep", "keyless"))
 
 
@@ -262,7 +266,7 @@ def _delta(spark: SparkSession, spec: TableSpec, target: str, rewritten):
 def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
     """The records that open new versions, as table rows: the batch joined with the picks of the keys that open
     one, by the key alone unless such a key had several records (then NULL-safe on every part of the pick, as the
-    window compares them); one per key where records tied on the pick."""
+    window compares them, and one per key: records may tie on the pick)."""
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
@@ -282,7 +286,7 @@ def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
         for column in PICKED:
             on = on & F.col(column).eqNullSafe(F.col(f"_p{column}"))
     picked = batch.join(picks, on, "left_semi")
-    if counts.tied:  # the recompute keeps one of the tied records; keep one too (which one is arbitrary in both)
+    if counts.shared:  # the recompute keeps one of records tied on the pick; keep one too (either, in both)
         picked = picked.dropDuplicates([scd2.key])
     versions = picked.select(
         "*",
@@ -309,19 +313,20 @@ def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, closes:
 
 
 def _publish(spark, spec: TableSpec, target: str, base: int | None, staged, closes: int, rows, delta) -> None:
-    """Delete the versions `staged` closes (a MERGE of matched rows), append `rows` (their closed copies and the new
-    versions) and merge the rewritten keys' rows, on a branch made at `base`, then fast-forward main to it: all at
-    once, and only if nobody committed to main since `base`, which the classification read. (An empty table has no
-    snapshot to branch from: written in place, the cursor not yet moved, so a failure between the writes is
-    recomputed.)"""
+    """Delete the versions `staged` closes (a MERGE of matched rows), update and delete the rewritten keys' rows
+    (`delta`'s, a MERGE of matched rows too) and append `rows` (the closed copies, the new versions and the
+    rewrite's inserts), on a branch made at `base`, then fast-forward main to it: all at once, and only if nobody
+    committed to main since `base`, which the classification read. (An empty table has no snapshot to branch from:
+    written in place, the cursor not yet moved, so a failure between the writes is recomputed.)"""
 
     def write(into: str) -> None:
         if closes:
             _delete_closed(spark, spec, into, staged, closes)
+        if delta is not None:
+            with _broadcasting(spark, DELTA_BROADCAST_BYTES):
+                write_delta(spark, spec, into, delta, inserts=False)
         if rows is not None:
             rows.writeTo(into).append()
-        if delta is not None:
-            write_delta(spark, spec, into, delta)
 
     if base is None:
         write(target)
@@ -341,24 +346,33 @@ def _publish(spark, spec: TableSpec, target: str, base: int | None, staged, clos
 def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: DataFrame, closes: int) -> None:
     key = spec.scd2.key
     view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
-    threshold = spark.conf.get(_BROADCAST_THRESHOLD) if closes <= BROADCAST_ROWS else None
     staged.createOrReplaceTempView(view)
     try:
-        # With the closes broadcast the MERGE reads the table once and shuffles none of it. MERGE ignores broadcast
-        # hints (apache/iceberg#10891), but Spark broadcasts a side estimated under this threshold (never the target).
-        if threshold is not None:
-            spark.conf.set(_BROADCAST_THRESHOLD, str(BROADCAST_BYTES))
         # `_valid_to IS NULL` keeps the scan to the current versions' partition; deleting only, the MERGE reads the
         # key and interval and writes deletion vectors, no rows.
-        spark.sql(
-            f"""
-            MERGE INTO {target} t
-            USING {view} s
-            ON t.{key} = s.{key} AND t.{CURRENT_VERSIONS}
-            WHEN MATCHED THEN DELETE
-            """
-        )
+        with _broadcasting(spark, BROADCAST_BYTES if closes <= BROADCAST_ROWS else 0):
+            spark.sql(
+                f"""
+                MERGE INTO {target} t
+                USING {view} s
+                ON t.{key} = s.{key} AND t.{CURRENT_VERSIONS}
+                WHEN MATCHED THEN DELETE
+                """
+            )
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+@contextlib.contextmanager
+def _broadcasting(spark: SparkSession, up_to_bytes: int):
+    """Spark broadcasts a MERGE's source estimated under `up_to_bytes` (0: the session's threshold decides): the
+    MERGE then reads the table once and shuffles none of it. MERGE ignores broadcast hints (apache/iceberg#10891),
+    but Spark broadcasts a side estimated under the threshold (never the target)."""
+    threshold = spark.conf.get(_BROADCAST_THRESHOLD) if up_to_bytes else None
+    if threshold is not None:
+        spark.conf.set(_BROADCAST_THRESHOLD, str(up_to_bytes))
+    try:
+        yield
     finally:
         if threshold is not None:  # the session's own value back
             spark.conf.set(_BROADCAST_THRESHOLD, threshold)
-        spark.catalog.dropTempView(view)

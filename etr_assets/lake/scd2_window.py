@@ -169,42 +169,36 @@ def file_ranks(spark: SparkSession, files: list[str]) -> DataFrame:
 def latest_records(spec: TableSpec, records: DataFrame, ranks: DataFrame | None = None, by_batch=True) -> DataFrame:
     """Each batch's latest record per key, picked as `scd2.observations` picks it (newest sequence, then source file,
     then state), in narrow columns: the key, `_batch_id`, `_PICKED`, the state's fingerprint `_state`, `others_hash`
-    as `_others`, `_alone` (the key's only record) and `_tied` (another record equals it in that order and may differ
-    in others). `ranks` (`file_ranks`) lets the sort compare a number, not a path; `by_batch=False` for one batch:
+    as `_others`, and `_alone` (the key's only record there; a record tied with it in that order can only be among
+    the others). `ranks` (`file_ranks`) lets the sort compare a number, not a path; `by_batch=False` for one batch:
     partitioned by the key alone, so a join by the key reuses the shuffle."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     scd2 = spec.scd2
-    picked = (
-        records.withColumn("_seq", F.col(scd2.sequence))
-        .withColumn("_tie", F.xxhash64(*scd2.tracked))
-        .withColumn("_file_hash", F.xxhash64("_source_file"))
+    picked = records.select(
+        "*",
+        F.col(scd2.sequence).alias("_seq"),
+        F.xxhash64(*scd2.tracked).alias("_tie"),
+        F.xxhash64("_source_file").alias("_file_hash"),
     )
     if ranks is None:
         picked = picked.withColumn("_file_rank", F.col("_source_file"))
     else:
         picked = picked.join(F.broadcast(ranks), "_file_hash", "left")
-    narrow = picked.select(
+    group = Window.partitionBy(scd2.key, *(["_batch_id"] if by_batch else []))
+    # A count over the group, not the next record's order compared with this one's: Spark's window frames cost
+    # per group, and most keys have one record.
+    ranked = picked.select(
         scd2.key,
         "_batch_id",
-        *_ORDER,
-        "_file_hash",
+        *PICKED,
         F.expr(spec.state_hash_sql).alias("_state"),
         others_hash(spec).alias("_others"),
+        F.row_number().over(group.orderBy(*[F.col(c).desc() for c in _ORDER])).alias("_rank"),
+        (F.count("*").over(group) == 1).alias("_alone"),
     )
-    newest = Window.partitionBy(scd2.key, *(["_batch_id"] if by_batch else [])).orderBy(
-        *[F.col(c).desc() for c in _ORDER]
-    )
-    order = F.struct(*_ORDER)
-    after = F.lead(order).over(newest)  # the key's next record in that order, if any
-    ranked = narrow.select(
-        "*",
-        F.row_number().over(newest).alias("_rank"),
-        after.eqNullSafe(order).alias("_tied"),
-        after.isNull().alias("_alone"),
-    )
-    return ranked.where("_rank = 1").drop("_rank", "_file_rank")
+    return ranked.where("_rank = 1").drop("_rank")
 
 
 def _removed_absences(spark, spec: TableSpec, versions, present, removed_records, batches: list[tuple], held=None):
