@@ -62,11 +62,11 @@ def compare(lake, then_log, keys: int, repeats: int, daily_share: int) -> dict:
     daily = late_bench._write(lake, scd2.batch(spark, keys, daily_share, 1, late_bench._noon(3), "moved"), "d")
     late = late_bench._write(lake, scd2.batch(spark, keys, 1, 1, late_bench._noon(2), "late"), "l")
     start = (late_bench._current(spark, target), scd2_log.read_cursor(spark, target))
-    late_bench._day_rows(spark, daily, business, 3).writeTo(log).append()
+    late_bench.load_days(late_bench._day_rows(spark, daily, business, 3), log)
     daily_log = late_bench._current(spark, log)
     scd2_log.apply_log(spark, lake.catalog, spec, log, late_bench._records, "full", snapshot_day="_as_of")
     after_daily = (late_bench._current(spark, target), scd2_log.read_cursor(spark, target))
-    late_bench._day_rows(spark, late, business, 2).writeTo(log).append()
+    late_bench.load_days(late_bench._day_rows(spark, late, business, 2), log)
     cases = {"daily": (start, daily_log), "late": (after_daily, late_bench._current(spark, log))}
     runs, sums = {}, {}
     for attempt in range(repeats + 1):

@@ -103,6 +103,12 @@ def _day_rows(spark, path: str, business: list[str], first_day: int, days: int =
     )
 
 
+def load_days(rows, log: str) -> None:
+    """Bronze's load of days into the log: no shuffle, each task writing its share of each day, so a day of a million
+    customers is two files as bronze writes it (`bronze.ROWS_PER_WRITER`), not one file read by one task."""
+    rows.writeTo(log).option("distribution-mode", "none").append()
+
+
 def _records(log_rows):
     return log_rows.drop("_as_of")
 
@@ -112,10 +118,11 @@ def _seed(lake: Lake, spec, log: str, unchanged: str, days: int, business: list[
     directly. `seeded`: (table, snapshot) already holding those versions, copied instead of recomputed. Returns the
     table and its snapshot after seeding."""
     spark = lake.spark
-    view = f"late_seed_{days}"
-    _day_rows(spark, unchanged, business, 0, days).createOrReplaceTempView(view)
-    spark.sql(f"CREATE TABLE {log} USING iceberg PARTITIONED BY (days(_as_of)) AS SELECT * FROM {view}")
+    view, rows = f"late_seed_{days}", _day_rows(spark, unchanged, business, 0, days)
+    rows.createOrReplaceTempView(view)
+    spark.sql(f"CREATE TABLE {log} USING iceberg PARTITIONED BY (days(_as_of)) AS SELECT * FROM {view} LIMIT 0")
     spark.catalog.dropTempView(view)
+    load_days(rows, log)
     ensure_table(spark, lake.catalog, spec)
     target = spec.qualified(lake.catalog)
     if seeded is None:
@@ -133,11 +140,11 @@ def _compare(lake: Lake, spec, log: str, daily_rows, late_rows, repeats: int):
     spark = lake.spark
     target = spec.qualified(lake.catalog)
     start = (_current(spark, target), _current(spark, log), read_cursor(spark, target))
-    daily_rows.writeTo(log).append()  # bronze loads the day (untimed)
+    load_days(daily_rows, log)  # bronze loads the day (untimed)
     daily_log = _current(spark, log)
     _apply(lake, spec, log, Scd2Method.CURRENT)  # untimed: the state the late day starts from (and a warm-up)
     after_daily = (_current(spark, target), daily_log, read_cursor(spark, target))
-    late_rows.writeTo(log).append()
+    load_days(late_rows, log)
     late_log = _current(spark, log)
     runs = {"daily": [], "late": []}
     for attempt in range(max(1, repeats) + 1):
