@@ -47,10 +47,12 @@ class Scd2Result:
 
 @dataclasses.dataclass(frozen=True)
 class Applied:
-    """An incremental apply done: its result and the watermark (latest observation time, micros) after it."""
+    """An incremental apply done: its result, the watermark (latest observation time, micros) after it, and whether
+    the commit that published it also set the properties the caller asked for (`apply_incremental`'s `published`)."""
 
     result: Scd2Result
     watermark: int | None
+    properties_set: bool = False
 
 
 def observations(records: DataFrame, scd2: Scd2, mode: str, snapshot_time_column: str = "_snapshot_at", held=None):

@@ -28,6 +28,8 @@ from etr_assets.lake.specs import CURRENT_VERSIONS, STATE_HASH_COLUMN, TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
 
 # Closes or picks sent whole to every task: narrow rows (a key, a time or two, a hash or two), tens of MB at most.
@@ -54,12 +56,14 @@ def apply_incremental(
     held: DataFrame | None = None,
     removed_records: DataFrame | None = None,
     still_sent: DataFrame | None = None,
+    published: Callable[[int, int], dict[str, str]] | None = None,
 ) -> Applied:
     """Apply the log's new rows (`new_records`, scd2.observations' input). `base`: the table's snapshot the caller
     checked (None: still empty), whose versions are compared and rewritten; the writes publish only if main is still
     there. `watermark`: the latest observation time applied before, in microseconds. `held`: (key, `_batch_id`) of
     records snapshots sent that could not be read. `removed_records`, `still_sent`: for days the log replaced
-    (`scd2_window.rewrite`)."""
+    (`scd2_window.rewrite`). `published(snapshot id, watermark)`: table properties to set in the commit that
+    publishes the apply (the caller's cursor), so they move with main or not at all."""
     from pyspark.sql import functions as F
 
     key, target = spec.scd2.key, spec.qualified(catalog)
@@ -129,11 +133,13 @@ def apply_incremental(
         if inserted:  # appended with the other new rows, so the rewrite's MERGE only matches (`write_delta`)
             added = delta.where(F.col("_action") == "insert").select(*spec.column_names)
             versions = added if versions is None else versions.unionByName(added)
-        _publish(spark, spec, target, base, staged, closes, versions, delta if updated or deleted else None)
+        properties = None if published is None else lambda snapshot: published(snapshot, watermark_after)
+        rewritten_rows = delta if updated or deleted else None
+        properties_set = _publish(spark, spec, target, base, staged, closes, versions, rewritten_rows, properties)
         result = Scd2Result(
             target, opens + inserted, closes + updated, deleted, current_snapshot_id(spark, target), method, reason
         )
-        return Applied(result, watermark_after)
+        return Applied(result, watermark_after, properties_set)
     finally:
         for frame in cached:
             frame.unpersist()
@@ -312,12 +318,15 @@ def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, closes:
     )
 
 
-def _publish(spark, spec: TableSpec, target: str, base: int | None, staged, closes: int, rows, delta) -> None:
+def _publish(
+    spark, spec: TableSpec, target: str, base: int | None, staged, closes: int, rows, delta, properties=None
+) -> bool:
     """Delete the versions `staged` closes (a MERGE of matched rows), update and delete the rewritten keys' rows
     (`delta`'s, a MERGE of matched rows too) and append `rows` (the closed copies, the new versions and the
     rewrite's inserts), on a branch made at `base`, then fast-forward main to it: all at once, and only if nobody
-    committed to main since `base`, which the classification read. (An empty table has no snapshot to branch from:
-    written in place, the cursor not yet moved, so a failure between the writes is recomputed.)"""
+    committed to main since `base`, which the classification read; `properties(snapshot id)` are set in that same
+    commit. Returns whether they were. (An empty table has no snapshot to branch from: written in place, the cursor
+    not yet moved, so a failure between the writes is recomputed.)"""
 
     def write(into: str) -> None:
         if closes:
@@ -330,13 +339,22 @@ def _publish(spark, spec: TableSpec, target: str, base: int | None, staged, clos
 
     if base is None:
         write(target)
-        return
+        return False
     branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
     iceberg_table(spark, target).manageSnapshots().createBranch(branch, base).commit()
     try:
         write(f"{target}.branch_{branch}")
+        table = iceberg_table(spark, target)
+        transaction = table.newTransaction()
         # Fails if main moved since `base` (a commit conflict: the attempt reruns on fresh state).
-        iceberg_table(spark, target).manageSnapshots().fastForwardBranch("main", branch).removeBranch(branch).commit()
+        transaction.manageSnapshots().fastForwardBranch("main", branch).removeBranch(branch).commit()
+        if properties is not None:
+            update = transaction.updateProperties()
+            for name, value in properties(table.refs().get(branch).snapshotId()).items():
+                update.set(name, value)
+            update.commit()
+        transaction.commitTransaction()
+        return properties is not None
     finally:
         table = iceberg_table(spark, target)
         if table.refs().get(branch) is not None:

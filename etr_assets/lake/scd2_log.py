@@ -110,14 +110,15 @@ def apply_log(
                 new_records = to_records(appended)
             window = LogWindow(log, head, to_records, snapshot_day)
             args = (mode, cursor.watermark_micros, base, window, held, removed, still_sent)
-            applied = apply_incremental(spark, catalog, spec, new_records, *args)
+            applied = apply_incremental(spark, catalog, spec, new_records, *args, published=_cursor_at(head))
             if reloaded:
                 days = ", ".join(str(day) for day in sorted(reloaded))
                 result = dataclasses.replace(
                     applied.result, reason=f"{applied.result.reason} (reloaded day(s): {days})"
                 )
                 applied = dataclasses.replace(applied, result=result)
-            _advance(spark, target, applied.result, head, applied.watermark)
+            if not applied.properties_set:
+                _advance(spark, target, applied.result, head, applied.watermark)
             return applied.result
         records = to_records(
             spark.read.format("iceberg").option("snapshot-id", head).load(log) if head else spark.table(log)
@@ -192,6 +193,14 @@ def _replaced_days(spark, log: str, head: int, since: int, snapshot_day: str | N
             f"{snapshot_day} partitions"
         )
     return frozenset(days), None
+
+
+def _cursor_at(log_snapshot: int):
+    """The cursor property, as the commit that publishes an apply sets it (the table's snapshot it publishes, and the
+    watermark after it): the cursor then moves with main or not at all."""
+    return lambda table_snapshot, watermark: {
+        CURSOR_PROPERTY: Scd2Cursor(table_snapshot, log_snapshot, watermark).to_json()
+    }
 
 
 def _advance(spark: SparkSession, target: str, result: Scd2Result, log_snapshot: int, watermark: int | None) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +22,7 @@ from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
 from etr_assets.lake.scd2 import Scd2Method
 from etr_assets.lake.scd2_incremental import apply_incremental
-from etr_assets.lake.scd2_log import apply_log, read_cursor
+from etr_assets.lake.scd2_log import CURSOR_PROPERTY, Scd2Cursor, apply_log, read_cursor
 from etr_assets.lake.scd2_window import LogWindow
 from etr_assets.lake.specs import MERGE_ON_READ, STATE_HASH_PROPERTY
 from etr_assets.lake.writes import current_snapshot_id, replace_days
@@ -168,6 +170,28 @@ def test_the_daily_path_reads_only_the_current_versions_partition(lake, settings
     assert {(r["id"], r["a"], r["b"], r["_valid_from"], r["_valid_to"]) for r in current} == expected
     with pytest.raises(Exception, match="(?i)not.*exist|FileNotFound|No such file"):
         lake.table(table).collect()  # the test can fail: a read of every version needs the removed files
+
+
+def test_the_daily_path_moves_its_cursor_in_the_commit_that_publishes_it(lake, settings):
+    """No version of the table's metadata shows main at an apply's snapshot with the cursor still before it: a
+    failure between two commits would leave the table looking written by someone else, and the next build would
+    recompute everything."""
+    catalog, table = settings.catalog, SPEC.qualified(settings.catalog)
+    ensure_table(lake, catalog, SPEC)
+    log = make_log(lake, catalog)
+    for batch in scenario(11, FeedMode.FULL):
+        append(lake, log, batch)
+        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        if result.method == Scd2Method.CURRENT and result.changed:
+            break
+    else:
+        pytest.fail("no day took the daily path and changed the table: nothing to prove")
+    entries = lake.sql(f"SELECT file, latest_snapshot_id FROM {table}.metadata_log_entries ORDER BY timestamp")
+    published = next(e.file for e in entries.collect() if e.latest_snapshot_id == result.snapshot_id)
+    properties = json.loads(Path(published.removeprefix("file:")).read_text())["properties"]
+    cursor = Scd2Cursor.from_json(properties.get(CURSOR_PROPERTY))
+    assert cursor == read_cursor(lake, table), "the cursor moved after main did"
+    assert (cursor.table_snapshot_id, cursor.log_snapshot_id) == (result.snapshot_id, current_snapshot_id(lake, log))
 
 
 @pytest.mark.slow
