@@ -67,7 +67,7 @@ def apply_incremental(
     from pyspark.sql import functions as F
 
     key, target = spec.scd2.key, spec.qualified(catalog)
-    batches, files = _batches(spec, new_records)
+    batches, files = _batches(spec, target, new_records)
     times = [b[2] for b in batches] + ([b[1] for b in batches] if mode == FeedMode.FULL else [])
     watermark_after = max(t for t in (watermark, *times) if t is not None)
     table = (
@@ -84,8 +84,6 @@ def apply_incremental(
             settled = _settle(spec, table, state, present, mode, watermark, batches[0], held).cache()
             cached.append(settled)
             settled_counts = _Settled.of(settled)
-            if settled_counts.keyless:  # the joins below match keys by plain equality, which never matches NULL
-                raise ValueError(f"{settled_counts.keyless} record(s) new in the log have no {key}: {target} needs it")
             notes.append(settled_counts.note())
             in_scope = settled_counts.deep
             if in_scope:
@@ -145,17 +143,22 @@ def apply_incremental(
             frame.unpersist()
 
 
-def _batches(spec: TableSpec, records: DataFrame) -> tuple[list[tuple], list[str]]:
-    """((`_batch_id`, snapshot micros, latest sequence micros) of each batch in `records`, their files): one job."""
+def _batches(spec: TableSpec, target: str, records: DataFrame) -> tuple[list[tuple], list[str]]:
+    """((`_batch_id`, snapshot micros, latest sequence micros) of each batch in `records`, their files): one job,
+    which also refuses records without a key (`refuse_keyless`)."""
     from pyspark.sql import functions as F
 
     # Grouped by file too, not collecting a set of them: a hash aggregate, where a set of paths per batch hashed
     # every record's path into a Java set.
     rows = (
         records.groupBy("_batch_id", F.unix_micros("_snapshot_at").alias("_snapshot"), "_source_file")
-        .agg(F.max(F.unix_micros(spec.scd2.sequence)).alias("_latest"))
+        .agg(
+            F.max(F.unix_micros(spec.scd2.sequence)).alias("_latest"),
+            F.count_if(F.col(spec.scd2.key).isNull()).alias("_keyless"),
+        )
         .collect()
     )
+    refuse_keyless(spec, target, sum(r["_keyless"] for r in rows), [r["_source_file"] for r in rows if r["_keyless"]])
     latest: dict[tuple, int | None] = {}
     for r in rows:
         batch = (r["_batch_id"], r["_snapshot"])
@@ -163,18 +166,27 @@ def _batches(spec: TableSpec, records: DataFrame) -> tuple[list[tuple], list[str
     return [(*batch, at) for batch, at in latest.items()], sorted({r["_source_file"] for r in rows})
 
 
+def refuse_keyless(spec: TableSpec, target: str, keyless: int, files: list[str]) -> None:
+    """Stop before writing when records have no key: every join here matches keys by plain equality, which never
+    matches NULL, so they would vanish from the history unseen. `files`: where they came from."""
+    if keyless:
+        shown = sorted(set(files))
+        where = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more file(s)" if len(shown) > 3 else "")
+        raise ValueError(
+            f"{keyless} record(s) new in the log have no {spec.scd2.key} (from {where}): {target} needs one per record"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class _Settled:
     """How many keys of one batch the current versions settled: `new` open a version (`changed` of them close one
-    too), `vanished` close one; `deep` need the window; `shared`: keys that open one and had several records;
-    `keyless`: records without a key."""
+    too), `vanished` close one; `deep` need the window; `shared`: keys that open one and had several records."""
 
     new: int = 0
     changed: int = 0
     vanished: int = 0
     deep: int = 0
     shared: int = 0
-    keyless: int = 0
 
     @classmethod
     def of(cls, settled: DataFrame) -> _Settled:
@@ -187,7 +199,6 @@ class _Settled:
             F.count_if(kind == "vanished").alias("vanished"),
             F.count_if(kind == "deep").alias("deep"),
             F.count_if((kind == "new") & ~F.col("_alone")).alias("shared"),
-            F.count_if(kind == "keyless").alias("keyless"),
         ).first()
         return cls(**row.asDict())
 
@@ -203,7 +214,7 @@ def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, b
     """Each key of one batch (`present`: its latest record per key) against its version alive at the batch's time
     (a full snapshot's; a change list's latest record's), by the state hash: `new` (a record after the watermark
     that changes the key), `vanished` (absent from a snapshot after the watermark), `deep` (what only the key's
-    other versions can place), `keyless` (a record without a key), or nothing to do (dropped)."""
+    other versions can place), or nothing to do (dropped). Every record has a key (`refuse_keyless`)."""
     from pyspark.sql import functions as F
 
     key = spec.scd2.key
@@ -240,10 +251,8 @@ def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, b
     inside = (seq > since) | (F.col("n._others") == F.col("c._others"))
     after = F.unix_micros(seq) > watermark
     kind = (
-        # A record without a key matches nothing; it must stop the apply, not vanish (`_alone` marks the records).
-        F.when(F.col("n._alone").isNotNull() & ~seen, "keyless")
         # No hash to compare, or a start after everything applied (another writer's): for the versions to place.
-        .when(is_alive & (F.col("c._state").isNull() | (F.unix_micros(since) > watermark)), "deep")
+        F.when(is_alive & (F.col("c._state").isNull() | (F.unix_micros(since) > watermark)), "deep")
         .when(seen & covered & (F.col("n._state") == F.col("c._state")) & inside, "repeat")
         .when(seen & after & (is_current | ~is_alive), "new")
         .when(seen, "deep")  # at or before the watermark: it may split or precede a version
@@ -257,7 +266,7 @@ def _settle(spec: TableSpec, table, state, present, mode: str, watermark: int, b
         F.when(kind == "new", seq).when(kind == "vanished", at).alias(_CLOSE),
         *[F.col(f"n.{c}").alias(c) for c in PICKED],
         F.col("n._alone").alias("_alone"),
-    ).where(F.col("_kind").isin("new", "vanished", "deep", "keyless"))
+    ).where(F.col("_kind").isin("new", "vanished", "deep"))
 
 
 def _delta(spark: SparkSession, spec: TableSpec, target: str, rewritten):

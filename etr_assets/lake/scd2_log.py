@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.incremental import changed_only_by, days_changed_by, lineage_since, snapshot_in_metadata
 from etr_assets.lake.scd2 import Scd2Method, Scd2Result, recompute, with_retries
-from etr_assets.lake.scd2_incremental import apply_incremental
+from etr_assets.lake.scd2_incremental import apply_incremental, refuse_keyless
 from etr_assets.lake.scd2_window import LogWindow
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
@@ -126,7 +126,12 @@ def apply_log(
         times = [F.max(F.unix_micros(F.col(sequence)))] + (
             [F.max(F.unix_micros("_snapshot_at"))] if mode == FeedMode.FULL else []
         )
-        watermark = max((v for v in records.agg(*times).first() if v is not None), default=None)
+        keyless = F.col(key).isNull()
+        *found, count, files = records.agg(
+            *times, F.count_if(keyless), F.collect_set(F.when(keyless, F.col("_source_file")))
+        ).first()
+        refuse_keyless(spec, target, count, files)
+        watermark = max((v for v in found if v is not None), default=None)
         # The table's keys too: a key whose every observation the log lost (a reloaded day, an erasure) has none.
         keys = records.select(key).unionByName(spark.table(target).select(key)).distinct()
         result = dataclasses.replace(

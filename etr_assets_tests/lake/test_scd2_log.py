@@ -367,17 +367,22 @@ def test_records_of_one_time_in_several_files_are_picked_by_file_path_as_the_rec
     )
 
 
-def test_a_record_without_a_key_fails_the_daily_path_naming_the_key_and_writes_nothing(lake, settings):
-    """The daily path matches keys by plain equality: a record with a NULL key must stop it, not vanish."""
+@pytest.mark.parametrize("path", ["one new batch", "two new batches", "recompute"])
+def test_a_record_without_a_key_stops_every_path_naming_its_file_and_writes_nothing(lake, settings, path):
+    """Every path matches keys by plain equality, which never matches NULL: a record without a key must stop the
+    apply, whichever path the log's new rows take (the daily one, the window's, a recompute), not vanish."""
     catalog = settings.catalog
     ensure_table(lake, catalog, SPEC)
     log, table = make_log(lake, catalog), SPEC.qualified(catalog)
     append(lake, log, {"rows": [(1, "x", 1, at(1), "b1", "f", at(2))]})
     apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
     before = (current_snapshot_id(lake, table), read_cursor(lake, table))
-    append(lake, log, {"rows": [(1, "y", 1, at(3), "b2", "f", at(4)), (None, "z", 1, at(3), "b2", "f", at(4))]})
-    with pytest.raises(ValueError, match=r"1 record\(s\) new in the log have no id"):
-        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    rows = [(1, "y", 1, at(3), "b2", "f", at(4)), (None, "z", 1, at(3), "b2", "s3://raw/b2/part-7", at(4))]
+    if path == "two new batches":
+        rows.append((2, "w", 1, at(5), "b3", "g", at(6)))
+    append(lake, log, {"rows": rows})
+    with pytest.raises(ValueError, match=r"^1 record\(s\) new in the log have no id \(from s3://raw/b2/part-7\)"):
+        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL, full_refresh=path == "recompute")
     assert (current_snapshot_id(lake, table), read_cursor(lake, table)) == before
 
 
