@@ -269,16 +269,20 @@ class _Size:
             # statements compiled theirs loading batch 0 above; then back to where the timed apply starts.
             self.extend()
             self.restart("extend")
-        # Best of `repeats` each, taken in turns (seed, ours, seed, ...) so a slower minute of the shared machine
-        # falls on both; each run starts from the batch-0 state.
+        # Best of `repeats` each, taken in turns so a slower minute of the shared machine falls on both, each side
+        # first in every other round (a round's second run may gain from the first's warm caches); each run starts
+        # from the batch-0 state.
         seed_runs, daily_runs = [], []
         for attempt in range(max(1, repeats)):
             if attempt:
                 self.restart("seed", "extend")
-            seed_runs.append(measure(spark, lambda: self.seed(share)))
-            snapshots_before = _snapshot_count(spark, extended)
-            daily_runs.append(measure(spark, self.extend))
-            daily_commits = _snapshot_count(spark, extended) - snapshots_before
+            for side in ("seed", "daily") if attempt % 2 == 0 else ("daily", "seed"):
+                if side == "seed":
+                    seed_runs.append(measure(spark, lambda: self.seed(share)))
+                else:
+                    snapshots_before = _snapshot_count(spark, extended)
+                    daily_runs.append(measure(spark, self.extend))
+                    daily_commits = _snapshot_count(spark, extended) - snapshots_before
         _agrees_with_seed(spark, extended, self.table("seed"))  # both hold batch 1 now
         seed_replay = measure(spark, lambda: self.seed(share)) if share == REPLAY_SHARE and self.full else None
         self.restart()
