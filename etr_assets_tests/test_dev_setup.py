@@ -59,8 +59,12 @@ def demo_range(*args: str) -> subprocess.CompletedProcess:
 def test_the_demo_runs_the_most_recent_complete_days_unless_told_otherwise():
     import datetime as dt
 
-    yesterday = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
-    assert demo_range().stdout.split() == [str(yesterday - dt.timedelta(days=2)), str(yesterday)]
+    def last_three(yesterday: dt.date) -> list[str]:
+        return [str(yesterday - dt.timedelta(days=2)), str(yesterday)]
+
+    before = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
+    shown = demo_range().stdout.split()
+    assert shown in (last_three(before), last_three(dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)))  # midnight
     assert demo_range("5", "2025-01-10").stdout.split() == ["2025-01-06", "2025-01-10"]
     assert demo_range("1", "2025-03-01").stdout.split() == ["2025-03-01", "2025-03-01"]
     bad_day, bad_count = demo_range("3", "2025-13-40"), demo_range("three")
