@@ -33,6 +33,7 @@ class TableChanges:
     added_partition_fields: tuple[str, ...] = ()
     dropped_partition_fields: tuple[str, ...] = ()
     changed_properties: tuple[str, ...] = ()
+    write_order: tuple[str, ...] = ()  # the spec's, when the table was sorted otherwise (or not at all)
     schema_id: int | None = None
 
     @property
@@ -52,6 +53,7 @@ class TableChanges:
                 ("added partition fields", self.added_partition_fields),
                 ("dropped partition fields", self.dropped_partition_fields),
                 ("set properties", self.changed_properties),
+                ("write order now", self.write_order),
             )
             if values
         ]
@@ -159,7 +161,10 @@ def _ensure(spark: SparkSession, catalog: str, spec: TableSpec, qualified: str) 
         spark.sql(f"ALTER TABLE {qualified} {alter}")
 
     current = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {qualified}").collect()}
-    if spec.write_order and "sort-order" not in current:  # e.g. a crash between CREATE and its ALTER
+    # Missing after a crash between CREATE and its ALTER, or another order: files written from now on follow the
+    # spec's (those written before keep theirs until compaction rewrites them).
+    reordered = spec.write_order if spec.write_order and current.get("sort-order") != spec.sort_order_shown else ()
+    if reordered:
         spark.sql(spec.write_order_ddl(catalog))
     wanted = {k: v for k, v in spec.table_properties.items() if k != "format-version" and current.get(k) != v}
     if STATE_HASH_PROPERTY in wanted:  # the rows' hashes are missing or computed otherwise: fill them first
@@ -176,4 +181,5 @@ def _ensure(spark: SparkSession, catalog: str, spec: TableSpec, qualified: str) 
         added_partition_fields=tuple(steps["add_part"]),
         dropped_partition_fields=tuple(steps["drop_part"]),
         changed_properties=tuple(sorted(wanted)),
+        write_order=reordered,
     )

@@ -40,6 +40,7 @@ TRANSFORM = re.compile(r"^(identity|years|months|days|hours)\((\w+)\)$|^(bucket|
 MIB = 1024 * 1024
 # Iceberg table property names this project reads or sets (one spelling each).
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
+ROW_GROUP_SIZE = "write.parquet.row-group-size-bytes"  # the unit a reader skips by its statistics and bloom filters
 WAP_ENABLED = "write.wap.enabled"
 FORMAT_VERSION = "format-version"
 # Row-level changes write delete files (v3: deletion vectors), not whole files; compaction merges them later.
@@ -356,6 +357,11 @@ class TableSpec:
         props = ",\n  ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in sorted(self.table_properties.items()))
         lines.append(f"TBLPROPERTIES (\n  {props}\n)")
         return "\n".join(lines)
+
+    @property
+    def sort_order_shown(self) -> str:
+        """The write order as the table's `sort-order` property shows it (Iceberg's default direction)."""
+        return ", ".join(f"{column} ASC NULLS FIRST" for column in self.write_order)
 
     def write_order_ddl(self, catalog: str) -> str | None:
         """Cluster writes by partition and sort inside each file (docs/stack.md: avoids OOM, keeps files few)."""

@@ -5,6 +5,7 @@ from etr_assets.lake.specs import (
     HISTORY_PARTITIONS,
     MERGE_ON_READ,
     MIB,
+    ROW_GROUP_SIZE,
     SCD2_COLUMNS,
     SCD2_EXPECTATIONS,
     TARGET_FILE_SIZE,
@@ -24,7 +25,7 @@ _SMALL = {TARGET_FILE_SIZE: str(32 * MIB)}
 _HISTORY = {
     **_SMALL,
     **MERGE_ON_READ,
-    "write.parquet.row-group-size-bytes": str(8 * MIB),
+    ROW_GROUP_SIZE: str(8 * MIB),
     "read.split.target-size": str(8 * MIB),
 }
 

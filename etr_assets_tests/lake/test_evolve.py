@@ -162,3 +162,27 @@ def test_a_table_altered_by_someone_else_since_this_process_matched_it_is_checke
 
     lake.sql(f"DROP TABLE {table}")
     assert ensure_table(lake, settings.catalog, V1).created
+
+
+def test_a_changed_write_order_sorts_the_files_written_from_then_on(lake, settings):
+    """The spec's write order is the table's, also when it changes: the next file is sorted the new way, the
+    files before keep theirs; an unchanged order alters nothing."""
+    table = V1.qualified(settings.catalog)
+    by_id = evolve(V1, write_order=("day", "id"))
+    assert ensure_table(lake, settings.catalog, by_id).created
+    assert not ensure_table(lake, settings.catalog, evolve(by_id)).any  # its own order, as Iceberg shows it
+
+    by_customer = evolve(V1, write_order=("day", "customer_id"))
+    changes = ensure_table(lake, settings.catalog, by_customer)
+    assert changes.write_order == ("day", "customer_id") and "write order now day, customer_id" in changes.describe()
+    assert not ensure_table(lake, settings.catalog, evolve(by_customer)).any
+    rows = [(i, 10 - i, 1.0, 1.0, "2025-01-01") for i in range(1, 10)]  # ids up, customers down
+    lake.createDataFrame(rows, "id int, customer_id bigint, amount double, score double, day string").selectExpr(
+        "id",
+        "customer_id",
+        "CAST(amount AS decimal(10,2)) AS amount",
+        "CAST(score AS float) AS score",
+        "CAST(day AS date) AS day",
+    ).writeTo(table).append()
+    (path,) = [r[0] for r in lake.sql(f"SELECT file_path FROM {table}.files").collect()]
+    assert [r["customer_id"] for r in lake.read.parquet(path).collect()] == list(range(1, 10))  # in file order

@@ -61,7 +61,7 @@ def test_ddl_is_derived_from_the_spec():
     assert "amount decimal(10,2) NOT NULL COMMENT 'Purchase amount'" in ddl
     assert "PARTITIONED BY (days(transaction_date))" in ddl
     assert "'write.parquet.compression-codec' = 'zstd'" in ddl
-    assert "LOCALLY ORDERED BY transaction_date, customer_id" in SILVER_TRANSACTIONS.write_order_ddl("lake")
+    assert "LOCALLY ORDERED BY transaction_date, status, customer_id" in SILVER_TRANSACTIONS.write_order_ddl("lake")
     assert set(DEFAULT_PROPERTIES) <= set(SILVER_TRANSACTIONS.table_properties)
 
 
