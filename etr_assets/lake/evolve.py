@@ -162,7 +162,7 @@ def _ensure(spark: SparkSession, catalog: str, spec: TableSpec, qualified: str) 
 
     current = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {qualified}").collect()}
     # Missing after a crash between CREATE and its ALTER, or another order: files written from now on follow the
-    # spec's (those written before keep theirs until compaction rewrites them).
+    # spec's; those written before keep theirs (compaction bin-packs, it does not sort).
     reordered = spec.write_order if spec.write_order and current.get("sort-order") != spec.sort_order_shown else ()
     if reordered:
         spark.sql(spec.write_order_ddl(catalog))
