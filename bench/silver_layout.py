@@ -41,6 +41,12 @@ def build(lake, rows, name: str, number: int) -> str:
     return _iceberg_table(lake, spec, rows, {ROW_GROUP_SIZE: row_group} if row_group else None).qualified(lake.catalog)
 
 
+def _layout(spark, table: str) -> dict[str, str | None]:
+    """The write order and row-group size as the table itself has them."""
+    properties = dict(spark.sql(f"SHOW TBLPROPERTIES {table}").collect())
+    return {key: properties.get(key) for key in ("sort-order", ROW_GROUP_SIZE)}
+
+
 def main(days: int = 3, per_day: int = 1_000_000, repeats: int = 3) -> dict:
     size = data.sizes(0, days=days, per_day=per_day)
     with open_lake("silver_layout") as lake:
@@ -97,6 +103,7 @@ def main(days: int = 3, per_day: int = 1_000_000, repeats: int = 3) -> dict:
             "rows": size["rows"],
             "customer": customer,
             "load_at_end": os.getloadavg(),
+            "layouts": {name: _layout(spark, table) for name, table in tables.items()},
             "seconds": {f"{name}: {operation}": round(s, 3) for (name, operation), s in sorted(best.items())},
             "parquet_rewrite_over_iceberg": {
                 f"{name}: {operation}": ratio(best[("Parquet rewrite", operation)], best[(name, operation)])
