@@ -400,13 +400,16 @@ def _health_figures(health: TableHealth) -> dict:
 def health_triggered_maintenance(lake: Lake, dataset: Dataset, repeats: int) -> list[dict]:
     """A merge-on-read 1% update of the silver table, then what follows in the pipeline: the `table_health` check
     (and the `table_health_maintenance` sensor) read `table_health`; on WARN or worse the `table_maintenance` job's
-    step calls `maintain_table` with the table's spec; then health again and a full scan, best of `repeats`.
+    step calls `maintain_table` with the table's spec; then health again and full scans, best of `repeats`, of the
+    maintained table and of the clean one (the snapshot before the update, by time travel) in turns: the ratio
+    compares two reads of one moment, not a read at the end with one from the start of the run.
 
     Run once and last: maintenance rewrites the table and commits past the snapshot the DML cases roll back to.
     Health is recorded as found; maintenance runs whatever it says (as the weekly schedule would run it).
     """
     spark, spec, table = lake.spark, dataset.spec, dataset.source
     _set_write_mode(spark, table, MOR)
+    clean = _current_snapshot(spark, table)
     update_s, _, _ = measure(spark, lambda: spark.sql(f"UPDATE {table} SET status = 'PROCESSED' WHERE {UPDATE_1PCT}"))
     before = table_health(lake.settings, spec)
     # Timed only: the procedures' Spark jobs escape measure's job group (its task counters read 0); the figures
@@ -415,7 +418,12 @@ def health_triggered_maintenance(lake: Lake, dataset: Dataset, repeats: int) -> 
         spark, lambda: maintain_table(spark, lake.settings, spec, run_id=MAINTENANCE_RUN_ID)
     )
     after = table_health(lake.settings, spec)
-    scan_s, scan, times = best_of(repeats, lambda: run_scan(spark, f"SELECT * FROM {table}"))
+    reads = {"maintained": f"SELECT * FROM {table}", "clean": f"SELECT * FROM {table} VERSION AS OF {clean}"}
+    runs: dict[str, list[tuple[float, dict]]] = {name: [] for name in reads}
+    for turn in range(max(1, repeats)):
+        for name in list(reads)[:: 1 if turn % 2 == 0 else -1]:
+            runs[name].append(run_scan(spark, reads[name]))
+    scan_s, scan = min(runs["maintained"], key=lambda run: run[0])
     return [
         {
             "state": "after a merge-on-read 1% update",
@@ -436,7 +444,9 @@ def health_triggered_maintenance(lake: Lake, dataset: Dataset, repeats: int) -> 
             "orphan_files_removed": len(result.orphans.removed),
             "bytes_rewritten": result.compaction.rewritten_bytes,
             "full_scan_s": round(scan_s, 3),
-            "full_scan_all_runs_s": times,
+            "full_scan_all_runs_s": [round(seconds, 3) for seconds, _ in runs["maintained"]],
+            "clean_full_scan_s": round(min(seconds for seconds, _ in runs["clean"]), 3),
+            "clean_full_scan_all_runs_s": [round(seconds, 3) for seconds, _ in runs["clean"]],
             "full_scan_rows": scan.get("rows"),
             "full_scan_files_read": scan.get("files_read"),
             "full_scan_delete_files_read": scan.get("delete_files_read"),
@@ -456,7 +466,9 @@ def maintenance_notes(updated: dict, maintained: dict, repeats: int) -> list[str
         f"last): {maintained['files_rewritten']} data files rewritten into {maintained['data_files_written']}, "
         f"{maintained['delete_files_removed']} delete files removed; delete files "
         f"{updated['delete_files']} -> {maintained['delete_files']}, health after: {maintained['health']} "
-        f"({maintained['reasons']}). The full scan after it: best of {max(1, repeats)} run(s), like the others.",
+        f"({maintained['reasons']}). The full scan after it: best of {max(1, repeats)} run(s), in turns with the "
+        f"table as it was before the update (read by time travel): {maintained['full_scan_s']:.3f} s against "
+        f"{maintained['clean_full_scan_s']:.3f} s.",
     ]
 
 
@@ -609,9 +621,9 @@ def run(lake: Lake, scale: float, repeats: int = 3, days: int | None = None, per
             ratios[f"full scan after a 1% update, {row['method']} / before"] = ratio(
                 row["full_scan_after_s"], scan("full scan (13 columns)", spec_label)["seconds"]
             )
-    maintained_ratio = ratio(maintained["full_scan_s"], i_full["seconds"])
+    maintained_ratio = ratio(maintained["full_scan_s"], maintained["clean_full_scan_s"])
     ratios[
-        f"full scan after a merge-on-read 1% update + health-triggered maintenance / before "
+        f"full scan after a merge-on-read 1% update + health-triggered maintenance / before, read in turns "
         f"(target: <= {MAINTAINED_SCAN_TARGET:g})"
     ] = maintained_ratio
     judged = verdicts(scans, dml, sets, maintained_ratio)
