@@ -163,7 +163,8 @@ def _ensure(spark: SparkSession, catalog: str, spec: TableSpec, qualified: str) 
     current = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {qualified}").collect()}
     # Missing after a crash between CREATE and its ALTER, or another order: files written from now on follow the
     # spec's; those written before keep theirs (compaction bin-packs, it does not sort).
-    reordered = spec.write_order if spec.write_order and current.get("sort-order") != spec.sort_order_shown else ()
+    shown = ", ".join(f"{column} ASC NULLS FIRST" for column in spec.write_order)  # as Iceberg shows the order
+    reordered = spec.write_order if spec.write_order and current.get("sort-order") != shown else ()
     if reordered:
         spark.sql(spec.write_order_ddl(catalog))
     wanted = {k: v for k, v in spec.table_properties.items() if k != "format-version" and current.get(k) != v}

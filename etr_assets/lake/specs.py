@@ -358,11 +358,6 @@ class TableSpec:
         lines.append(f"TBLPROPERTIES (\n  {props}\n)")
         return "\n".join(lines)
 
-    @property
-    def sort_order_shown(self) -> str:
-        """The write order as the table's `sort-order` property shows it (Iceberg's default direction)."""
-        return ", ".join(f"{column} ASC NULLS FIRST" for column in self.write_order)
-
     def write_order_ddl(self, catalog: str) -> str | None:
         """Cluster writes by partition and sort inside each file (docs/stack.md: avoids OOM, keeps files few)."""
         if not self.write_order:
