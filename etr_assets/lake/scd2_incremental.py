@@ -15,9 +15,9 @@ from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import conform
 from etr_assets.lake.scd2 import Applied, Scd2Method, Scd2Result, scd2_delta, write_delta
 from etr_assets.lake.scd2_window import (
-    BROADCAST_KEYS,
     PICKED,
     LogWindow,
+    broadcast_rows,
     file_ranks,
     latest_records,
     others_hash,
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-# Closes or picks sent whole to every task: narrow rows (a key, a time or two, a hash or two), tens of MB at most.
-BROADCAST_ROWS = 2_000_000
 # Spark's estimate of the cached closes, rows of every classified column: what the threshold must admit.
 BROADCAST_BYTES = 512 * 1024 * 1024
 # Spark's estimate of a rewrite's rows (cached, every column), under which its MERGE broadcasts them: a late day's
@@ -77,6 +75,7 @@ def apply_incremental(
     one_batch = len(batches) == 1 and removed_records is None
     present = latest_records(spec, new_records, ranks, by_batch=not one_batch)
     state = state_of(spark, spec, target)
+    broadcast_up_to = broadcast_rows(spark)
     cached, notes = [], []
     settled, settled_counts, scope = None, _Settled(), None
     try:
@@ -90,7 +89,7 @@ def apply_incremental(
                 # Materialized without its lineage: every plan below joins it, and a cached frame would carry its
                 # whole plan (the classification's) into each of them, for Spark to plan again and again.
                 scope = settled.where(F.col("_kind") == "deep").select(key).localCheckpoint()
-                scope = F.broadcast(scope) if in_scope <= BROADCAST_KEYS else scope
+                scope = F.broadcast(scope) if in_scope <= broadcast_up_to else scope
         else:
             in_scope = None  # every key the new rows name
         rewritten = None
@@ -118,14 +117,14 @@ def apply_incremental(
         reason = "; ".join(notes)
         if not (opens or closes or counts):
             return Applied(Scd2Result(target, 0, 0, 0, None, method, reason), watermark_after)
-        versions = _new_versions(new_records, spec, settled, settled_counts) if opens else None
+        versions = _new_versions(new_records, spec, settled, settled_counts, broadcast_up_to) if opens else None
         staged = None
         if closes:  # the MERGE only deletes the versions it closes: their ended copies are appended with the new ones
             current = F.col("_current_from")
             # By the key alone: a key has at most one current version, and a join by one number (Spark hashes it
             # into an array when keys are dense) is what the MERGE and the copies' join spend their time in.
             staged = settled.where(current.isNotNull() & F.col(_CLOSE).isNotNull()).select(key, _CLOSE)
-            closed = _closed_copies(spec, table, staged, closes)
+            closed = _closed_copies(spec, table, staged, closes <= broadcast_up_to)
             versions = closed if versions is None else versions.unionByName(closed)
         inserted, updated, deleted = (counts.get(action, 0) for action in ("insert", "update", "delete"))
         if inserted:  # appended with the other new rows, so the rewrite's MERGE only matches (`write_delta`)
@@ -133,7 +132,9 @@ def apply_incremental(
             versions = added if versions is None else versions.unionByName(added)
         properties = None if published is None else lambda snapshot: published(snapshot, watermark_after)
         rewritten_rows = delta if updated or deleted else None
-        properties_set = _publish(spark, spec, target, base, staged, closes, versions, rewritten_rows, properties)
+        properties_set = _publish(
+            spark, spec, target, base, staged, closes <= broadcast_up_to, versions, rewritten_rows, properties
+        )
         result = Scd2Result(
             target, opens + inserted, closes + updated, deleted, current_snapshot_id(spark, target), method, reason
         )
@@ -278,7 +279,7 @@ def _delta(spark: SparkSession, spec: TableSpec, target: str, rewritten):
     return None, {}
 
 
-def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
+def _new_versions(records, spec: TableSpec, settled, counts: _Settled, broadcast_up_to: int):
     """The records that open new versions, as table rows: the batch joined with the picks of the keys that open
     one, by the key alone unless such a key had several records (then NULL-safe on every part of the pick, as the
     window compares them, and one per key: records may tie on the pick)."""
@@ -288,7 +289,7 @@ def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
     picks = settled.where(F.col("_kind") == "new").select(
         F.col(scd2.key).alias("_p_key"), *[F.col(c).alias(f"_p{c}") for c in PICKED]
     )
-    if counts.new <= BROADCAST_ROWS:
+    if counts.new <= broadcast_up_to:
         picks = F.broadcast(picks)
     batch = records
     on = F.col(scd2.key) == F.col("_p_key")
@@ -314,11 +315,11 @@ def _new_versions(records, spec: TableSpec, settled, counts: _Settled):
     return conform(versions, spec)
 
 
-def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, closes: int) -> DataFrame:
+def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, broadcast: bool) -> DataFrame:
     """The current versions `staged` closes, as they read at the checked snapshot, ended at their `_close_at`."""
     from pyspark.sql import functions as F
 
-    staged = F.broadcast(staged) if closes <= BROADCAST_ROWS else staged
+    staged = F.broadcast(staged) if broadcast else staged
     ended = {"_valid_to": F.col(_CLOSE), "_is_current": F.lit(False), "_ingested_at": F.current_timestamp()}
     return (
         table.where(CURRENT_VERSIONS)
@@ -328,18 +329,19 @@ def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, closes:
 
 
 def _publish(
-    spark, spec: TableSpec, target: str, base: int | None, staged, closes: int, rows, delta, properties=None
+    spark, spec: TableSpec, target: str, base: int | None, staged, broadcast: bool, rows, delta, properties=None
 ) -> bool:
-    """Delete the versions `staged` closes (a MERGE of matched rows), update and delete the rewritten keys' rows
-    (`delta`'s, a MERGE of matched rows too) and append `rows` (the closed copies, the new versions and the
-    rewrite's inserts), on a branch made at `base`, then fast-forward main to it: all at once, and only if nobody
-    committed to main since `base`, which the classification read; `properties(snapshot id)` are set in that same
-    commit. Returns whether they were. (An empty table has no snapshot to branch from: written in place, the cursor
-    not yet moved, so a failure between the writes is recomputed.)"""
+    """Delete the versions `staged` closes (None: none; a MERGE of matched rows, which may `broadcast` them),
+    update and delete the rewritten keys' rows (`delta`'s, a MERGE of matched rows too) and append `rows` (the
+    closed copies, the new versions and the rewrite's inserts), on a branch made at `base`, then fast-forward main
+    to it: all at once, and only if nobody committed to main since `base`, which the classification read;
+    `properties(snapshot id)` are set in that same commit. Returns whether they were. (An empty table has no
+    snapshot to branch from: written in place, the cursor not yet moved, so a failure between the writes is
+    recomputed.)"""
 
     def write(into: str) -> None:
-        if closes:
-            _delete_closed(spark, spec, into, staged, closes)
+        if staged is not None:
+            _delete_closed(spark, spec, into, staged, broadcast)
         if delta is not None:
             with _broadcasting(spark, DELTA_BROADCAST_BYTES):
                 write_delta(spark, spec, into, delta, inserts=False)
@@ -370,14 +372,14 @@ def _publish(
             table.manageSnapshots().removeBranch(branch).commit()
 
 
-def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: DataFrame, closes: int) -> None:
+def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: DataFrame, broadcast: bool) -> None:
     key = spec.scd2.key
     view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
     staged.createOrReplaceTempView(view)
     try:
         # `_valid_to IS NULL` keeps the scan to the current versions' partition; deleting only, the MERGE reads the
         # key and interval and writes deletion vectors, no rows.
-        with _broadcasting(spark, BROADCAST_BYTES if closes <= BROADCAST_ROWS else 0):
+        with _broadcasting(spark, BROADCAST_BYTES if broadcast else 0):
             spark.sql(
                 f"""
                 MERGE INTO {target} t

@@ -12,14 +12,17 @@ from typing import TYPE_CHECKING
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
 from etr_assets.lake.scd2 import history, in_snapshot, observations
+from etr_assets.lake.session import java_class
 from etr_assets.lake.specs import SCD2_COLUMNS, STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec
 from etr_assets.lake.writes import iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# Affected keys sent whole to every task that reads the log's window (a key and a time: tens of MB at most).
-BROADCAST_KEYS = 2_000_000
+# Narrow rows (a key and a few numbers: affected keys, closes, picks) sent whole to every task instead of shuffling
+# the rows they are joined with, up to this many per GiB of heap: the driver builds each broadcast and every executor
+# keeps it, and one write may build two at once (docs/scd2.md, "Broadcast or shuffle").
+BROADCAST_ROWS_PER_GIB = 1_250_000
 _LINEAGE = ("_batch_id", "_source_file")
 # The order `scd2.observations` picks a key's latest record by, and what identifies the record picked (the file by a
 # hash: a path is long, and the picks may be sent to every task).
@@ -84,7 +87,7 @@ def rewrite(
         changes.unpersist()
         return None
     lo = stats["lo"]
-    affected = F.broadcast(changes) if stats["keys"] <= BROADCAST_KEYS else changes
+    affected = F.broadcast(changes) if stats["keys"] <= broadcast_rows(spark) else changes
     if lo > watermark:  # every observation at or after `lo` arrived in the new rows
         records, snapshots, source = new_records, batches, "the new rows only"
     else:
@@ -155,6 +158,16 @@ def affected_keys(
     for frame in changed[1:]:
         union = union.unionByName(frame)
     return union.groupBy(key).agg(F.min("_at").alias("_lo"))
+
+
+def broadcast_rows(spark: SparkSession) -> int:
+    """How many narrow rows a join sends whole to every task: `BROADCAST_ROWS_PER_GIB` of the smallest heap that
+    holds them, the driver's (which is the executor's in local mode) or else each executor's."""
+    heap = java_class(spark, "java.lang.Runtime").getRuntime().maxMemory()
+    if not spark.sparkContext.master.startswith("local"):
+        executor = spark.sparkContext.getConf().get("spark.executor.memory", "1g")
+        heap = min(heap, java_class(spark, "org.apache.spark.network.util.JavaUtils").byteStringAsBytes(executor))
+    return int(BROADCAST_ROWS_PER_GIB * heap / (1 << 30))
 
 
 def file_ranks(spark: SparkSession, files: list[str]) -> DataFrame:

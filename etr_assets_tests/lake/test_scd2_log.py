@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from etr_assets.lake import scd2_incremental
+from etr_assets.lake import scd2_incremental, scd2_window
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
@@ -484,11 +484,15 @@ def test_a_current_version_starting_after_the_watermark_is_not_closed_before_it_
     assert {v for v in versions if v[0] != key} == others
 
 
+def queries_since(spark, first_execution: int) -> list[str]:
+    """Physical plans of the queries Spark ran since `first_execution`."""
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    return [str(executions.apply(i).physicalPlanDescription()) for i in range(first_execution, executions.size())]
+
+
 def merge_plans_since(spark, first_execution: int) -> list[str]:
     """Physical plans of the row-level writes (MERGE) Spark ran since `first_execution`."""
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
-    plans = [str(executions.apply(i).physicalPlanDescription()) for i in range(first_execution, executions.size())]
-    return [plan for plan in plans if "WriteDelta" in plan or "ReplaceData" in plan]
+    return [plan for plan in queries_since(spark, first_execution) if "WriteDelta" in plan or "ReplaceData" in plan]
 
 
 @pytest.mark.slow
@@ -509,6 +513,39 @@ def test_the_daily_paths_merge_broadcasts_its_closes_whatever_the_sessions_join_
         assert lake.conf.get("spark.sql.autoBroadcastJoinThreshold") == "-1"
     finally:
         lake.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+
+
+@pytest.mark.slow
+def test_past_the_heaps_broadcast_limit_every_join_shuffles_and_history_is_the_same(lake, settings, monkeypatch):
+    """Closes, picks and affected keys are broadcast up to a number of rows per GiB of heap (`broadcast_rows`);
+    past it they are shuffled with the rows they join. With no broadcast at all (nor by the session's threshold),
+    the daily path and a late day's window give the in-order history."""
+    catalog = settings.catalog
+    monkeypatch.setattr(scd2_window, "BROADCAST_ROWS_PER_GIB", 0)
+    assert scd2_window.broadcast_rows(lake) == 0
+    batches, log = first_batch_applied(lake, catalog)
+    lake.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        first = lake._jsparkSession.sharedState().statusStore().executionsList().size()
+        for batch in (batches[2], batches[1]):  # the daily path, then a late day through the window
+            append(lake, log, batch)
+            result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        assert result.method == Scd2Method.WINDOW and "the log since" in result.reason, result.reason
+        plans = "\n".join(queries_since(lake, first))
+    finally:
+        lake.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    # Joins by the table's key, as (join, type): shuffled, the picks' and the closed copies' among them. (Files'
+    # ranks are still broadcast: one row a file.)
+    by_key = {
+        (join, kind)
+        for join, column, kind in re.findall(r"(\w+Join) \[(\w+)#[^]]*\], \[[^]]*\], (\w+)", plans)
+        if column == "id"
+    }
+    assert {join for join, _ in by_key} == {"SortMergeJoin"}, by_key
+    assert {("SortMergeJoin", "LeftSemi"), ("SortMergeJoin", "Inner")} <= by_key, by_key
+    rows, versions = table_rows(lake, catalog)
+    check_invariants(rows)
+    assert versions == model(batches[:3], FeedMode.FULL)
 
 
 MERGE_ON_READ_SPEC = dataclasses.replace(SPEC, name="things_mor", properties={**SPEC.properties, **MERGE_ON_READ})
