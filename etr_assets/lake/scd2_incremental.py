@@ -24,6 +24,7 @@ from etr_assets.lake.scd2_window import (
     rewrite,
     state_of,
 )
+from etr_assets.lake.session import session_conf
 from etr_assets.lake.specs import CURRENT_VERSIONS, STATE_HASH_COLUMN, TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
@@ -392,16 +393,10 @@ def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: Da
         spark.catalog.dropTempView(view)
 
 
-@contextlib.contextmanager
 def _broadcasting(spark: SparkSession, up_to_bytes: int):
     """Spark broadcasts a MERGE's source estimated under `up_to_bytes` (0: the session's threshold decides): the
     MERGE then reads the table once and shuffles none of it. MERGE ignores broadcast hints (apache/iceberg#10891),
     but Spark broadcasts a side estimated under the threshold (never the target)."""
-    threshold = spark.conf.get(_BROADCAST_THRESHOLD) if up_to_bytes else None
-    if threshold is not None:
-        spark.conf.set(_BROADCAST_THRESHOLD, str(up_to_bytes))
-    try:
-        yield
-    finally:
-        if threshold is not None:  # the session's own value back
-            spark.conf.set(_BROADCAST_THRESHOLD, threshold)
+    if not up_to_bytes:
+        return contextlib.nullcontext()
+    return session_conf(spark, _BROADCAST_THRESHOLD, str(up_to_bytes))

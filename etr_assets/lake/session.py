@@ -3,6 +3,7 @@ JVM; `catalog_conf` is the part Spark reads lazily, so it applies to a session t
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import os
@@ -187,6 +188,17 @@ def attach_catalog(spark: SparkSession, settings: Settings) -> SparkSession:
             java_import(gateway.jvm, name)
         _IMPORTED.add(id(gateway))
     return spark
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, key: str, value: str):
+    """The session's `key` set to `value` while the block runs, then as it was."""
+    previous = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.set(key, previous)
 
 
 def java_class(spark: SparkSession, name: str):

@@ -9,6 +9,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from etr_assets.lake.frames import local_frame, parse_exactly
+from etr_assets.lake.session import session_conf
 from etr_assets.lake.specs import Check, Column
 
 if TYPE_CHECKING:
@@ -83,17 +84,6 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
 PARALLEL_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
-@contextlib.contextmanager
-def _session_conf(spark: SparkSession, key: str, value: str):
-    """The session's `key` set to `value` while the block runs, then as it was."""
-    previous = spark.conf.get(key)
-    spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        spark.conf.set(key, previous)
-
-
 def read_validated(
     spark: SparkSession,
     files: list[str],
@@ -114,7 +104,7 @@ def read_validated(
     else:  # read a file at a time, so numbering needs no shuffle; lines end as Hadoop's do, at \n, \r\n or \r
         # Local files listed by the driver: Spark lists more than 32 paths with a job of a task per path.
         local = not any("://" in path and not path.startswith("file:") for path in files)
-        driver_lists = _session_conf(spark, PARALLEL_LISTING_THRESHOLD, str(len(files) + 1))
+        driver_lists = session_conf(spark, PARALLEL_LISTING_THRESHOLD, str(len(files) + 1))
         with driver_lists if local else contextlib.nullcontext():
             whole = spark.read.text(files, wholetext=True).select(F.input_file_name().alias("source_file"), "value")
         # Java splits at one plain character without a regex, much cheaper than the alternation
@@ -170,7 +160,7 @@ def read_validated(
         F.coalesce("_unknown", F.array().cast("array<string>")),
         lambda field: F.struct(F.lit(True).alias("unknown"), field.alias("name")),
     )
-    with _session_conf(spark, "spark.sql.inMemoryColumnarStorage.compressed", "false"):
+    with session_conf(spark, "spark.sql.inMemoryColumnarStorage.compressed", "false"):
         checked = checked.persist(StorageLevel.DISK_ONLY)
         # One job counts both: each line's verdict, and each field of it the spec does not declare.
         tally = checked.select(F.explode(F.concat(F.array(verdict), unknown_fields)).alias("entry")).groupBy("entry")
