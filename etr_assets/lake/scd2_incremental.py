@@ -40,6 +40,9 @@ BROADCAST_BYTES = 512 * 1024 * 1024
 DELTA_BROADCAST_BYTES = 64 * 1024 * 1024
 _BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
+# The classification runs without adaptive execution: its join is sized by the code, and re-planning after each of its
+# stages cost about 5% of a daily apply. The writes keep it (docs/scd2.md, "Planned whole").
+ADAPTIVE = "spark.sql.adaptive.enabled"
 _CLOSE = "_close_at"  # when a settled key's current version closes (a new record's time, or its absence's)
 
 
@@ -81,9 +84,10 @@ def apply_incremental(
     settled, settled_counts, scope = None, _Settled(), None
     try:
         if one_batch:
-            settled = _settle(spec, table, state, present, mode, watermark, batches[0], held).cache()
-            cached.append(settled)
-            settled_counts = _Settled.of(settled)
+            with session_conf(spark, ADAPTIVE, "false"):
+                settled = _settle(spec, table, state, present, mode, watermark, batches[0], held).cache()
+                cached.append(settled)
+                settled_counts = _Settled.of(settled)
             notes.append(settled_counts.note())
             in_scope = settled_counts.deep
             if in_scope:

@@ -15,7 +15,6 @@ from etr_assets.lake.incremental import changed_only_by, days_changed_by, lineag
 from etr_assets.lake.scd2 import Scd2Method, Scd2Result, recompute, with_retries
 from etr_assets.lake.scd2_incremental import apply_incremental, refuse_keyless
 from etr_assets.lake.scd2_window import LogWindow
-from etr_assets.lake.session import session_conf
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
@@ -27,9 +26,6 @@ CURSOR_PROPERTY = "etr.scd2.cursor"
 # (or row group) lets every core hash and sort them (the daily path reads them twice).
 NEW_ROWS_SPLIT_BYTES = 1 << 20
 ONE_DAY = dt.timedelta(days=1)
-# An incremental apply plans its joins itself (what to broadcast, by counts it took): adaptive execution would only
-# add a re-optimization and a job per stage, about 5% of a daily apply (docs/benchmarks.md).
-ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,8 +110,7 @@ def apply_log(
                 new_records = to_records(appended)
             window = LogWindow(log, head, to_records, snapshot_day)
             args = (mode, cursor.watermark_micros, base, window, held, removed, still_sent)
-            with session_conf(spark, ADAPTIVE, "false"):
-                applied = apply_incremental(spark, catalog, spec, new_records, *args, published=_cursor_at(head))
+            applied = apply_incremental(spark, catalog, spec, new_records, *args, published=_cursor_at(head))
             if reloaded:
                 days = ", ".join(str(day) for day in sorted(reloaded))
                 result = dataclasses.replace(

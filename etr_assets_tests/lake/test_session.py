@@ -7,12 +7,14 @@ from types import SimpleNamespace
 import pytest
 
 from etr_assets import settings as settings_module
+from etr_assets.lake.scd2_incremental import ADAPTIVE
 from etr_assets.lake.session import (
     ICEBERG_EXTENSIONS,
     JarNotFound,
     NotAnIcebergSession,
     attach_catalog,
     iceberg_runtime_jar,
+    session_conf,
     spark_conf,
 )
 from etr_assets.settings import Compute, Profile, Settings, SettingsError, driver_memory_for
@@ -70,6 +72,15 @@ def test_a_session_without_the_iceberg_extensions_is_refused_saying_how_to_make_
     plain = SimpleNamespace(sparkContext=SimpleNamespace(getConf=lambda: {"spark.sql.extensions": ""}))
     with pytest.raises(NotAnIcebergSession, match="get_spark"):
         attach_catalog(plain, Settings(home=tmp_path))
+
+
+def test_a_setting_changed_for_a_block_is_the_sessions_own_again_after_it_fails(spark):
+    before = spark.conf.get(ADAPTIVE)
+    other = "true" if before == "false" else "false"  # the suite's sessions already run without it
+    with pytest.raises(RuntimeError, match="the block failed"), session_conf(spark, ADAPTIVE, other):
+        assert spark.conf.get(ADAPTIVE) == other
+        raise RuntimeError("the block failed")
+    assert spark.conf.get(ADAPTIVE) == before
 
 
 def test_settings_come_from_documented_variables(tmp_path):
