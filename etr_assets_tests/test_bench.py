@@ -158,6 +158,9 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     judged = tables["Against the targets (from 1 keys up)"]
     assert [(r["keys"], r["wanted"]) for r in judged] == [(k, w) for k in (small, large) for w in (">= 2x", "<= 2.5x")]
     assert all(r["verdict"] in ("met", "MISSED") and r["measured"] > 0 for r in judged)
+    # Beside each best-of ratio the verdicts take, the ratio of the sides' median runs (the floor runs once).
+    assert [r["medians of the runs"] is None for r in judged] == [False, True, False, True]
+    assert all(r["medians of the runs"] > 0 for r in judged if r["wanted"].startswith(">="))
     assert [r["keys"] for r in tables["Peak memory of the JVM, per size (driver and executors: local mode)"]] == [
         small,
         large,
