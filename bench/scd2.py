@@ -506,28 +506,21 @@ def run(lake: Lake, scale: float, repeats: int = 1, sizes: list[int] | None = No
         )
         peaks.append({"keys": keys, "peak_rss_mib": memory.stop(), "heap_max_mib": memory.heap_max_mib()})
 
-    def seconds(keys, share, method):
+    def field_of(keys, share, method, field):
         return next(
-            r["seconds"]
+            r[field]
             for r in rows
             if r["keys"] == keys and r["changed_percent"] == share and r["method"].startswith(method)
         )
+
+    def seconds(keys, share, method):
+        return field_of(keys, share, method, "seconds")
 
     def median_run(keys, share, method):
-        return statistics.median(
-            next(
-                r["all_runs_s"]
-                for r in rows
-                if r["keys"] == keys and r["changed_percent"] == share and r["method"].startswith(method)
-            )
-        )
+        return statistics.median(field_of(keys, share, method, "all_runs_s"))
 
     def replay(keys, share, method):
-        return next(
-            r["replay_s"]
-            for r in rows
-            if r["keys"] == keys and r["changed_percent"] == share and r["method"].startswith(method)
-        )
+        return field_of(keys, share, method, "replay_s")
 
     ratios, judged = {}, []
     for keys in key_counts:
