@@ -199,17 +199,21 @@ def latest_records(spec: TableSpec, records: DataFrame, ranks: DataFrame | None 
         picked = picked.withColumn("_file_rank", F.col("_source_file"))
     else:
         picked = picked.join(F.broadcast(ranks), "_file_hash", "left")
-    group = Window.partitionBy(scd2.key, *(["_batch_id"] if by_batch else []))
+    ordered = Window.partitionBy(scd2.key, *(["_batch_id"] if by_batch else [])).orderBy(
+        *[F.col(c).desc() for c in _ORDER]
+    )
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     # A count over the group, not the next record's order compared with this one's: Spark's window frames cost
-    # per group, and most keys have one record.
+    # per group, and most keys have one record. Over the same ordered window (its frame the whole group), so one
+    # window operator computes both, not two each buffering every group.
     ranked = picked.select(
         scd2.key,
         "_batch_id",
         *PICKED,
         F.expr(spec.state_hash_sql).alias("_state"),
         others_hash(spec).alias("_others"),
-        F.row_number().over(group.orderBy(*[F.col(c).desc() for c in _ORDER])).alias("_rank"),
-        (F.count("*").over(group) == 1).alias("_alone"),
+        F.row_number().over(ordered).alias("_rank"),
+        (F.count("*").over(whole) == 1).alias("_alone"),
     )
     return ranked.where("_rank = 1").drop("_rank")
 
