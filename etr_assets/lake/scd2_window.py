@@ -199,13 +199,11 @@ def latest_records(spec: TableSpec, records: DataFrame, ranks: DataFrame | None 
         picked = picked.withColumn("_file_rank", F.col("_source_file"))
     else:
         picked = picked.join(F.broadcast(ranks), "_file_hash", "left")
-    ordered = Window.partitionBy(scd2.key, *(["_batch_id"] if by_batch else [])).orderBy(
-        *[F.col(c).desc() for c in _ORDER]
-    )
+    group = Window.partitionBy(scd2.key, *(["_batch_id"] if by_batch else []))
+    ordered = group.orderBy(*[F.col(c).desc() for c in _ORDER])
     whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    # A count over the group, not the next record's order compared with this one's: Spark's window frames cost
-    # per group, and most keys have one record. Over the same ordered window (its frame the whole group), so one
-    # window operator computes both, not two each buffering every group.
+    # A count over the group, not the next record's order compared with this one's: Spark's window frames cost per
+    # group, and most keys have one record. Over the ordered window's whole frame: one window operator does both.
     ranked = picked.select(
         scd2.key,
         "_batch_id",
