@@ -118,8 +118,11 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_iam_policy(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.tables import ALL_SPECS
+    from etr_assets.tables.feeds import RAW_FEEDS
 
-    print(iam.render(iam.iam_policy(ALL_SPECS, args.bucket, args.region, args.account, args.glue_job)), end="")
+    print(
+        iam.render(iam.iam_policy(ALL_SPECS, RAW_FEEDS, args.bucket, args.region, args.account, args.glue_job)), end=""
+    )
     return 0
 
 
@@ -133,7 +136,7 @@ def cmd_prepare_instance(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.run_request import run
 
-    return run(args.days, settings.start_date, settings.home, args.verbose)
+    return run(args.days, settings.start_date, settings.home, args.verbose, args.job)
 
 
 def cmd_run_summary(settings: Settings, args: argparse.Namespace) -> int:
@@ -203,6 +206,19 @@ def cmd_lift_suppression(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_draft_source(settings: Settings, args: argparse.Namespace) -> int:
+    """The drafted declaration on stdout; a sample it cannot use is one line naming the file, exit 2."""
+    from etr_assets.sources.draft import DraftError, draft_source
+
+    try:
+        text = draft_source(args.sample, args.name, args.resource, path=args.path)
+    except DraftError as mistake:
+        print(f"etr draft-source: {mistake}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="etr", description="Work with the eTR+ lakehouse (profile from ETR_PROFILE).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -237,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     day.add_argument("days", nargs="?", metavar="DAY|FIRST..LAST", help="e.g. 2025-01-04, or 2025-01-05..2025-01-06")
     day.add_argument("--verbose", action="store_true", help="Dagster's whole log (DEBUG lines too) instead")
+    day.add_argument(
+        "--job", default="etr_pipeline", help="the job to run: etr_pipeline, or a declared source's <source>_ingest"
+    )
     summary = sub.add_parser(
         "run-summary", help="a Dagster run in three lines: assets, rows (for its days; written), checks"
     )
@@ -257,6 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
     lift.add_argument("--reason", required=True, help="why this customer may be stored again (kept in the audit)")
     lift.add_argument("--by", help="who lifts it, for the audit (default: your login name @ this host)")
     lift.add_argument("id", metavar="ID", help="the customer id; `-`: read it from standard input")
+    draft = sub.add_parser(
+        "draft-source",
+        help="print a first YAML declaration of an API's endpoint, drafted from a sample JSON response "
+        "(docs/sources.md): columns, types, key and TODOs to settle",
+    )
+    draft.add_argument("name", metavar="NAME", help="the source's name, e.g. stores (its tables: bronze.NAME_RESOURCE)")
+    draft.add_argument("resource", metavar="RESOURCE", help="the endpoint's resource name, e.g. stores")
+    draft.add_argument("sample", metavar="SAMPLE.json", help="a response of the endpoint; `-`: read standard input")
+    draft.add_argument("--path", help="the endpoint's path, e.g. /v1/stores (default: /RESOURCE, marked TODO)")
     return parser
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dagster as dg
 
-from etr_assets.defs.assets import build_assets, build_pending_batches_sensor
-from etr_assets.defs.common import PIPELINE_GROUPS, table_key
+from etr_assets.defs.api_source import declared_definitions
+from etr_assets.defs.assets import PIPELINE_SOURCE, build_assets, build_pending_batches_sensor
+from etr_assets.defs.common import table_key
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
 from etr_assets.defs.maintenance import build_maintenance, outside_check, outside_commits_sensor
 from etr_assets.defs.operations import abandon_raw_batch, build_bootstrap_job, rollback_table, silver_daily_growth
@@ -16,13 +17,14 @@ from etr_assets.tables import ALL_SPECS
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
-    assets = build_assets(settings)
+    sources = declared_definitions(settings)  # every declared source's assets, jobs and schedules
+    assets = [*sources.assets, *build_assets(settings)]
     table_specs = [spec for spec in ALL_SPECS if any(table_key(spec) in a.keys for a in assets)]
     outside = [outside_check(settings, spec) for spec in table_specs]
     job = dg.define_asset_job(  # commits outside Dagster are judged by their own sensor
         name="etr_pipeline",
-        selection=dg.AssetSelection.groups(*PIPELINE_GROUPS) - dg.AssetSelection.checks(*outside),
-        description="Fetch a day from the BNPL API (transactions, customers, merchants) and refresh "
+        selection=dg.AssetSelection.groups(PIPELINE_SOURCE, "silver", "gold") - dg.AssetSelection.checks(*outside),
+        description=f"Fetch a day from the {PIPELINE_SOURCE} API (transactions, customers, merchants) and refresh "
         "every layer for it.",
     )
     # At 02:00 UTC for the day that just ended; stopped by default so a fresh install does nothing alone.
@@ -38,8 +40,16 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     return dg.Definitions(
         assets=assets,
         asset_checks=[silver_daily_growth, *outside, *maintenance.checks],
-        jobs=[job, rollback_table, abandon_raw_batch, build_bootstrap_job(settings), erasure, maintenance.job],
-        schedules=[daily, maintenance.schedule],
+        jobs=[
+            job,
+            *sources.jobs,
+            rollback_table,
+            abandon_raw_batch,
+            build_bootstrap_job(settings),
+            erasure,
+            maintenance.job,
+        ],
+        schedules=[daily, *sources.schedules, maintenance.schedule],
         sensors=[
             build_pending_batches_sensor(settings),
             maintenance.sensor,

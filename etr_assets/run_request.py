@@ -122,18 +122,21 @@ def dagster_home(etr_home: Path, environ: Mapping[str, str] | None = None) -> Pa
     )
 
 
-def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = False) -> int:
-    """`etr run`: check the request, launch its run, follow it (`verbose`: Dagster's whole log), end with its id and
-    summary. Exits 0 when the run succeeded, 1 when it failed, 2 (and no run) for a mistake in the request."""
+def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = False, job: str = JOB) -> int:
+    """`etr run`: check the request, launch its run of `job` (etr_pipeline, or a declared source's job), follow it
+    (`verbose`: Dagster's whole log), end with its id and summary. Exits 0 when the run succeeded, 1 when it failed,
+    2 (and no run) for a mistake in the request."""
     try:
         days = parse_request(request, start)
+        if job not in (jobs := runnable_jobs()):
+            raise RunRequestError(f"no job {job!r} to run: give one of {', '.join(jobs)}")
     except RunRequestError as mistake:
         print(f"etr run: {mistake}", file=sys.stderr)
         return REQUEST_EXIT
     home = dagster_home(etr_home)
     env = {"PYTHONWARNINGS": "ignore", **os.environ, "DAGSTER_HOME": str(home)}  # as ./dev demo: no beta notices
     where = "Dagster's log follows" if verbose else "its full log: etr run --verbose, or the run's page in the UI"
-    print(f"etr run: {JOB} for {days} (DAGSTER_HOME={home}); {where}", file=sys.stderr, flush=True)
+    print(f"etr run: {job} for {days} (DAGSTER_HOME={home}); {where}", file=sys.stderr, flush=True)
     from dagster import DagsterInstance
 
     from etr_assets.run_progress import follow
@@ -142,15 +145,22 @@ def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = Fal
     # The instance opened (its storage made) before the run's process opens it; that process's log shown if no run.
     with DagsterInstance.from_config(str(home)) as instance, tempfile.TemporaryFile("w+") as log:
         launched, quiet = time.time(), {"stdout": log, "stderr": subprocess.STDOUT}
-        command = [sys.executable, "-m", "etr_assets.run_progress", JOB, json.dumps(days.tags)]  # dg launch's tags
+        command = [sys.executable, "-m", "etr_assets.run_progress", job, json.dumps(days.tags)]  # dg launch's tags
         worker = subprocess.Popen(command, env=env, **({} if verbose else quiet))
-        ours = follow(instance, worker, JOB, days.tags, launched, None if verbose else sys.stderr)
+        ours = follow(instance, worker, job, days.tags, launched, None if verbose else sys.stderr)
         summary = summarize_run(instance, ours.run_id) if ours else None
         if summary is None:
             log.seek(0)
             sys.stderr.write("".join(log.readlines()[-20:]))  # why it made no run
-            print(f"etr run: the run's process exited {worker.returncode} without a run of {JOB}", file=sys.stderr)
+            print(f"etr run: the run's process exited {worker.returncode} without a run of {job}", file=sys.stderr)
             return worker.returncode or 1
     print(f"run {summary.run_id}")
     print("\n".join(summary.lines()))
     return 0 if worker.returncode == 0 and summary.status == "SUCCESS" else 1
+
+
+def runnable_jobs() -> list[str]:
+    """etr_pipeline and each declared source's job (`<source>_ingest`), from the declarations, without Dagster."""
+    from etr_assets.tables.declared import SOURCES
+
+    return [JOB, *(f"{declared.name}_ingest" for declared in SOURCES)]

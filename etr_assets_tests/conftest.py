@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from etr_assets.settings import Settings
+# The suite's lake has a second declared source beside the shipped BNPL one (the stores API declared in
+# etr_assets_tests/sources/declared/): every list derived from the declarations (erasure, the pending-batch sensor,
+# IAM, bootstrap, `etr tables`) must cover it. Set before etr_assets.tables reads them; subprocesses inherit it.
+os.environ.setdefault("ETR_SOURCE_DIRS", str(Path(__file__).resolve().parent / "sources" / "declared"))
+
+from etr_assets.settings import Settings  # noqa: E402
 
 TRANSACTIONS_PER_DAY = 40
 # Every JVM of the suite gets this heap: its tables hold hundreds of rows, and several suites share a machine.

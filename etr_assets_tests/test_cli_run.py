@@ -27,7 +27,7 @@ from dagster import (
     reconstructable,
 )
 
-from etr_assets.defs.resources import BnplApiResource
+from etr_assets.defs.resources import SourceApiResource
 from etr_assets.run_progress import API_STARTED, SPARK_STARTING
 from etr_assets.run_request import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, last_complete_day
 from etr_assets.run_summary import summarize_run
@@ -168,11 +168,11 @@ def test_dg_launch_without_a_day_or_reversed_fails_its_run_in_that_line(tmp_path
 
 
 @dg.op
-def ask_the_api(bnpl_api: BnplApiResource) -> None:
+def ask_the_api(bnpl_api: SourceApiResource) -> None:
     assert bnpl_api.client().get_json("/health", {}) == {"status": "ok"}  # over HTTP
 
 
-@dg.job(resource_defs={"bnpl_api": BnplApiResource()}, executor_def=dg.in_process_executor)
+@dg.job(resource_defs={"bnpl_api": SourceApiResource(source="bnpl", start_synthetic=True)}, executor_def=dg.in_process_executor)
 def asks_the_api():
     """One step asking the synthetic API (the pipeline's resource, no URL) for its health."""
     ask_the_api()

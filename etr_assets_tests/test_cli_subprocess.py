@@ -64,6 +64,8 @@ def isolated_env(root: Path, **extra: str) -> dict[str, str]:
         "ETR_HOME": str(etr_home),
         "DAGSTER_HOME": str(dagster_home),
         "ETR_SPARK_DRIVER_MEMORY": SUITE_DRIVER_MEMORY,
+        # The suite's lake: the shipped sources and the one its tests declare (conftest.py).
+        "ETR_SOURCE_DIRS": os.environ.get("ETR_SOURCE_DIRS", ""),
     }
     return env | extra
 

@@ -1,51 +1,24 @@
-"""Every asset of etr_pipeline, one daily partition per business day, and the sensor for raw batches left pending.
-Each table asset is one call of the layer runner; a partition range rebuilds its days in one commit per table."""
+"""The pipeline's own assets (silver and gold, in Python on top of the BNPL source's declared tables), one daily
+partition per business day, and the sensor for raw batches left pending of any declared source. Each table asset is
+one call of the layer runner; a partition range rebuilds its days in one commit per table."""
 
 import datetime as dt
 
 import dagster as dg
 from pydantic import Field
 
-from etr_assets.defs.common import (
-    PIPELINE_GROUPS,
-    SINGLE_RUN,
-    as_metadata,
-    daily_partitions,
-    previous_day,
-    record_days,
-    table_asset,
-    table_key,
-)
-from etr_assets.defs.resources import BnplApiResource, LakeResource, LayerRunner, RawZoneResource
-from etr_assets.defs.run_guard import REFUSED
-from etr_assets.lake.exhaustion import exhaustion
-from etr_assets.lake.feeds import EntityFeed
-from etr_assets.lake.figures import Tagged
-from etr_assets.run_request import RunRequestError, days_of_run
+from etr_assets.defs.api_source import raw_key
+from etr_assets.defs.common import previous_day, table_asset, table_key
+from etr_assets.defs.resources import LakeResource, LayerRunner, RawZoneResource
 from etr_assets.settings import Settings
-from etr_assets.sources.fetch import ENDPOINTS, SOURCE, fetch_day
 from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
-from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS, TRANSACTIONS
+from etr_assets.tables.feeds import ENTITY_FEEDS, RAW_FEEDS, TRANSACTIONS
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
-
-def raw_key(endpoint: str) -> dg.AssetKey:
-    return dg.AssetKey(["raw", f"{SOURCE}_{endpoint}"])
+PIPELINE_SOURCE = TRANSACTIONS.source  # the declared source silver and gold are built from: etr_pipeline runs it all
 
 
 def build_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    @table_asset(
-        settings,
-        BRONZE_TRANSACTIONS,
-        [raw_key("transactions")],
-        "Each day's newest raw batch, validated with the spec: accepted records as received with lineage "
-        "columns, refused ones in bronze.quarantine_transactions. Marks the batch complete once committed.",
-    )
-    def bronze_bnpl_transactions_raw(
-        context: dg.AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
-    ):
-        yield from layer_runner.run(context, lake, raw_zone)
-
     @table_asset(
         settings,
         SILVER_TRANSACTIONS,
@@ -90,60 +63,15 @@ def build_assets(settings: Settings) -> list[dg.AssetsDefinition]:
     def gold_customer_profiles(context: dg.AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
         yield from layer_runner.run(context, lake)
 
-    raw = [_raw_asset(settings, endpoint) for endpoint in ENDPOINTS]
-    transactions = [bronze_bnpl_transactions_raw, silver_bnpl_transactions_clean, gold_bnpl_daily_summary]
-    feeds = [*_feed_assets(settings, CUSTOMERS), *_feed_assets(settings, MERCHANTS)]
-    return raw + transactions + feeds + [gold_customer_activity, gold_customer_profiles]
-
-
-def _raw_asset(settings: Settings, endpoint: str) -> dg.AssetsDefinition:
-    what = "the day's transactions" if endpoint == "transactions" else f"the full {endpoint} list as of the day"
-
-    @dg.asset(
-        key=raw_key(endpoint),
-        group_name="raw",
-        partitions_def=daily_partitions(settings),
-        backfill_policy=SINGLE_RUN,
-        kinds={"python", "json"},
-        description=f"Fetches {what} from the BNPL API into the raw zone as a new batch, exactly as received.",
-    )
-    def fetch(
-        context: dg.AssetExecutionContext, bnpl_api: BnplApiResource, raw_zone: RawZoneResource
-    ) -> dg.MaterializeResult:
-        try:  # the job's first step: a run without a day, or with a reversed range, stops here in one line
-            days_of_run(context.run.tags, settings.start_date)
-        except RunRequestError as mistake:
-            raise dg.Failure(description=str(mistake), metadata={REFUSED: True}) from None
-        client, zone = bnpl_api.client(), raw_zone.zone()
-        batches, records = {}, {}
-        for day in map(dt.date.fromisoformat, context.partition_keys):
-            try:
-                batch, manifest = fetch_day(client, zone, endpoint, day)
-            except OSError as failed:  # a full disk in one line naming it (the batch stays pending, never loaded half)
-                doing, folders = f"fetching {endpoint} of {day} into the raw zone", {raw_zone.root: "the raw zone"}
-                exhausted = exhaustion(failed, doing, {}, jvm_exit_code=lambda: None, folders=folders)
-                if exhausted is None:
-                    raise
-                raise dg.Failure(description=str(exhausted)) from None
-            batches[day.isoformat()] = batch.key
-            records[day.isoformat()] = manifest.records
-            context.log.info(f"{day}: {manifest.records} records in {len(manifest.files)} file(s) -> {batch.key}")
-        figures = {
-            "records_fetched": sum(records.values()),
-            "rows_by_day": Tagged("json", records),  # each day's own on its partition (`record_days`)
-            "batches": Tagged("json", batches),
-            "raw_zone": Tagged("path", zone.storage.uri(f"{SOURCE}/{endpoint}")),
-        }
-        record_days(context, figures)
-        return dg.MaterializeResult(metadata=as_metadata(figures))
-
-    return fetch
+    return [silver_bnpl_transactions_clean, gold_bnpl_daily_summary, gold_customer_activity, gold_customer_profiles]
 
 
 # What must run again for a day whose raw batch was not loaded.
+# A feed's bronze and history, and what the pipeline builds from them the same day.
 _RERUN_AFTER_RAW = {
-    TRANSACTIONS.endpoint: (TRANSACTIONS.bronze, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY),
-    **{feed.raw.endpoint: (feed.raw.bronze, feed.landing) for feed in (CUSTOMERS, MERCHANTS)},
+    **{(feed.source, feed.endpoint): (feed.bronze,) for feed in RAW_FEEDS},
+    **{(feed.raw.source, feed.raw.endpoint): (feed.raw.bronze, feed.landing) for feed in ENTITY_FEEDS},
+    (TRANSACTIONS.source, TRANSACTIONS.endpoint): (BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS, GOLD_DAILY_SUMMARY),
 }
 
 
@@ -152,7 +80,7 @@ def build_pending_batches_sensor(settings: Settings):
 
     @dg.sensor(
         name="raw_pending_batches",
-        target=dg.AssetSelection.groups(*PIPELINE_GROUPS),
+        target=dg.AssetSelection.all(),
         minimum_interval_seconds=600,
         description=(
             f"Finds raw-zone batches still pending after {settings.pending_alert_hours:g} h (a load failed or never "
@@ -161,14 +89,14 @@ def build_pending_batches_sensor(settings: Settings):
     )
     def raw_pending_batches(context: dg.SensorEvaluationContext, raw_zone: RawZoneResource):
         zone, now, requests, seen = raw_zone.zone(), dt.datetime.now(dt.UTC), [], []
-        for endpoint in ENDPOINTS:
-            for stale in zone.stale(SOURCE, endpoint, now, threshold):
+        for feed in RAW_FEEDS:
+            for stale in zone.stale(feed.source, feed.endpoint, now, threshold):
                 seen.append(
                     f"{stale.batch.key} ({stale.age.total_seconds() / 3600:.1f} h, "
                     f"{'downloaded' if stale.sealed else 'download incomplete'})"
                 )
-                selection = [] if stale.sealed else [raw_key(endpoint)]
-                selection += [table_key(spec) for spec in _RERUN_AFTER_RAW[endpoint]]
+                selection = [] if stale.sealed else [raw_key(feed)]
+                selection += [table_key(spec) for spec in _RERUN_AFTER_RAW[feed.source, feed.endpoint]]
                 requests.append(
                     dg.RunRequest(
                         run_key=stale.batch.key,
@@ -207,42 +135,3 @@ def silver_cursors(context: dg.AssetExecutionContext) -> dict[str, list[int | No
 def _snapshot_id(value) -> int | None:
     text = str(getattr(value, "value", "") or "")
     return int(text) if text.isdigit() else None
-
-
-def _feed_assets(settings: Settings, feed: EntityFeed) -> list[dg.AssetsDefinition]:
-    endpoint, bronze, landing = feed.raw.endpoint, feed.raw.bronze, feed.landing
-
-    @table_asset(
-        settings,
-        bronze,
-        [raw_key(endpoint)],
-        f"Every {endpoint} record of each day's snapshot, validated with the spec (refusals in "
-        f"{feed.raw.quarantine.identifier}): the observations {landing.identifier}'s history is computed from.",
-    )
-    def load(
-        context: dg.AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource, layer_runner: LayerRunner
-    ):
-        yield from layer_runner.run(context, lake, raw_zone)
-
-    @table_asset(
-        settings,
-        landing,
-        [table_key(bronze), previous_day(table_key(landing))],
-        f"{endpoint.capitalize()} history as SCD2 ({feed.mode} snapshots): NULL-safe change detection over "
-        f"{', '.join(landing.scd2.tracked)}, versions ordered by {landing.scd2.sequence}, one MERGE per run. "
-        f"A day in order is compared with the current versions; a late or re-sent day rewrites only the keys it "
-        f"changes, from the days since its change; a full refresh recomputes from every observation (metadata "
-        f"`history_method` and `history_reason` say which and why).",
-    )
-    def history(
-        context: dg.AssetExecutionContext, config: HistoryConfig, lake: LakeResource, layer_runner: LayerRunner
-    ):
-        yield from layer_runner.run(context, lake, options={"full_refresh": config.full_refresh})
-
-    return [load, history]
-
-
-class HistoryConfig(dg.Config):
-    full_refresh: bool = Field(
-        default=False, description="Recompute the whole history from every bronze observation instead of extending it."
-    )

@@ -19,7 +19,6 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning, message=".*backfill_p
 warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
-PIPELINE_GROUPS = ("raw", "bronze", "landing", "silver", "gold")  # the asset groups of etr_pipeline
 
 
 def daily_partitions(settings: Settings) -> dg.DailyPartitionsDefinition:
@@ -183,8 +182,15 @@ def on_partitions(context: dg.AssetExecutionContext, results: list[dg.AssetCheck
         yield dg.Output(None, output_name=output)
 
 
-def table_asset(settings: Settings, spec: TableSpec, deps: list[dg.AssetKey | dg.AssetDep], description: str):
-    """A daily-partitioned Iceberg table's asset, with the checks its spec implies; `deps` read the same day."""
+def table_asset(
+    settings: Settings,
+    spec: TableSpec,
+    deps: list[dg.AssetKey | dg.AssetDep],
+    description: str,
+    group: str | None = None,
+):
+    """A daily-partitioned Iceberg table's asset, with the checks its spec implies; `deps` read the same day. Its
+    group: a declared source's name, else the table's layer (namespace)."""
     partitions, key = daily_partitions(settings), table_key(spec)
     checks = table_check_specs(spec, partitions)
     return dg.multi_asset(
@@ -193,7 +199,7 @@ def table_asset(settings: Settings, spec: TableSpec, deps: list[dg.AssetKey | dg
             dg.AssetSpec(
                 key,
                 deps=deps,
-                group_name=spec.namespace,
+                group_name=group or spec.namespace,
                 kinds={"iceberg", "spark"},
                 description=description,
                 metadata=definition_metadata(spec, settings.catalog),

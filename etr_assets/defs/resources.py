@@ -4,10 +4,12 @@ Spark, as a Glue / EMR Serverless job through Pipes, or (tests) in a child proce
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -21,9 +23,12 @@ from etr_assets.pipeline.layers import LayerRequest, Report, report_layer
 from etr_assets.remote import jobs
 from etr_assets.run_progress import API_STARTED, SPARK_STARTED, SPARK_STARTING
 from etr_assets.settings import Compute, Settings
-from etr_assets.sources.api_client import ApiClient
+from etr_assets.sources.declaration import FromEnv
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.sources.s3_storage import open_raw_zone
+
+if TYPE_CHECKING:
+    from etr_assets.sources.http_fetch import SourceClient
 
 LOCAL_API_TOKEN = "etr-local-token"  # the embedded synthetic API's token: not a secret
 
@@ -67,32 +72,45 @@ class RawZoneResource(dg.ConfigurableResource):
         return {"max_reject_rate": self.max_reject_rate, "max_day_shrink": self.max_day_shrink}
 
 
-class BnplApiResource(dg.ConfigurableResource):
-    """The BNPL provider's API. With no URL, the synthetic API is started on loopback when a step of the run first
-    asks for a client: resources initialised again after the run (`dagster job execute` does) start none."""
+class SourceApiResource(dg.ConfigurableResource):
+    """A declared source's API (etr_assets/defs/sources/). Its URL and secrets are read from the environment variables
+    its declaration names when a step first asks for a client, never stored by Dagster. In the local profile, a source
+    with a synthetic API and no URL gets that API started on loopback for the run (resources initialised again after
+    the run, as `dagster job execute` does, start none)."""
 
-    base_url: str = ""
-    token: str = LOCAL_API_TOKEN
-    page_size: int = 100
-    timeout_seconds: float = 30.0
+    source: str
+    base_url: str = ""  # overrides the declaration's (a setting: ETR_API_URL for the BNPL source)
+    page_size: int = 0  # 0: the declaration's
+    start_synthetic: bool = False
     synthetic_seed: int = 7
     synthetic_transactions_per_day: int = 200
     _url: str = PrivateAttr(default="")
     _run: ExitStack | None = PrivateAttr(default=None)  # the run's scope: the synthetic API stops with it
 
     @contextmanager
-    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[BnplApiResource]:
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[SourceApiResource]:
         with ExitStack() as self._run:
             yield self
 
-    def client(self) -> ApiClient:
-        if not (self._url or self.base_url) and self._run is not None:
+    def client(self) -> SourceClient:
+        """A client for the run; a variable the declaration names and the environment lacks fails here, first."""
+        from etr_assets.sources.http_fetch import connect
+        from etr_assets.tables.declared import source
+
+        declaration = source(self.source).declaration
+        url = self._url or self.base_url or _from_environment(declaration.client.base_url)
+        if not url and self.start_synthetic and declaration.client.synthetic and self._run is not None:
             from etr_assets.sources.synthetic_api import ApiConfig, serve
 
-            config = ApiConfig(self.synthetic_seed, self.synthetic_transactions_per_day, token=self.token)
-            self._url = self._run.enter_context(serve(config)).url
+            config = ApiConfig(self.synthetic_seed, self.synthetic_transactions_per_day, token=LOCAL_API_TOKEN)
+            self._url = url = self._run.enter_context(serve(config)).url
             dg.get_dagster_logger().info(f"{API_STARTED} on {self._url} for this run")
-        return ApiClient(self._url or self.base_url, self.token, self.page_size, self.timeout_seconds)
+        secrets = {name: LOCAL_API_TOKEN for name in declaration.client.auth.fields} if self._url else None
+        return connect(declaration, os.environ, base_url=url or None, secrets=secrets, page_size=self.page_size or None)
+
+
+def _from_environment(value) -> str:
+    return os.environ.get(value.variable, "") if isinstance(value, FromEnv) else value
 
 
 PIPES_PREFIX = "pipes"  # context and messages exchanged with the job, under the lake's bucket (IAM: PipesExchange)
@@ -179,19 +197,26 @@ def show(context: dg.AssetExecutionContext, report: Report):
         raise dg.Failure(description=report.failure, metadata=as_metadata(report.failure_figures))
 
 
-def build_resources(settings: Settings) -> dict[str, object]:
-    if settings.api_url:
-        api = BnplApiResource(
-            base_url=settings.api_url, token=dg.EnvVar("ETR_API_TOKEN"), page_size=settings.api_page_size
-        )
-    elif settings.profile == "local":
-        api = BnplApiResource(
-            page_size=settings.api_page_size,
+def source_resources(settings: Settings) -> dict[str, SourceApiResource]:
+    """`<source>_api` for every declared source. The BNPL source's URL and page size are settings too (ETR_API_URL,
+    ETR_API_PAGE_SIZE), and its synthetic API's seed and size."""
+    from etr_assets.tables.declared import SOURCES
+
+    resources = {}
+    for declared in SOURCES:
+        bnpl = declared.declaration.client.synthetic == "bnpl"
+        resources[f"{declared.name}_api"] = SourceApiResource(
+            source=declared.name,
+            base_url=settings.api_url if bnpl else "",
+            page_size=settings.api_page_size if bnpl else 0,
+            start_synthetic=settings.profile == "local",
             synthetic_seed=settings.api_seed,
             synthetic_transactions_per_day=settings.api_transactions_per_day,
         )
-    else:
-        raise ValueError(f"ETR_PROFILE={settings.profile} needs ETR_API_URL: the synthetic API runs only in local")
+    return resources
+
+
+def build_resources(settings: Settings) -> dict[str, object]:
     params = {Compute.GLUE: jobs.glue_job_run_params, Compute.EMR_SERVERLESS: jobs.emr_serverless_job_run_params}
     return {
         "lake": LakeResource(
@@ -207,7 +232,7 @@ def build_resources(settings: Settings) -> dict[str, object]:
             region=settings.region,
             spark_scheme="s3a" if settings.profile == "s3" else "s3",
         ),
-        "bnpl_api": api,
+        **source_resources(settings),
         "layer_runner": LayerRunner(
             start_job_run_params=params[settings.compute](settings) if settings.compute in params else {},
             compute=settings.compute,

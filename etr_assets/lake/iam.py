@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterable
 
 from etr_assets.lake.bootstrap import namespaces
+from etr_assets.lake.feeds import RawFeed
 from etr_assets.lake.specs import TableSpec
-from etr_assets.sources.fetch import ENDPOINTS, SOURCE
 from etr_assets.sources.raw_zone import OPEN_INDEX
 
 DEFAULT_BUCKET = "etr-lake"
@@ -37,6 +37,7 @@ def _allow(sid: str, actions: list[str], resources: list[str], **condition) -> d
 
 def iam_policy(
     specs: Iterable[TableSpec],
+    feeds: Iterable[RawFeed],
     bucket: str = DEFAULT_BUCKET,
     region: str = DEFAULT_REGION,
     account: str = "*",
@@ -48,7 +49,7 @@ def iam_policy(
     tables = [f"{WAREHOUSE_PREFIX}/{s.namespace}.db/{s.name}" for s in specs]
     prefixes = [RAW_PREFIX, CODE_PREFIX, PIPES_PREFIX, *tables]
     listed = sorted(p for prefix in prefixes for p in (prefix, f"{prefix}/*"))
-    open_indexes = [f"{s3}/{RAW_PREFIX}/{SOURCE}/{endpoint}/{OPEN_INDEX}/*" for endpoint in ENDPOINTS]
+    open_indexes = sorted(f"{s3}/{RAW_PREFIX}/{f.source}/{f.endpoint}/{OPEN_INDEX}/*" for f in feeds)
     everything = OBJECT_READ + OBJECT_WRITE + OBJECT_DELETE
     catalog = [f"{glue}:catalog", *(f"{glue}:database/{ns}" for ns in namespaces(specs))]
     statements = [

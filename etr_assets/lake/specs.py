@@ -103,6 +103,7 @@ class Column:
     required: bool = False  # a NOT NULL column: rows without it never reach the table
     pii: bool = False  # holds personal data: erased on a GDPR request
     renamed_from: str | None = None  # the column's previous name: evolution renames instead of adding
+    path: tuple[str, ...] = ()  # where a received record holds the value, when not a top-level field of this name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,7 +68,7 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
     for c in columns:
         text = F.col(f"_text_{c.name}")
         if c.required:
-            rules.append(F.when(text.isNull(), F.lit(f"missing required field {c.name}")))
+            rules.append(F.when(text.isNull(), F.lit(f"missing required field {'.'.join(c.path) or c.name}")))
         got = F.concat(F.lit(f"a value of the wrong type: {c.name} expects {c.type}, got "), F.substring(text, 1, 60))
         rules.append(F.when(text.isNotNull() & F.col(c.name).isNull(), got))
     for check in checks:
@@ -114,6 +114,8 @@ def read_validated(
         lines = split.select("raw_text", "source_file", (F.col("_index") + 1).cast("bigint").alias("line_number"))
     line = ("raw_text", "source_file", "line_number")
     names = [c.name for c in columns]
+    # The record's top-level fields the columns are read from (a nested column: the first field of its path).
+    fields = list(dict.fromkeys(c.path[0] if c.path else c.name for c in columns))
     # One parse into a map of each key's text; a line the map cannot take as json_object_keys would (not strict JSON,
     # a key given twice: a map finds the first value, a JSON reader the last) is read by keys, then fields.
     whole_map = F.from_json("raw_text", T.MapType(T.StringType(), T.StringType()), STRICT_JSON)
@@ -121,7 +123,7 @@ def read_validated(
     map_keys = F.map_keys("_map")
     once = F.col("_map").isNotNull() & (F.size(F.array_distinct(map_keys)) == F.size(map_keys))
     parsed = parsed.select(*line, "_map", once.alias("_once"))
-    text_schema = T.StructType([T.StructField(name, T.StringType(), True) for name in names])
+    text_schema = T.StructType([T.StructField(name, T.StringType(), True) for name in fields])
     reparsed = parsed.select(
         *line,
         "_map",
@@ -129,18 +131,23 @@ def read_validated(
         F.when(F.col("_once"), map_keys).otherwise(F.json_object_keys("raw_text")).alias("_keys"),
         F.when(~F.col("_once"), F.from_json("raw_text", text_schema)).alias("_fields"),
     )
-    texts = reparsed.select(
-        *line,
-        "_keys",
-        *[F.when(F.col("_once"), F.col("_map")[n]).otherwise(F.col(f"_fields.{n}")).alias(f"_text_{n}") for n in names],
-    )
+
+    def field_text(name: str):
+        return F.when(F.col("_once"), F.col("_map")[name]).otherwise(F.col(f"_fields.`{name}`"))
+
+    def column_text(column: Column):
+        if len(column.path) < 2:
+            return field_text(column.path[0] if column.path else column.name)
+        return F.get_json_object(field_text(column.path[0]), "$." + ".".join(column.path[1:]))
+
+    texts = reparsed.select(*line, "_keys", *[column_text(c).alias(f"_text_{c.name}") for c in columns])
     typed = texts.select(
         *line,
         "_keys",
         *[f"_text_{n}" for n in names],
         *[parse_exactly(F.col(f"_text_{c.name}"), c.type).alias(c.name) for c in columns],
     )
-    known = F.array(*[F.lit(n) for n in names])
+    known = F.array(*[F.lit(n) for n in fields])
     reason = _reasons(columns, checks, day_column, day).alias("_reason")
     checked = typed.select(*line, *names, reason, F.array_except("_keys", known).alias("_unknown"))
     # only a refused line's text is kept (what quarantine stores)

@@ -13,6 +13,7 @@ from etr_assets.lake.scd2 import Scd2Result
 from etr_assets.lake.scd2_log import apply_log, read_cursor
 from etr_assets.pipeline.transactions import write_days
 from etr_assets.sources.raw_zone import RawZone
+from etr_assets.tables.declared import OBSERVED_AT
 from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
 from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS  # noqa: F401 (the feeds this module's functions take)
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
@@ -30,8 +31,10 @@ def scd2_records(bronze_df, feed: EntityFeed):
     landing = {c.name: spark_type(c.type) for c in feed.landing.columns}
     typed = [F.col(c.name).cast(landing[c.name]).alias(c.name) for c in feed.raw.api_columns if c.name in landing]
     # A snapshot "as of" a day describes the end of that day.
-    snapshot_at = F.to_timestamp(F.date_add(F.col("_as_of"), 1)).alias("_snapshot_at")
-    return bronze_df.select(*typed, "_batch_id", "_source_file", snapshot_at)
+    snapshot_at = F.to_timestamp(F.date_add(F.col("_as_of"), 1))
+    if OBSERVED_AT.name in landing:  # a source without update times: a version starts with the snapshot showing it
+        typed.append(snapshot_at.alias(OBSERVED_AT.name))
+    return bronze_df.select(*typed, "_batch_id", "_source_file", snapshot_at.alias("_snapshot_at"))
 
 
 def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], full_refresh: bool = False) -> Scd2Result:

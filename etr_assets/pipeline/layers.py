@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult
+from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult, load_bronze_days
 from etr_assets.lake.evolve import TableChanges
 from etr_assets.lake.exhaustion import exhaustion
-from etr_assets.lake.feeds import EntityFeed
+from etr_assets.lake.feeds import EntityFeed, RawFeed
 from etr_assets.lake.figures import Tagged, layer_figures
 from etr_assets.lake.incremental import Cursor
 from etr_assets.lake.quality import CheckOutcome, Severity, metrics_of, post_write_outcomes, record_metrics
@@ -22,7 +22,7 @@ from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, t
 from etr_assets.pipeline import entities, transactions
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES
-from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS, TRANSACTIONS
+from etr_assets.tables.feeds import ENTITY_FEEDS, RAW_FEEDS
 from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
 
@@ -156,6 +156,11 @@ def _silver_transactions(spark, catalog, raw, request) -> LayerResult:
     )
 
 
+def _events_bronze(feed: RawFeed, spark, catalog, raw, request) -> LayerResult:
+    """Replace each day of bronze with its newest downloaded raw batch, then mark it complete."""
+    return load_bronze_days(spark, catalog, raw(), feed, request.dates, **_policy(request))
+
+
 def _entity_bronze(feed: EntityFeed, spark, catalog, raw, request) -> LayerResult:
     return entities.load_bronze(spark, catalog, raw(), feed, request.dates, **_policy(request))
 
@@ -190,20 +195,22 @@ def layer_name(spec: TableSpec) -> str:
     return f"{spec.namespace}/{spec.name}"
 
 
+def _is_entity(feed: RawFeed) -> bool:
+    return any(entity.raw is feed for entity in ENTITY_FEEDS)
+
+
 LAYERS: dict[str, Layer] = {
     layer_name(layer.spec): layer
     for layer in (
-        Layer(
-            TRANSACTIONS.bronze,
-            lambda spark, catalog, raw, r: transactions.load_bronze(spark, catalog, raw(), r.dates, **_policy(r)),
-        ),
+        # Every declared source's: bronze of each endpoint, the history of each entity list.
+        *(Layer(feed.bronze, partial(_events_bronze, feed)) for feed in RAW_FEEDS if not _is_entity(feed)),
+        *(Layer(feed.raw.bronze, partial(_entity_bronze, feed)) for feed in ENTITY_FEEDS),
+        *(Layer(feed.landing, partial(_entity_history, feed)) for feed in ENTITY_FEEDS),
         Layer(SILVER_TRANSACTIONS, _silver_transactions),
         Layer(
             GOLD_DAILY_SUMMARY,
             lambda spark, catalog, raw, r: transactions.build_gold(spark, catalog, r.dates, r.audit_branch),
         ),
-        *(Layer(feed.raw.bronze, partial(_entity_bronze, feed)) for feed in (CUSTOMERS, MERCHANTS)),
-        *(Layer(feed.landing, partial(_entity_history, feed)) for feed in (CUSTOMERS, MERCHANTS)),
         Layer(
             GOLD_CUSTOMER_ACTIVITY,
             lambda spark, catalog, raw, r: entities.build_customer_activity(spark, catalog, r.dates),

@@ -80,12 +80,13 @@ def emr_serverless_job_run_params(settings: Settings) -> dict:
 
 
 def package_zip() -> bytes:
-    """The `etr_assets` package as the zip `--extra-py-files` / `--py-files` ship (sources only, no caches)."""
+    """The `etr_assets` package as the zip `--extra-py-files` / `--py-files` ship (sources and the declared sources'
+    YAML, no caches)."""
     root = Path(__file__).resolve().parents[1]
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(root.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".properties"):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".properties", ".yaml"):
                 archive.write(path, Path("etr_assets") / path.relative_to(root))
     return buffer.getvalue()
 

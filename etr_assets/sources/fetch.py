@@ -1,18 +1,22 @@
-"""Download one day of an endpoint into the raw zone as a new batch."""
+"""Download one day of a declared source's resource into the raw zone as a new batch."""
 
 from __future__ import annotations
 
 import collections
 import datetime as dt
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.raw_zone import Batch, BatchManifest, RawZone
 
-SOURCE = "bnpl"
+if TYPE_CHECKING:
+    from etr_assets.sources.http_fetch import SourceClient
+
+SOURCE = "bnpl"  # the BNPL source's name (its declaration's): being replaced by the declaration at the importers
 WRITERS = 2  # pages stored at once, while the next page downloads
 PAGES_IN_FLIGHT = 8  # pages held in memory waiting to be stored, at most
-# endpoint name -> (path, name of the day parameter)
+# endpoint name -> (path, name of the day parameter), as etr_assets/defs/sources/bnpl/defs.yaml declares them; being
+# replaced by the declaration at the importers
 ENDPOINTS = {
     "transactions": ("/v1/transactions", "date"),
     "customers": ("/v1/customers", "as_of"),
@@ -20,17 +24,21 @@ ENDPOINTS = {
 }
 
 
-def fetch_day(client: ApiClient, raw: RawZone, endpoint: str, day: dt.date) -> tuple[Batch, BatchManifest]:
-    """Fetch every page of `endpoint` for `day` into a new pending batch, then seal it once every page is stored
-    (a batch cut off midway is never loaded). Pages are written while the next ones download."""
-    if endpoint not in ENDPOINTS:
-        raise ValueError(f"unknown endpoint {endpoint!r}; known: {', '.join(ENDPOINTS)}")
-    path, day_param = ENDPOINTS[endpoint]
-    batch = raw.start_batch(SOURCE, endpoint, day)
+def fetch_day(client: SourceClient, raw: RawZone, endpoint: str, day: dt.date) -> tuple[Batch, BatchManifest]:
+    """Fetch every page of the source's resource `endpoint` for `day` into a new pending batch, then seal it once
+    every page is stored (a batch cut off midway is never loaded). Pages are written while the next ones
+    download."""
+    declaration = client.declaration
+    if endpoint not in declaration.names:
+        raise ValueError(
+            f"unknown endpoint {endpoint!r} of source {declaration.name}; known: {', '.join(declaration.names)}"
+        )
+    resource = declaration.resource(endpoint)
+    batch = raw.start_batch(declaration.name, endpoint, day)
     files, records = [], 0
     with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix=f"raw-{endpoint}") as writers:
         writing: collections.deque[Future] = collections.deque()
-        for number, page in enumerate(client.iter_record_texts(path, {day_param: day.isoformat()}), start=1):
+        for number, page in enumerate(client.iter_record_texts(resource, day), start=1):
             if page:
                 writing.append(writers.submit(raw.write_lines, batch, number, page))
                 records += len(page)

@@ -13,7 +13,6 @@ import sys
 import threading
 import urllib.parse
 
-from etr_assets.sources.fetch import ENDPOINTS
 from etr_assets.sources.synthetic_data import (
     EPOCH,
     LAST_DAY,
@@ -24,9 +23,11 @@ from etr_assets.sources.synthetic_data import (
 )
 from etr_assets.sources.synthetic_faults import ApiFaults, FaultSwitch, apply_record_faults, failure_response, truncates
 
-_RECORDS = {"transactions": transactions_for, "customers": customers_as_of, "merchants": merchants_as_of}
-_ROUTES = {  # path -> (day parameter, records of a day, entity): the endpoints the pipeline fetches
-    path: (parameter, _RECORDS[name], name.removesuffix("s")) for name, (path, parameter) in ENDPOINTS.items()
+# path -> (day parameter, records of a day, entity): what etr_assets/defs/sources/bnpl/defs.yaml declares it serves
+_ROUTES = {
+    "/v1/transactions": ("date", transactions_for, "transaction"),
+    "/v1/customers": ("as_of", customers_as_of, "customer"),
+    "/v1/merchants": ("as_of", merchants_as_of, "merchant"),
 }
 
 

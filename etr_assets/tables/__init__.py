@@ -1,18 +1,13 @@
-"""Every table of the lake, declared once. ALL_SPECS is what erasure, `etr tables` and bootstrap iterate."""
+"""Every table of the lake, declared once: each declared source's (YAML) and this pipeline's own (Python). ALL_SPECS
+is what erasure, `etr tables` and bootstrap iterate."""
 
 from etr_assets.lake import bookkeeping
 from etr_assets.lake.specs import TableSpec
 from etr_assets.tables import entities, feeds, transactions
+from etr_assets.tables.declared import SOURCES
 
 ALL_SPECS: tuple[TableSpec, ...] = (
-    transactions.BRONZE_TRANSACTIONS,
-    entities.BRONZE_CUSTOMERS,
-    entities.BRONZE_MERCHANTS,
-    feeds.QUARANTINE_TRANSACTIONS,
-    feeds.QUARANTINE_CUSTOMERS,
-    feeds.QUARANTINE_MERCHANTS,
-    entities.LANDING_CUSTOMERS,
-    entities.LANDING_MERCHANTS,
+    *(spec for declared in SOURCES for spec in declared.specs),
     transactions.SILVER_TRANSACTIONS,
     feeds.SILVER_QUARANTINE_TRANSACTIONS,
     transactions.GOLD_DAILY_SUMMARY,

@@ -1,4 +1,5 @@
-"""The eTR+ transaction tables: bronze (as received), silver (typed, deduplicated), gold (daily summary)."""
+"""The eTR+ transaction tables: bronze (as received, declared in YAML), silver (typed, deduplicated), gold (daily
+summary)."""
 
 from etr_assets.lake.specs import (
     MERGE_ON_READ,
@@ -13,51 +14,12 @@ from etr_assets.lake.specs import (
     TableSpec,
     bloom_filter,
 )
-
-# Fields of the BNPL API's transaction record, as it sends them. Read with this schema, never inferred
-# (apache/iceberg #4849); the amount stays text in bronze so no precision is lost before silver types it.
-_API_FIELDS = (
-    Column("transaction_id", "bigint", "Transaction id assigned by the BNPL provider", required=True),
-    Column("customer_id", "bigint", "Customer who made the purchase", required=True, pii=True),
-    Column("merchant_id", "bigint", "Merchant where the purchase was made", required=True),
-    Column("amount", "string", "Purchase amount as sent by the API (decimal text)", required=True),
-    Column("currency", "string", "ISO 4217 currency code", required=True),
-    Column("instalments", "int", "Number of instalments the purchase is split into"),
-    Column("payment_method", "string", "CARD, FPX, EWALLET or DIRECT_DEBIT"),
-    Column("status", "string", "PENDING, APPROVED, PROCESSED, DECLINED or REFUNDED", required=True),
-    Column("transaction_date", "date", "Business date of the purchase", required=True),
-    Column("created_at", "timestamp", "When the provider created the transaction (UTC)"),
-    Column("updated_at", "timestamp", "When the provider last changed the transaction (UTC)", required=True),
-)
+from etr_assets.tables.declared import source
 
 STATUSES = ("PENDING", "APPROVED", "PROCESSED", "DECLINED", "REFUNDED")
 _STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
-BRONZE_LINEAGE = (
-    Column("_batch_id", "string", "Raw-zone batch the record arrived in", required=True),
-    Column("_source_file", "string", "Raw-zone file the record was read from", required=True),
-    Column("_ingested_at", "timestamp", "When the record was loaded into Iceberg", required=True),
-)
-
-BRONZE_TRANSACTIONS = TableSpec(
-    namespace="bronze",
-    name="bnpl_transactions_raw",
-    description="BNPL transactions exactly as the API delivered them, one row per received record, with lineage",
-    columns=_API_FIELDS + BRONZE_LINEAGE,
-    partition_by=("days(transaction_date)",),
-    write_order=("transaction_date", "transaction_id"),
-    subject_column="customer_id",
-    checks=(
-        Check(
-            "amount is a decimal with at most 8 integer and 2 fraction digits",
-            r"amount RLIKE '^[0-9]{1,8}([.][0-9]{1,2})?$'",
-        ),
-        Check("amount is positive", "CAST(amount AS DECIMAL(10,2)) > 0"),
-        Check("instalments is one of 3, 4, 6, 12", "instalments IN (3, 4, 6, 12)"),
-        Check("status is one of " + ", ".join(STATUSES), f"upper(status) IN ({_STATUS_LIST})"),
-        Check("currency is a 3-letter ISO code", "currency RLIKE '^[A-Za-z]{3}$'"),
-        Check("updated_at is not before created_at", "updated_at >= created_at"),
-    ),
-)
+# As received: declared in the BNPL source's YAML (etr_assets/defs/sources/bnpl/defs.yaml).
+BRONZE_TRANSACTIONS = source("bnpl").raw_feed("transactions").bronze
 
 SILVER_TRANSACTIONS = TableSpec(
     namespace="silver",

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from etr_assets.lake import iam
 from etr_assets.lake.bootstrap import bootstrap_catalog
 from etr_assets.lake.metadata import catalog
 from etr_assets.tables import ALL_SPECS
+from etr_assets.tables.feeds import RAW_FEEDS
 from etr_assets_tests.aws.conftest import REGION
 from etr_assets_tests.infra import list_keys, s3_client
 
@@ -31,15 +35,32 @@ def allowed(policy: dict, action: str, resource: str) -> bool:
     )
 
 
-def test_the_committed_policy_is_the_generators_output():
-    expected = iam.render(iam.iam_policy(ALL_SPECS))
-    assert COMMITTED.read_text() == expected, (
+def test_the_committed_policy_is_the_generators_output_for_the_shipped_sources():
+    """`etr iam-policy` with only the shipped declarations (the suite adds a source of its own)."""
+    env = {**os.environ, "ETR_SOURCE_DIRS": ""}
+    out = subprocess.run(
+        [sys.executable, "-m", "etr_assets.cli", "iam-policy"], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert COMMITTED.read_text() == out.stdout, (
         "deployment/iam-policy.json is stale: etr iam-policy > deployment/iam-policy.json"
     )
 
 
+def test_the_policy_covers_every_declared_source_without_a_list_kept_by_hand():
+    policy = statements(iam.iam_policy(ALL_SPECS, RAW_FEEDS, bucket="b"))
+    for feed in RAW_FEEDS:  # the suite's second API too
+        assert (
+            f"arn:aws:s3:::b/raw/{feed.source}/{feed.endpoint}/_pending/*"
+            in policy["RawZoneOpenBatchIndexEntries"]["Resource"]
+        )
+    tables = policy["IcebergTableFiles"]["Resource"]
+    assert all(f"arn:aws:s3:::b/warehouse/{s.namespace}.db/{s.name}/*" in tables for s in ALL_SPECS)
+    assert "arn:aws:s3:::b/warehouse/landing.db/stores_stores/*" in tables
+
+
 def test_only_named_actions_on_named_resources():
-    policy = iam.iam_policy(ALL_SPECS, bucket="b", region="ap-southeast-5", account="123456789012")
+    policy = iam.iam_policy(ALL_SPECS, RAW_FEEDS, bucket="b", region="ap-southeast-5", account="123456789012")
     for statement in policy["Statement"]:
         assert statement["Effect"] == "Allow"
         for action in statement["Action"]:
@@ -51,7 +72,7 @@ def test_only_named_actions_on_named_resources():
 
 
 def test_glue_grants_cover_exactly_the_specs_databases_and_tables():
-    policy = iam.iam_policy(ALL_SPECS, account="123456789012")
+    policy = iam.iam_policy(ALL_SPECS, RAW_FEEDS, account="123456789012")
     glue = statements(policy)["GlueCatalogDatabasesAndTables"]["Resource"]
     prefix = f"arn:aws:glue:{iam.DEFAULT_REGION}:123456789012:"
     assert prefix + "catalog" in glue
@@ -70,7 +91,7 @@ def test_glue_grants_cover_exactly_the_specs_databases_and_tables():
 def test_every_object_bootstrap_writes_is_covered_and_nothing_else_is(aws_settings, moto_endpoint):
     """On moto: each table's location and files fall under the policy; a table outside the specs would not."""
     bootstrap_catalog(catalog(aws_settings), ALL_SPECS, aws_settings.warehouse, aws_settings.format_version)
-    policy = iam.iam_policy(ALL_SPECS, bucket=aws_settings.bucket, region=REGION)
+    policy = iam.iam_policy(ALL_SPECS, RAW_FEEDS, bucket=aws_settings.bucket, region=REGION)
     keys = list_keys(s3_client(moto_endpoint, REGION), aws_settings.bucket)
     assert keys
     for key in keys:
@@ -89,7 +110,7 @@ def test_in_the_raw_zone_only_open_batch_index_entries_can_be_deleted():
     """Loading removes an open batch's index entry once the batch is complete; raw files and markers stay."""
     from etr_assets.sources.fetch import ENDPOINTS
 
-    policy = iam.iam_policy(ALL_SPECS, bucket="b")
+    policy = iam.iam_policy(ALL_SPECS, RAW_FEEDS, bucket="b")
     for endpoint in ENDPOINTS:
         entry = f"arn:aws:s3:::b/raw/bnpl/{endpoint}/_pending/2025-01-01_20250102T020000000000Z_a1b2c3"
         assert allowed(policy, "s3:DeleteObject", entry) and allowed(policy, "s3:PutObject", entry)

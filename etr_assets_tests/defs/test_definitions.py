@@ -12,25 +12,40 @@ import yaml
 from dagster import AssetKey, DefaultScheduleStatus, Definitions
 
 from etr_assets.definitions import build_definitions, defs
-from etr_assets.pipeline.layers import LAYERS
+from etr_assets.pipeline.layers import LAYERS, layer_name
 from etr_assets.settings import Settings
+from etr_assets.tables.declared import SOURCES
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPECTED_ASSETS = {
-    "raw/bnpl_transactions": "raw",
-    "raw/bnpl_customers": "raw",
-    "raw/bnpl_merchants": "raw",
-    "bronze/bnpl_transactions_raw": "bronze",
-    "bronze/bnpl_customers_raw": "bronze",
-    "bronze/bnpl_merchants_raw": "bronze",
-    "landing/customers": "landing",
-    "landing/merchants": "landing",
+# The BNPL keys of the lake as it was before sources were declared: a renamed key would orphan every materialization.
+BNPL_KEYS = {
+    "raw/bnpl_transactions",
+    "raw/bnpl_customers",
+    "raw/bnpl_merchants",
+    "bronze/bnpl_transactions_raw",
+    "bronze/bnpl_customers_raw",
+    "bronze/bnpl_merchants_raw",
+    "landing/customers",
+    "landing/merchants",
+}
+PIPELINE_ASSETS = {  # the Python layers on top of the BNPL source, by layer
     "silver/bnpl_transactions_clean": "silver",
     "gold/bnpl_daily_summary": "gold",
     "gold/customer_activity": "gold",
     "gold/customer_profiles": "gold",
 }
+
+
+def declared_assets() -> dict[str, str]:
+    """Each declared source's assets (from its YAML) and their group: the source's name."""
+    assets = {}
+    for declared in SOURCES:
+        for feed in declared.raw_feeds:
+            assets[f"raw/{declared.name}_{feed.endpoint}"] = declared.name
+            assets[layer_name(feed.bronze)] = declared.name
+        assets |= {layer_name(feed.landing): declared.name for feed in declared.entity_feeds}
+    return assets
 
 
 def asset_specs():
@@ -40,7 +55,9 @@ def asset_specs():
 def test_definitions_load_with_the_expected_assets_and_groups():
     Definitions.validate_loadable(defs)
     specs = asset_specs()
-    assert {key: spec.group_name for key, spec in specs.items()} == EXPECTED_ASSETS
+    assert {key: spec.group_name for key, spec in specs.items()} == declared_assets() | PIPELINE_ASSETS
+    assert BNPL_KEYS <= {key for key, group in declared_assets().items() if group == "bnpl"}
+    assert {declared.name for declared in SOURCES} >= {"bnpl", "stores"}  # the suite declares a second API
     graph = defs.resolve_asset_graph()
     assert graph.get(AssetKey(["gold", "bnpl_daily_summary"])).parent_keys == {
         AssetKey(["silver", "bnpl_transactions_clean"])
@@ -110,13 +127,8 @@ def test_local_profile_serializes_writers_per_table_with_pools(tmp_path):
     shared_pools = {k.to_user_string(): a.op.pool for a in shared.assets for k in a.keys}
     # Glue and PostgreSQL arbitrate commits; only SCD2 MERGEs, which conflict with any commit, and bronze, whose
     # first load of a day is an unchecked append, still queue.
-    assert {k for k, pool in shared_pools.items() if pool} == {
-        "landing/customers",
-        "landing/merchants",
-        "bronze/bnpl_transactions_raw",
-        "bronze/bnpl_customers_raw",
-        "bronze/bnpl_merchants_raw",
-    }
+    declared = declared_assets()
+    assert {k for k, pool in shared_pools.items() if pool} == {k for k in declared if not k.startswith("raw/")}
 
 
 def test_pipeline_job_is_partitioned_daily_with_a_stopped_schedule():
@@ -126,6 +138,23 @@ def test_pipeline_job_is_partitioned_daily_with_a_stopped_schedule():
     schedule = defs.resolve_schedule_def("etr_pipeline_daily")
     assert schedule.default_status == DefaultScheduleStatus.STOPPED
     assert schedule.job_name == "etr_pipeline"
+
+
+def test_each_declared_source_has_its_own_job_and_stopped_schedule_and_etr_pipeline_runs_only_bnpl():
+    graph = defs.resolve_asset_graph()
+    for declared in SOURCES:
+        job = defs.resolve_job_def(f"{declared.name}_ingest")
+        keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
+        assert keys == {k for k, group in declared_assets().items() if group == declared.name}
+        schedule = defs.resolve_schedule_def(f"{declared.name}_ingest_daily")
+        assert schedule.default_status == DefaultScheduleStatus.STOPPED and schedule.job_name == job.name
+    pipeline = defs.resolve_job_def("etr_pipeline").asset_layer.selected_asset_keys
+    bnpl = {k for k, group in declared_assets().items() if group == "bnpl"}
+    assert {k.to_user_string() for k in pipeline} == bnpl | set(PIPELINE_ASSETS)
+    assert graph.get(AssetKey(["landing", "stores_stores"])).parent_keys == {
+        AssetKey(["bronze", "stores_stores"]),
+        AssetKey(["landing", "stores_stores"]),
+    }
 
 
 def test_importing_the_definitions_starts_no_jvm():

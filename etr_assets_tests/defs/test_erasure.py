@@ -21,11 +21,11 @@ from etr_assets.lake.erasure import LOCAL_AUDIT_KEY, subject_hash
 from etr_assets.lake.erasure.store import DONE, open_request_store
 from etr_assets.pipeline import entities, transactions
 from etr_assets.run_summary import summarize_run
-from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables import personal_data_specs
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
+from etr_assets_tests.sources.clients import bnpl_client
 
 DAY = dt.date(2025, 1, 3)
 # The synthetic API's customers are 1000xx: two of them get ids of eight digits, which no other byte holds by chance.
@@ -92,7 +92,7 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(
     dagster_home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     spark, catalog, raw = lake, settings.catalog, local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     for endpoint in ("transactions", "customers"):
         fetch_day(client, raw, endpoint, DAY)
     bought = Counter(

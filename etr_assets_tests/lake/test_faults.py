@@ -7,14 +7,15 @@ import datetime as dt
 import pytest
 
 from etr_assets.pipeline import transactions as pipeline
-from etr_assets.sources.api_client import ApiClient, ApiError, RetryPolicy
 from etr_assets.sources.fetch import fetch_day
+from etr_assets.sources.http_fetch import ApiError
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_api import ApiConfig, ApiFaults, serve
+from etr_assets_tests.sources.clients import bnpl_client
 from etr_assets_tests.sources.malformed import malformed_kind, transactions_served
 
 DAY = dt.date(2025, 5, 5)
-QUICK = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+QUICK = {"attempts": 3, "backoff": 0.01, "max_delay": 0.05}
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def faulty_api():
 
 
 def client(api, **kwargs):
-    return ApiClient(api.url, api.config.token, page_size=20, retry=QUICK, **kwargs)
+    return bnpl_client(api.url, api.config.token, page_size=20, **QUICK, **kwargs)
 
 
 def silver_ids(lake, settings):

@@ -10,10 +10,10 @@ from pyspark.sql import functions as F
 from etr_assets.lake.incremental import Cursor, ReadMode
 from etr_assets.lake.writes import append, current_snapshot_id
 from etr_assets.pipeline import transactions as pipeline
-from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
 from etr_assets_tests.pipeline.test_transactions import DAYS, raw  # noqa: F401  (the raw-zone fixture)
+from etr_assets_tests.sources.clients import bnpl_client
 
 D0, D1 = DAYS
 
@@ -130,7 +130,7 @@ def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, 
 def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw, api):  # noqa: F811
     pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
     built = pipeline.build_silver(lake, settings.catalog, DAYS)
-    fetch_day(ApiClient(api.url, api.config.token, page_size=25), raw, "transactions", D0)  # a newer batch of D0
+    fetch_day(bnpl_client(api.url, api.config.token, page_size=25), raw, "transactions", D0)  # a newer batch of D0
     reload = pipeline.load_bronze(lake, settings.catalog, raw, [D0])
     assert reload.commit.operation == "overwrite"
 

@@ -38,7 +38,10 @@ def test_transaction_tables_partition_by_day_of_transaction():
 
 def test_erasure_list_is_derived_from_personal_data_columns():
     erasable = {s.identifier for s in personal_data_specs()}
-    assert erasable == {
+    declared = {s.identifier for s in ALL_SPECS if s.subject_column and s.pii_columns}
+    assert erasable == declared
+    assert erasable >= {"bronze.stores_checkins", "bronze.quarantine_stores_checkins"}  # the suite's second API
+    assert erasable >= {
         "bronze.bnpl_transactions_raw",
         "bronze.bnpl_customers_raw",
         "bronze.quarantine_transactions",

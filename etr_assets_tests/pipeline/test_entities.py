@@ -7,12 +7,12 @@ import datetime as dt
 import pytest
 
 from etr_assets.pipeline import entities
-from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_api import customers_as_of
 from etr_assets.tables.entities import LANDING_CUSTOMERS
 from etr_assets_tests.models import TRACKED, in_order_history
+from etr_assets_tests.sources.clients import bnpl_client
 from etr_assets_tests.sources.raw_parts import write_part
 
 DAYS = [dt.date(2024, 1, 20), dt.date(2024, 2, 10), dt.date(2024, 3, 5), dt.date(2024, 4, 1)]
@@ -26,7 +26,7 @@ def landing_history(spark, catalog):
 @pytest.mark.slow
 def test_customer_history_is_the_same_whatever_order_days_arrive_in(lake, settings, api):
     raw = local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     for day in (DAYS[2], DAYS[0], DAYS[3], DAYS[1]):  # a backfill of older days after newer ones
         fetch_day(client, raw, "customers", day)
         entities.load_bronze(lake, settings.catalog, raw, entities.CUSTOMERS, [day])
@@ -59,7 +59,7 @@ def test_customer_history_is_the_same_whatever_order_days_arrive_in(lake, settin
 @pytest.mark.slow
 def test_customer_profiles_use_the_version_valid_at_the_end_of_each_day(lake, settings, api):
     raw = local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     for day in DAYS[:2]:
         fetch_day(client, raw, "customers", day)
         fetch_day(client, raw, "transactions", day)
@@ -93,7 +93,7 @@ def test_customer_profiles_use_the_version_valid_at_the_end_of_each_day(lake, se
 
 def test_a_run_first_finishes_batches_an_earlier_run_left_pending(lake, settings, api):
     raw = local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     fetch_day(client, raw, "merchants", DAYS[0])  # downloaded, then the run died before loading it
     fetch_day(client, raw, "merchants", DAYS[1])
     result = entities.load_bronze(lake, settings.catalog, raw, entities.MERCHANTS, [DAYS[1]])
@@ -157,7 +157,7 @@ def test_a_refused_batch_waits_without_blocking_later_days_and_lands_in_place_on
     from etr_assets.lake.bronze import BadInputError
 
     raw = local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     days = [dt.date(2024, 6, 1), dt.date(2024, 6, 2), dt.date(2024, 6, 3)]
     truth = customers_as_of(api.config, days[0])
     broken = plant_customers(

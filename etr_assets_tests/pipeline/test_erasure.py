@@ -23,7 +23,6 @@ from etr_assets.lake.erasure import (
 from etr_assets.lake.frames import conform, local_frame
 from etr_assets.pipeline import entities, transactions
 from etr_assets.pipeline.erasure import erase_customers, prove_erased
-from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_faults import ApiFaults
@@ -35,6 +34,7 @@ from etr_assets.tables.entities import (
 )
 from etr_assets.tables.feeds import QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
+from etr_assets_tests.sources.clients import bnpl_client
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 KEY = b"test-audit-key"
@@ -43,7 +43,7 @@ KEY = b"test-audit-key"
 def build_lake(spark, settings, api):
     """Two days through raw, bronze (with quarantined records), landing, silver, gold and profiles."""
     catalog, raw = settings.catalog, local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     api.set_faults(ApiFaults(malformed_rate=0.04))
     try:
         for day in DAYS:
@@ -113,7 +113,7 @@ def test_erasure_removes_exactly_the_customer_everywhere_and_proves_it(lake, set
     spark.sql(f"ALTER TABLE {bronze} CREATE TAG before_erasure")
     spark.sql(f"ALTER TABLE {landing} CREATE BRANCH analysis")
     # A newer download of day 2 that is not loaded yet: a pending batch must stay loadable after the erasure.
-    pending = fetch_day(ApiClient(api.url, api.config.token, page_size=500), raw, "transactions", DAYS[1])[0]
+    pending = fetch_day(bnpl_client(api.url, api.config.token, page_size=500), raw, "transactions", DAYS[1])[0]
     assert any(f'"customer_id":{buyer},' in line for line in raw_lines(raw, pending))
 
     request = ErasureRequest.create("REQ-1", [quarantined, buyer, 999_999_999], KEY, run_id="test-run")

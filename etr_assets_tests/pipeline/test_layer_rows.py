@@ -9,10 +9,10 @@ import pytest
 
 from etr_assets.lake.metadata import load_table
 from etr_assets.pipeline.layers import LayerRequest, run_layer
-from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables.entities import LANDING_CUSTOMERS
+from etr_assets_tests.sources.clients import bnpl_client
 
 DAYS = [dt.date(2024, 1, 20), dt.date(2024, 2, 10)]
 
@@ -20,7 +20,7 @@ DAYS = [dt.date(2024, 1, 20), dt.date(2024, 2, 10)]
 @pytest.mark.slow  # 21 s: two days through bronze and landing
 def test_an_scd2_step_reports_the_versions_it_wrote_and_the_rows_count_star_returns(lake, settings, api):
     raw = local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     table = LANDING_CUSTOMERS.qualified(settings.catalog)
 
     def load(day: dt.date) -> dict[str, object]:

@@ -21,7 +21,6 @@ from etr_assets.lake.erasure.suppression import (
 from etr_assets.lake.frames import local_frame
 from etr_assets.pipeline import entities, transactions
 from etr_assets.pipeline.erasure import erase_customers, prove_erased, scan_raw_zone
-from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables import personal_data_specs
@@ -33,6 +32,7 @@ from etr_assets.tables.entities import (
 )
 from etr_assets.tables.feeds import QUARANTINE_TRANSACTIONS
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
+from etr_assets_tests.sources.clients import bnpl_client
 
 DAY1, DAY2 = dt.date(2025, 1, 1), dt.date(2025, 1, 2)
 KEY = b"test-audit-key"
@@ -89,7 +89,7 @@ def test_an_erased_customer_served_again_by_the_api_is_never_stored_and_the_lift
 ):
     monkeypatch.setenv("ETR_AUDIT_KEY", KEY.decode())
     spark, catalog, raw = lake, settings.catalog, local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     for endpoint in ("transactions", "customers"):
         fetch_day(client, raw, endpoint, DAY1)
     _build(spark, catalog, raw, [DAY1])
@@ -214,7 +214,7 @@ def test_etr_lift_suppression_lets_one_erased_customer_load_again_while_another_
         monkeypatch.setenv(name, value)  # `etr` reads the lake and the key the erasure used
     monkeypatch.delenv("ETR_PROFILE", raising=False)
     spark, catalog, raw = lake, settings.catalog, local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=500)
+    client = bnpl_client(api.url, api.config.token, page_size=500)
     for endpoint in ("transactions", "customers"):
         fetch_day(client, raw, endpoint, DAY1)
     transactions.load_bronze(spark, catalog, raw, [DAY1])

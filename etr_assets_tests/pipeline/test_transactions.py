@@ -10,11 +10,11 @@ from decimal import Decimal
 import pytest
 
 from etr_assets.pipeline import transactions as pipeline
-from etr_assets.sources.api_client import ApiClient
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_api import transactions_for
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+from etr_assets_tests.sources.clients import bnpl_client
 
 DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2)]
 
@@ -32,7 +32,7 @@ def expected_latest(api, day):
 @pytest.fixture
 def raw(settings, api):
     zone = local_raw_zone(settings.raw_root)
-    client = ApiClient(api.url, api.config.token, page_size=25)
+    client = bnpl_client(api.url, api.config.token, page_size=25)
     for day in DAYS:
         fetch_day(client, zone, "transactions", day)
     return zone
@@ -130,7 +130,7 @@ def test_rebuilding_a_day_replaces_it_without_duplicates(lake, settings, raw, ap
     }
 
     # A new download of one day supersedes the old batch; the other day is untouched.
-    fetch_day(ApiClient(api.url, api.config.token), raw, "transactions", DAYS[0])
+    fetch_day(bnpl_client(api.url, api.config.token, page_size=1000), raw, "transactions", DAYS[0])
     pipeline.load_bronze(lake, settings.catalog, raw, [DAYS[0]])
     pipeline.build_silver(lake, settings.catalog, [DAYS[0]])
     after = {
