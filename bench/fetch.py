@@ -1,5 +1,5 @@
 """The raw fetch of one day against a git revision's: `python -m bench.fetch [TRANSACTIONS] [ROUNDS] [REVISION]`
-(default 999999 transactions, 3 rounds, HEAD).
+(default 999999 transactions, 3 rounds, and the last revision fetching with `sources/api_client.py`'s ApiClient).
 
 One synthetic BNPL API (this tree's, in this process) serves a day of TRANSACTIONS transactions; each side fetches
 the whole day into a raw zone under a temp dir with page size 1000: "now", this tree's `fetch_day` through the
@@ -71,6 +71,21 @@ CHILDREN = {
         client="ApiClient(url, token, page_size=int(size))",
     ),
 }
+
+
+OLD_IMPORT = "from etr_assets.sources.api_client import ApiClient"
+
+
+def last_api_client_revision() -> str:
+    """The last commit whose fetch.py fetched with ApiClient (the parent of the one that stopped)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    changed = git("log", "-1", "--format=%H", f"-S{OLD_IMPORT}", "--", "etr_assets/sources/fetch.py")
+    if not changed:
+        raise SystemExit("bench.fetch: no revision fetches with ApiClient; name one")
+    return changed if OLD_IMPORT in git("show", f"{changed}:etr_assets/sources/fetch.py") else f"{changed}^"
 
 
 def worktree(revision: str, into: Path) -> Path:
@@ -159,7 +174,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(__doc__)
     transactions = int(args[0]) if args else 999_999
     rounds = int(args[1]) if len(args) > 1 else 3
-    revision = args[2] if len(args) > 2 else "HEAD"
+    revision = args[2] if len(args) > 2 else last_api_client_revision()
+    revision = (
+        subprocess.run(
+            ["git", "rev-parse", "--short=12", revision], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+        or revision
+    )
     start = machine()
     found = compare(transactions, rounds, revision)
     found |= {"revision": revision, "rounds": rounds, "machine": start}

@@ -172,7 +172,10 @@ def ask_the_api(bnpl_api: SourceApiResource) -> None:
     assert bnpl_api.client().get_json("/health", {}) == {"status": "ok"}  # over HTTP
 
 
-@dg.job(resource_defs={"bnpl_api": SourceApiResource(source="bnpl", start_synthetic=True)}, executor_def=dg.in_process_executor)
+@dg.job(
+    resource_defs={"bnpl_api": SourceApiResource(source="bnpl", start_synthetic=True)},
+    executor_def=dg.in_process_executor,
+)
 def asks_the_api():
     """One step asking the synthetic API (the pipeline's resource, no URL) for its health."""
     ask_the_api()

@@ -8,7 +8,7 @@ import datetime as dt
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import dagster as dg
 from pydantic import Field
@@ -31,6 +31,7 @@ from etr_assets.run_request import RunRequestError, days_of_run
 from etr_assets.settings import Settings
 from etr_assets.sources.declaration import Resource, ResourceKind, declaration_files
 from etr_assets.sources.fetch import fetch_day
+from etr_assets.sources.http_fetch import SourceConfigError
 from etr_assets.tables.declared import SHIPPED_SOURCES, SOURCES, DeclaredSource, source
 
 # The settings the components of one `build_definitions` call build with (a Component is loaded without arguments).
@@ -50,10 +51,15 @@ class ApiSource(dg.Component, dg.Model, dg.Resolvable):
     """An HTTP API declared in YAML: client (base URL, auth, paginator, data selector) and resources (docs/sources.md).
     The file is parsed by etr_assets.sources.declaration, which names the file, line and field of any mistake."""
 
+    # Passed through as written: the declaration has no templates, and etr_assets.sources.declaration checks it.
     name: str = Field(description="The source's name: its asset group, raw-zone folder and table prefix")
     description: str = ""
-    client: dict[str, Any] = Field(description="base_url, auth, paginator, data_selector, page_size, retries")
-    resources: list[dict[str, Any]] = Field(description="The endpoints, each with its kind, columns and tables")
+    client: Annotated[dict[str, Any], dg.Resolver.passthrough()] = Field(
+        description="base_url, auth, paginator, data_selector, page_size, retries"
+    )
+    resources: Annotated[list[dict[str, Any]], dg.Resolver.passthrough()] = Field(
+        description="The endpoints, each with its kind, columns and tables"
+    )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         settings = _SETTINGS.get() or Settings.from_env()
@@ -120,7 +126,11 @@ def _raw_asset(settings: Settings, declared: DeclaredSource, resource: Resource)
             raise dg.Failure(description=str(mistake), metadata={REFUSED: True}) from None
         client_resource: SourceApiResource = getattr(context.resources, api)
         raw_zone: RawZoneResource = context.resources.raw_zone
-        client, zone = client_resource.client(), raw_zone.zone()  # a missing secret fails here, before any request
+        try:  # a variable the declaration names and the environment lacks: one line, before any request
+            client = client_resource.client()
+        except SourceConfigError as missing:
+            raise dg.Failure(description=str(missing)) from None
+        zone = raw_zone.zone()
         batches, records = {}, {}
         for day in map(dt.date.fromisoformat, context.partition_keys):
             try:

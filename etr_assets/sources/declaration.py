@@ -201,6 +201,11 @@ class SourceDeclaration:
         return [v for v in (self.client.base_url, *self.client.auth.fields.values()) if isinstance(v, FromEnv)]
 
 
+# libyaml's parser where installed (its marks carry the same lines), and the safe constructor for single values.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
 class _Node:
     """A YAML node with its file and field path: typed reads that fail naming `file:line: field`."""
 
@@ -236,7 +241,7 @@ class _Node:
     def scalar(self):
         if not isinstance(self.node, yaml.ScalarNode):
             raise self.fail("expected a single value")
-        return yaml.safe_load(yaml.serialize(self.node))
+        return _CONSTRUCTOR.construct_object(self.node, deep=True)
 
     def text(self) -> str:
         value = self.scalar()
@@ -588,7 +593,8 @@ def load_declaration(path: str | Path | Traversable) -> SourceDeclaration:
     """The source declared in a component file (`type: ...ApiSource`, `attributes: ...`)."""
     file = str(path)
     try:
-        document = yaml.compose((path if hasattr(path, "read_text") else Path(path)).read_text(encoding="utf-8"))
+        text = (path if hasattr(path, "read_text") else Path(path)).read_text(encoding="utf-8")
+        document = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as bad:
         mark = getattr(bad, "problem_mark", None)
         line = f"{mark.line + 1}" if mark else "?"

@@ -305,6 +305,7 @@ def connect(
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
+_WHITESPACE = " \t\n\r"
 # raw_decode's scanner without its wrapper: (value, end) of the JSON value starting exactly at a position.
 _SCAN = json.JSONDecoder().scan_once
 
@@ -331,13 +332,19 @@ def _texts_at(body: str, position: int, path: tuple[str, ...]) -> tuple[list[str
         if body[position] != "[":
             return None, _SCAN(body, position)[1]
         records, position = [], skip(position + 1)
-        while body[position] != "]":
-            end = _SCAN(body, position)[1]
-            records.append(body[position:end])
-            position = skip(end)
-            if body[position] == ",":
-                position = skip(position + 1)
-        return records, position + 1
+        if body[position] == "]":
+            return records, position + 1
+        append, scan = records.append, _SCAN
+        while True:  # the hot loop: a whitespace check before any regular expression (a compact body has none)
+            end = scan(body, position)[1]
+            append(body[position:end])
+            if body[end] in _WHITESPACE:
+                end = skip(end)
+            if body[end] == "]":
+                return records, end + 1
+            position = end + 1  # past the ","
+            if body[position] in _WHITESPACE:
+                position = skip(position)
     if body[position] != "{":
         return None, _SCAN(body, position)[1]
     found, position = None, skip(position + 1)

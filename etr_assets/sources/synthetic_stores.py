@@ -226,6 +226,7 @@ class RunningStoresApi(http.server.ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], config: StoresConfig, faults: StoresFaults) -> None:
         self.config, self._lock, self._stopped = config, threading.Lock(), False
+        self.requests_served = 0  # every request answered, /health included: what a client asked, for tests
         self.stopping = threading.Event()  # wakes requests sleeping for page_delay_seconds when the server stops
         self.set_faults(faults)
         super().__init__(address, _Handler)
@@ -278,6 +279,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        with self.server._lock:
+            self.server.requests_served += 1
         url = urllib.parse.urlsplit(self.path)
         if url.path == "/health":
             return self._send(200, {"status": "ok"})

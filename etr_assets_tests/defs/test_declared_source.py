@@ -17,7 +17,6 @@ from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_stores import StoresConfig, StoresFaults, checkins_for, serve, stores_as_of
 from etr_assets.tables.declared import source
 
-pytestmark = pytest.mark.slow  # whole-source runs through Dagster: CI and ./dev test, not the fast tier
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
 STORES = source("stores")
 HISTORY, CHECKINS = STORES.feeds["stores"].landing, STORES.raw_feed("checkins")
@@ -68,6 +67,7 @@ def model_history(days):
     return sorted(versions, key=lambda v: (v[0], v[5]))
 
 
+@pytest.mark.slow  # Spark through Dagster: CI and ./dev test, not the fast tier
 def test_three_days_load_raw_bronze_and_an_scd2_history_equal_to_the_model(settings, lake, stores_api):
     defs, instance = build_definitions(settings), DagsterInstance.ephemeral()
     for day in DAYS:
@@ -105,6 +105,7 @@ def test_three_days_load_raw_bronze_and_an_scd2_history_equal_to_the_model(setti
     assert metadata["raw/stores_checkins"]["dagster/partition_row_count"].value == expected[DAYS[-1]]
 
 
+@pytest.mark.slow  # Spark through Dagster: CI and ./dev test, not the fast tier
 def test_a_fetch_cut_midway_leaves_its_batch_unloaded_and_the_rerun_loads_the_whole_day(settings, lake, stores_api):
     defs, instance, raw = build_definitions(settings), DagsterInstance.ephemeral(), local_raw_zone(settings.raw_root)
     keys = [AssetKey(["raw", "stores_checkins"]), AssetKey(["bronze", "stores_checkins"])]
@@ -120,6 +121,7 @@ def test_a_fetch_cut_midway_leaves_its_batch_unloaded_and_the_rerun_loads_the_wh
     assert loaded == len(checkins_for(CONFIG, DAYS[0]))
 
 
+@pytest.mark.slow  # Spark through Dagster: CI and ./dev test, not the fast tier
 def test_malformed_records_are_quarantined_with_their_reason_and_the_rest_loads(settings, lake, stores_api):
     defs, instance = build_definitions(settings), DagsterInstance.ephemeral()
     keys = [AssetKey(["raw", "stores_checkins"]), AssetKey(["bronze", "stores_checkins"])]
@@ -132,6 +134,7 @@ def test_malformed_records_are_quarantined_with_their_reason_and_the_rest_loads(
     assert all(r["reason"] and r["raw_text"].startswith("{") for r in refused)
 
 
+@pytest.mark.slow  # Spark through Dagster: CI and ./dev test, not the fast tier
 def test_erasing_a_subject_reaches_the_declared_sources_tables_and_raw_zone_and_is_proven(settings, lake, stores_api):
     defs, instance = build_definitions(settings), DagsterInstance.ephemeral()
     keys = [AssetKey(["raw", "stores_checkins"]), AssetKey(["bronze", "stores_checkins"])]
@@ -151,3 +154,16 @@ def test_erasing_a_subject_reaches_the_declared_sources_tables_and_raw_zone_and_
     [batch] = raw.batches("stores", "checkins", DAYS[0])
     text = "".join(open(uri).read() for uri in raw.file_uris(batch))
     assert f'"customer_id": {subject},' not in text and f'"customer_id":{subject},' not in text
+
+
+def test_a_missing_secret_fails_the_run_at_its_start_naming_the_variable_before_any_request(settings, monkeypatch):
+    with serve(CONFIG) as api:
+        monkeypatch.setenv("STORES_API_URL", api.url)
+        monkeypatch.delenv("STORES_API_KEY", raising=False)
+        defs, instance = build_definitions(settings), DagsterInstance.ephemeral()
+        result = run(defs, DAYS[0], instance, [AssetKey(["raw", "stores_checkins"])], expect_success=False)
+        [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        message = failure.step_failure_data.user_failure_data.description
+        assert "STORES_API_KEY" in message and "stores/defs.yaml:" in message, message
+        assert api.requests_served == 0
+    assert not local_raw_zone(settings.raw_root).batches("stores", "checkins")  # not even a batch was started

@@ -21,6 +21,8 @@ DAY = "2025-01-02"
 def table_assets() -> set[dg.AssetKey]:
     """The assets that write a table: every declared source's bronze and histories, and the Python layers."""
     return {key for a in defs.assets for key in a.keys if key.path[0] != "raw"}
+
+
 RAW_AND_BRONZE = [dg.AssetKey(["raw", "bnpl_merchants"]), table_key(BRONZE_MERCHANTS)]
 
 

@@ -44,3 +44,23 @@ def test_skips_with_a_reason_when_nothing_is_stale(tmp_path):
     with build_sensor_context(resources={"raw_zone": RawZoneResource(root=settings.raw_root)}) as context:
         result = sensor(context)
     assert isinstance(result, SkipReason) and "no raw batch pending longer than 6 h" in result.skip_message
+
+
+def test_every_declared_source_is_watched_without_a_list_kept_by_hand(tmp_path):
+    """The suite's second API (declared in YAML only): its cut-off batches are fetched again, its histories rebuilt."""
+    settings = Settings(home=tmp_path, pending_alert_hours=6)
+    raw = local_raw_zone(settings.raw_root)
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(hours=9)
+    stores = raw.start_batch("stores", "stores", dt.date(2025, 1, 2), now=old)
+    checkins = raw.start_batch("stores", "checkins", dt.date(2025, 1, 2), now=old)
+    raw.seal(checkins, [], 0)
+
+    sensor = build_pending_batches_sensor(settings)
+    with build_sensor_context(resources={"raw_zone": RawZoneResource(root=settings.raw_root)}) as context:
+        requests = {r.run_key: r for r in sensor(context).run_requests}
+    assert requests[stores.key].asset_selection == [
+        AssetKey(["raw", "stores_stores"]),
+        AssetKey(["bronze", "stores_stores"]),
+        AssetKey(["landing", "stores_stores"]),
+    ]
+    assert requests[checkins.key].asset_selection == [AssetKey(["bronze", "stores_checkins"])]

@@ -136,6 +136,23 @@ def test_emr_serverless_parameters_and_the_shipped_package(tmp_path):
     names = zipfile.ZipFile(io.BytesIO(jobs.package_zip())).namelist()
     assert "etr_assets/remote/run_layer.py" in names and "etr_assets/pipeline/transactions.py" in names
     assert "etr_assets/lake/log4j2.properties" in names and not any("__pycache__" in n for n in names)
+    assert "etr_assets/defs/sources/bnpl/defs.yaml" in names  # the job finds every shipped source's layers
+
+
+def test_the_shipped_package_loads_its_declared_sources_from_inside_the_zip(tmp_path):
+    """What `--py-files` / `--extra-py-files` gives the job: the package zipped, its declarations read from the zip."""
+    import os
+    import subprocess
+    import sys
+
+    package = tmp_path / "etr_assets.zip"
+    package.write_bytes(jobs.package_zip())
+    probe = "import etr_assets, etr_assets.pipeline.layers as l; print(etr_assets.__file__); print(sorted(l.LAYERS))"
+    env = {**os.environ, "PYTHONPATH": str(package), "ETR_SOURCE_DIRS": ""}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    where, layers = out.stdout.splitlines()
+    assert where.startswith(str(package)) and "bronze/bnpl_transactions_raw" in layers and "landing/customers" in layers
 
 
 def test_a_request_without_a_known_layer_is_refused_by_name():
