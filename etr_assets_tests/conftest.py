@@ -11,7 +11,7 @@ import pytest
 # The suite's lake has a second declared source beside the shipped BNPL one (the stores API declared in
 # etr_assets_tests/sources/declared/): every list derived from the declarations (erasure, the pending-batch sensor,
 # IAM, bootstrap, `etr tables`) must cover it. Set before etr_assets.tables reads them; subprocesses inherit it.
-os.environ.setdefault("ETR_SOURCE_DIRS", str(Path(__file__).resolve().parent / "sources" / "declared"))
+os.environ["ETR_SOURCE_DIRS"] = str(Path(__file__).resolve().parent / "sources" / "declared")
 
 from etr_assets.settings import Settings  # noqa: E402
 

@@ -17,7 +17,7 @@ from etr_assets.tables import ALL_SPECS, spec_for
 from etr_assets.tables.feeds import RAW_FEEDS as FEEDS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
-RAW_FEEDS = {feed.endpoint: feed for feed in FEEDS}
+RAW_FEEDS = {f"{feed.source}/{feed.endpoint}": feed for feed in FEEDS}  # every declared source's
 
 
 class RollbackConfig(dg.Config):
@@ -58,7 +58,8 @@ def rollback_table():
 
 
 class AbandonBatchConfig(dg.Config):
-    endpoint: str = Field(description="Endpoint of the batch: " + ", ".join(RAW_FEEDS))
+    source: str = Field(default="bnpl", description="The declared source of the batch")
+    endpoint: str = Field(description="Endpoint of the batch, one of the source's: " + ", ".join(RAW_FEEDS))
     batch_id: str = Field(
         description="The pending batch, e.g. 2025-01-03_20250104T020000000000Z_a1b2c3 (named by the "
         "failed run, the bronze materialization's refused_pending_batches, or the pending-batch sensor)"
@@ -73,14 +74,15 @@ class AbandonBatchConfig(dg.Config):
 def abandon_raw_batch_op(
     context: dg.OpExecutionContext, config: AbandonBatchConfig, lake: LakeResource, raw_zone: RawZoneResource
 ) -> None:
-    if config.endpoint not in RAW_FEEDS:
-        raise dg.Failure(description=f"unknown endpoint {config.endpoint!r}; known: {', '.join(RAW_FEEDS)}")
+    if (feed := RAW_FEEDS.get(f"{config.source}/{config.endpoint}")) is None:
+        known = ", ".join(RAW_FEEDS)
+        raise dg.Failure(description=f"unknown endpoint {config.source}/{config.endpoint}; known: {known}")
     try:
         record = abandon_batch(
             lake.session(),
             lake.catalog,
             raw_zone.zone(),
-            RAW_FEEDS[config.endpoint],
+            feed,
             config.batch_id,
             config.reason,
             context.run_id,

@@ -86,6 +86,7 @@ class SourceApiResource(dg.ConfigurableResource):
     synthetic_transactions_per_day: int = 200
     _url: str = PrivateAttr(default="")
     _run: ExitStack | None = PrivateAttr(default=None)  # the run's scope: the synthetic API stops with it
+    _secrets: dict[str, str] = PrivateAttr(default_factory=dict)  # the synthetic API's own credentials
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[SourceApiResource]:
@@ -99,14 +100,32 @@ class SourceApiResource(dg.ConfigurableResource):
 
         declaration = source(self.source).declaration
         url = self._url or self.base_url or _from_environment(declaration.client.base_url)
+        secrets = None
         if not url and self.start_synthetic and declaration.client.synthetic and self._run is not None:
-            from etr_assets.sources.synthetic_api import ApiConfig, serve
-
-            config = ApiConfig(self.synthetic_seed, self.synthetic_transactions_per_day, token=LOCAL_API_TOKEN)
-            self._url = url = self._run.enter_context(serve(config)).url
+            running, self._secrets = self._run.enter_context(self._synthetic(declaration.client.synthetic))
+            self._url = url = running.url
             dg.get_dagster_logger().info(f"{API_STARTED} on {self._url} for this run")
-        secrets = {name: LOCAL_API_TOKEN for name in declaration.client.auth.fields} if self._url else None
+        if self._url:
+            secrets = self._secrets
         return connect(declaration, os.environ, base_url=url or None, secrets=secrets, page_size=self.page_size or None)
+
+    @contextmanager
+    def _synthetic(self, name: str):
+        """The synthetic API `name` on loopback, and the (not secret) credentials it accepts."""
+        if name == "stores":
+            from etr_assets.sources.synthetic_stores import StoresConfig
+            from etr_assets.sources.synthetic_stores import serve as serve_stores
+
+            config = StoresConfig()
+            with serve_stores(config) as running:
+                yield running, {"api_key": config.api_key}
+            return
+        from etr_assets.sources.synthetic_api import ApiConfig, serve
+
+        with serve(
+            ApiConfig(self.synthetic_seed, self.synthetic_transactions_per_day, token=LOCAL_API_TOKEN)
+        ) as running:
+            yield running, {"token": LOCAL_API_TOKEN}
 
 
 def _from_environment(value) -> str:

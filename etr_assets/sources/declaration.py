@@ -17,6 +17,7 @@ import yaml
 from etr_assets.errors import EtrError
 
 IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]*$")
+SYNTHETIC_APIS = ("bnpl", "stores")  # what `client.synthetic` may name: etr_assets.sources.synthetic_*
 COLUMN_TYPES = ("string", "bigint", "int", "float", "double", "boolean", "date", "timestamp")
 DECIMAL = re.compile(r"^decimal\(\d+,\s*\d+\)$")
 
@@ -65,7 +66,7 @@ AUTH_FIELDS: Mapping[AuthType, tuple[tuple[str, bool, bool], ...]] = {
         ("scopes", False, False),
     ),
 }
-# Each paginator's options with their defaults (dlt's names and defaults).
+# Each paginator's options with their defaults (dlt's names; `total_path` defaults to none: stop at an empty page).
 PAGINATOR_OPTIONS: Mapping[PaginatorType, Mapping[str, object]] = {
     PaginatorType.SINGLE_PAGE: {},
     PaginatorType.PAGE_NUMBER: {"page_param": "page", "base_page": 1, "total_path": None, "maximum_page": None},
@@ -371,10 +372,15 @@ def _client(node: _Node) -> Client:
         size = int(page["value"].number(1, integer=True))
         size_param = page["param"].text() if "param" in page else None
     retries = fields["retries"].mapping(("attempts", "max_delay_seconds")) if "retries" in fields else {}
+    paginator = _paginator(fields["paginator"])
+    if paginator.type == PaginatorType.OFFSET and size is None:
+        raise fields["paginator"].fail("an offset paginator needs page_size: {value: N}, the limit of each page")
+    if "synthetic" in fields and (name := fields["synthetic"].identifier()) not in SYNTHETIC_APIS:
+        raise fields["synthetic"].fail(f"{name!r} is not a synthetic API; there are {', '.join(SYNTHETIC_APIS)}")
     return Client(
         base_url=fields["base_url"].text_or_env(secret=False),
         auth=_auth(fields["auth"]) if "auth" in fields else Auth(AuthType.NONE, {}),
-        paginator=_paginator(fields["paginator"]),
+        paginator=paginator,
         data_selector=tuple(k for k in selector.split(".") if k and k != "$"),
         page_size=size,
         page_size_param=size_param,
@@ -539,6 +545,9 @@ def _resource(node: _Node) -> Resource:
         _require(check, ("description", "sql"), item)
         checks.append(RecordCheck(check["description"].text(), check["sql"].text()))
     history = _table_options(fields["history"], names) if "history" in fields else TableOptions()
+    if listed := [c.name for c in history.columns]:
+        if missing := [c for c in (key, sequence) if c and c not in listed]:
+            raise fields["history"].fail(f"history columns must include {missing[0]} (the key, or the sequence)")
     return Resource(
         name=fields["name"].identifier(),
         path=endpoint["path"].text(),

@@ -60,7 +60,12 @@ _HISTORY = {**_SMALL, **MERGE_ON_READ, ROW_GROUP_SIZE: str(8 * MIB), "read.split
 
 
 def quarantine_spec(
-    endpoint: str, subject: Column | None = None, key: Column | None = None, name: str | None = None
+    endpoint: str,
+    subject: Column | None = None,
+    key: Column | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    properties: dict[str, str] | None = None,
 ) -> TableSpec:
     """`bronze.quarantine_<endpoint>`, erasable by subject (raw text may hold personal data). `key`: kept when
     readable, since a refused record of a full snapshot still says its key was in it (SCD2 keeps the key)."""
@@ -72,7 +77,8 @@ def quarantine_spec(
     return TableSpec(
         namespace="bronze",
         name=name or f"quarantine_{endpoint}",
-        description=f"Records of the {endpoint} endpoint that failed validation: raw text, reason, file and line",
+        description=description
+        or f"Records of the {endpoint} endpoint that failed validation: raw text, reason, file and line",
         columns=(
             Column("_batch_id", "string", "Raw-zone batch", required=True),
             Column("_batch_day", "date", "Business day of the batch", required=True),
@@ -84,7 +90,7 @@ def quarantine_spec(
             _QUARANTINED_AT,
         ),
         partition_by=("days(_batch_day)",),
-        properties={TARGET_FILE_SIZE: str(8 * MIB)},
+        properties={TARGET_FILE_SIZE: str(8 * MIB), **(properties or {})},
         subject_column=subject.name if subject else None,
     )
 
@@ -154,6 +160,8 @@ def _feed(source: SourceDeclaration, resource: Resource) -> RawFeed | EntityFeed
         subject,
         columns[resource.key] if full else None,
         resource.quarantine.table or f"quarantine_{default_name}",
+        resource.quarantine.description,
+        dict(resource.quarantine.properties),
     )
     if not entities:
         return RawFeed(source.name, resource.name, bronze, quarantine, day_column=day, record_day_column=day)

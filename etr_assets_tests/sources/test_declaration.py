@@ -21,6 +21,7 @@ attributes:
     auth: {type: bearer, token: {env: SHOP_TOKEN}}
     paginator: {type: offset, limit_param: limit}
     data_selector: result.items
+    page_size: {param: limit, value: 100}
   resources:
     - name: orders
       endpoint: {path: /orders, day: {param: day}}
@@ -103,22 +104,33 @@ def test_the_test_suites_second_api_declares_entities_without_update_times_and_e
         (
             "{name: day, type: date, required: true}",
             "{name: day, type: dat}",
-            "17: .*columns\\[1\\].type: unknown type 'dat'",
+            "18: .*columns\\[1\\].type: unknown type 'dat'",
         ),
         ("type: bearer", "type: kerberos", "6: attributes.client.auth.type: 'kerberos' is not one of none, bearer"),
         ("{type: offset,", "{type: scroll,", "7: attributes.client.paginator.type: 'scroll' is not one of"),
-        ("      key: shop_id", "      key: shop", "22: attributes.resources\\[1\\].key: 'shop' is not a column"),
+        ("      key: shop_id", "      key: shop", "23: attributes.resources\\[1\\].key: 'shop' is not a column"),
         ("token: {env: SHOP_TOKEN}", "token: s3cr3t", "6: attributes.client.auth.token: a secret is never written"),
         (
             "      kind: entities",
             "      kind: entities\n      colour: red",
-            "22: attributes.resources\\[1\\].colour: unknown",
+            "23: attributes.resources\\[1\\].colour: unknown",
         ),
-        ("      day_column: day\n", "", "10: attributes.resources\\[0\\]: an events resource needs day_column"),
+        ("      day_column: day\n", "", "11: attributes.resources\\[0\\]: an events resource needs day_column"),
         (
             "{name: city, type: string, path: address.city}",
             "{name: city, type: string, pii: true}",
-            "10: attributes.resources\\[0\\]: columns city hold personal data: name the subject",
+            "11: attributes.resources\\[0\\]: columns city hold personal data: name the subject",
+        ),
+        (
+            "    page_size: {param: limit, value: 100}\n",
+            "",
+            "7: attributes.client.paginator: an offset paginator needs",
+        ),
+        ("    data_selector: result.items", "    synthetic: shop", "8: attributes.client.synthetic: 'shop' is not a"),
+        (
+            "      key: shop_id\n",
+            "      key: shop_id\n      history: {columns: [name]}\n",
+            "24: attributes.resources\\[1\\].history: history columns must include shop_id",
         ),
     ],
 )
