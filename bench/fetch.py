@@ -8,7 +8,8 @@ declared BNPL source (etr_assets/defs/sources/bnpl/defs.yaml, dlt's REST client)
 (started fresh, its imports timed apart from the fetch), so the server never shares a GIL with a client. An untimed
 request first has the server build the day; then the sides alternate, each first in every other round. Both sides
 must store the same bytes (every part file hashed in order). Prints JSON: every run's seconds, the best and median of
-each side, the ratios now/then, and the load average at start, end and around each run.
+each side, the ratios now/then, the CPU seconds of each client (its process, writers included) and of the server
+(this process) during each run, and the load average at start, end and around each run.
 """
 
 from __future__ import annotations
@@ -42,14 +43,14 @@ imported = time.perf_counter() - started
 url, token, day, root, size = sys.argv[1:6]
 client = {client}
 raw = local_raw_zone(root)
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 batch, manifest = fetch_day(client, raw, "transactions", dt.date.fromisoformat(day))
-seconds = time.perf_counter() - started
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 digest = hashlib.sha256()
 for name in manifest.files:
     digest.update(raw.storage.read_bytes(f"{{batch.key}}/{{name}}"))
 import etr_assets
-print(json.dumps({{"seconds": seconds, "import_seconds": imported, "records": manifest.records,
+print(json.dumps({{"seconds": seconds, "cpu_seconds": cpu, "import_seconds": imported, "records": manifest.records,
                   "files": len(manifest.files), "sha256": digest.hexdigest(), "package": etr_assets.__path__[0]}}))
 """
 CHILDREN = {
@@ -104,13 +105,18 @@ def fetch(side: str, tree: Path, url: str, token: str, root: Path) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, "-c", CHILDREN[side], url, token, DAY.isoformat(), str(root), str(PAGE_SIZE)]
-    load_before = os.getloadavg()[0]
+    load_before, server_cpu = os.getloadavg()[0], time.process_time()  # this process: the server's threads
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    server_cpu = time.process_time() - server_cpu
     if done.returncode:
         raise SystemExit(f"bench.fetch: the {side} fetch failed:\n{done.stderr[-3000:]}")
     shutil.rmtree(root, ignore_errors=True)
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    return {**found, "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    return {
+        **found,
+        "server_cpu_seconds": server_cpu,
+        "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 def compare(transactions: int, rounds: int, revision: str) -> dict:
@@ -135,8 +141,9 @@ def compare(transactions: int, rounds: int, revision: str) -> dict:
                     for side in order:
                         run = fetch(side, trees[side], api.url, api.config.token, Path(folder) / "raw")
                         runs[side].append(run)
+                        cpu = f"cpu: client {run['cpu_seconds']:.2f} s, server {run['server_cpu_seconds']:.2f} s"
                         print(
-                            f"round {number + 1} {side}: {run['seconds']:.2f} s, load {run['load_1min']}",
+                            f"round {number + 1} {side}: {run['seconds']:.2f} s ({cpu}), load {run['load_1min']}",
                             file=sys.stderr,
                         )
         finally:
@@ -149,6 +156,8 @@ def compare(transactions: int, rounds: int, revision: str) -> dict:
     if {(r["records"], r["sha256"]) for r in every} != {(every[0]["records"], every[0]["sha256"])}:
         raise SystemExit(f"bench.fetch: the sides stored different records: {runs}")
     seconds = {side: [round(r["seconds"], 2) for r in found] for side, found in runs.items()}
+    cpu = {side: [round(r["cpu_seconds"], 2) for r in found] for side, found in runs.items()}
+    server_cpu = {side: [round(r["server_cpu_seconds"], 2) for r in found] for side, found in runs.items()}
     best = {side: min(values) for side, values in seconds.items()}
     median = {side: statistics.median(values) for side, values in seconds.items()}
     return {
@@ -158,12 +167,15 @@ def compare(transactions: int, rounds: int, revision: str) -> dict:
         "page_size": PAGE_SIZE,
         "server_build_seconds": round(build, 1),
         "seconds": seconds,
+        "client_cpu_seconds": cpu,
+        "server_cpu_seconds": server_cpu,
         "import_seconds": {side: [round(r["import_seconds"], 2) for r in found] for side, found in runs.items()},
         "load_1min_around_each_run": {side: [r["load_1min"] for r in found] for side, found in runs.items()},
         "best": best,
         "median": median,
         "now / then (best)": ratio(best["now"], best["then"]),
         "now / then (median)": ratio(median["now"], median["then"]),
+        "client cpu now / then (median)": ratio(statistics.median(cpu["now"]), statistics.median(cpu["then"])),
         "same bytes stored": True,
     }
 

@@ -300,13 +300,13 @@ def connect(
             )
         return found
 
+    url = base_url or resolve(declaration.client.base_url)  # first, as in the file
     given = dict(secrets or {})
     resolved = {
         name: resolve(value)
         for name, value in declaration.client.auth.fields.items()
         if isinstance(value, FromEnv) and name not in given
     }
-    url = base_url or resolve(declaration.client.base_url)
     return SourceClient(declaration, str(url), {**resolved, **given}, page_size=page_size)
 
 
@@ -416,16 +416,20 @@ def _reference(declaration: SourceDeclaration, request: Request) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    """What failed, without the request's URL (its query may hold an API key): urllib3's reason when there is one."""
+    """What failed, in one line without the request's URL (its query may hold an API key): urllib3's reason."""
     reason = exc.args[0] if exc.args else exc
-    reason = getattr(reason, "reason", reason)
-    return str(reason) or type(exc).__name__
+    reason = getattr(reason, "reason", reason)  # a MaxRetryError wraps the connection's error
+    if isinstance(reason, BaseException) and reason.args and isinstance(reason.args[0], str):
+        reason = reason.args[0]  # a ProtocolError's text without its repr of the cause
+    return " ".join(str(reason).split()) or type(exc).__name__
 
 
 def _error_detail(response: Response) -> str:
+    """The body's `error` (or its text), in one line of at most 300 characters."""
     text = response.content.decode("utf-8", "replace")
     try:
         document = json.loads(text)
     except ValueError:
-        return text[:300] or (response.reason or "no detail")
-    return str(document.get("error", text) if isinstance(document, dict) else text)[:300]
+        document = None
+    detail = str(document.get("error", text)) if isinstance(document, dict) else text
+    return " ".join(detail.split())[:300] or response.reason or "no detail"

@@ -390,6 +390,22 @@ def test_a_body_cut_short_is_retried(server, tmp_path):
     assert len(server.requests) == 2
 
 
+def test_a_timeout_is_retried_then_reported_in_one_line(server, tmp_path):
+    def route(seen, n):
+        time.sleep(0.3)
+        return 502, {}, b"<html>\n<body>bad\n gateway</body>\n</html>"
+
+    server.routes["/items"] = route
+    client = client_for(server, bearer(tmp_path, "single_page"), {"token": "t"}, timeout=0.1, **QUICK)
+    with pytest.raises(ApiError, match=r"/items failed after 3 attempts; last: connection failed: .*Read timed out"):
+        fetch(client)
+    assert len(server.requests) == 3
+    server.routes["/items"] = lambda seen, n: (502, {}, b"<html>\n<body>bad\n gateway</body>\n</html>")
+    with pytest.raises(ApiError) as failure:
+        fetch(dataclasses.replace(client, timeout=5))
+    assert str(failure.value).endswith("last: 502: <html> <body>bad gateway</body> </html>")
+
+
 def test_a_refused_connection_is_retried_then_reported(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -464,8 +480,11 @@ def test_a_missing_variable_is_named_before_any_request(server, tmp_path):
 
 
 def test_an_offset_paginator_needs_a_page_size(tmp_path):
+    declared = declare(tmp_path, {"paginator": "offset", "page_size": {"value": 10}})
+    unsized = dataclasses.replace(declared, client=dataclasses.replace(declared.client, page_size=None))
     with pytest.raises(SourceConfigError, match="offset paginator .* declare client.page_size"):
-        SourceClient(declare(tmp_path, {"paginator": "offset"}), "http://127.0.0.1:9")
+        SourceClient(unsized, "http://127.0.0.1:9")
+    assert SourceClient(unsized, "http://127.0.0.1:9", page_size=5).page_size == 5
 
 
 def test_get_json_is_one_get_of_an_object(server, tmp_path):
