@@ -159,3 +159,20 @@ def test_two_sources_of_one_name_are_refused(tmp_path):
     declare(tmp_path, MINIMAL, "copy")
     with pytest.raises(DeclarationError, match="source shop is declared twice"):
         load_sources((tmp_path,))
+
+
+def test_dg_check_defs_reports_the_same_line(tmp_path):
+    """`dg check defs` on the project with a folder of declarations holding a mistake: it fails with the line."""
+    import os
+    import subprocess
+    import sys
+
+    path = declare(tmp_path, MINIMAL.replace("{name: day, type: date, required: true}", "{name: day, type: dat}"))
+    with pytest.raises(DeclarationError) as raised:
+        load_sources((tmp_path,))
+    dg = Path(sys.executable).parent / "dg"
+    env = {**os.environ, "ETR_SOURCE_DIRS": str(tmp_path), "PYTHONWARNINGS": "ignore"}
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([dg, "check", "defs"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and str(raised.value) in done.stdout + done.stderr
+    assert str(raised.value).startswith(f"{path}:18: ")
