@@ -49,6 +49,13 @@ TABLE_LAYERS = (
 )
 LAYERS = (RAW_FETCH, *TABLE_LAYERS)
 HISTORY_DAYS = (30, 365)
+
+
+def _layers_of(declared) -> set[str]:
+    """A declared source's table layers (`namespace/name`, as etr_assets.pipeline.layers names them)."""
+    return {f"{spec.namespace}/{spec.name}" for spec in declared.specs}
+
+
 PER_DAY = 10_000
 VOLUME = 999_999  # the synthetic API's most a day (transaction ids carry a six-digit sequence)
 HISTORY_TARGET = 1.2  # day N+1 / day 1, every layer, at the longest history
@@ -70,27 +77,28 @@ class Pipeline:
     memory: JvmPeak
 
     def client(self, page_size: int):
-        from etr_assets.sources.api_client import ApiClient
+        """The declared BNPL source's client on the synthetic API."""
+        from etr_assets.sources.http_fetch import SourceClient
+        from etr_assets.tables.declared import source
 
-        return ApiClient(self.api.url, self.api.config.token, page_size, 120.0)
+        token = {"token": self.api.config.token}
+        return SourceClient(source("bnpl").declaration, self.api.url, token, page_size=page_size, timeout=120.0)
 
     def fetch(self, days: list[dt.date], page_size: int) -> dict:
-        from etr_assets.sources.fetch import ENDPOINTS, fetch_day
+        from etr_assets.sources.fetch import fetch_day
 
         client, records = self.client(page_size), 0
         for day in days:
-            for endpoint in ENDPOINTS:
+            for endpoint in client.declaration.names:
                 records += fetch_day(client, self.raw, endpoint, day)[1].records
         return {"rows_written": records}
 
     def prepare_source(self, day: dt.date) -> None:
         """Ask for each endpoint's first record of `day`: the synthetic API builds a day's list on its first request
         (about a minute at 999,999 transactions), a cost of the source, not of the pipeline's fetch."""
-        from etr_assets.sources.fetch import ENDPOINTS
-
         client = self.client(1)
-        for path, parameter in ENDPOINTS.values():
-            client.get_json(path, {parameter: day.isoformat(), "page": 1, "page_size": 1})
+        for resource in client.declaration.resources:
+            next(client.iter_record_texts(resource, day))  # the first page only
 
     def build(self, layer: str, days: list[dt.date], run_id: str) -> dict:
         from etr_assets.lake.wap import branch_name
@@ -198,13 +206,14 @@ def new_pipeline(lake: Lake, name: str, api, memory: JvmPeak) -> Pipeline:
 
 
 def daily_page_size(settings, transactions: int) -> int:
-    """The run's page size (ETR_API_PAGE_SIZE), unless the day would need more pages than the client follows (its
-    max_pages guards against an API that pages for ever): then the API's largest page."""
-    from etr_assets.sources.api_client import MAX_PAGES
+    """The run's page size (ETR_API_PAGE_SIZE), unless the day would need more pages than the client follows (the
+    source's max_pages guards against an API that pages for ever): then the API's largest page."""
     from etr_assets.sources.synthetic_api import ApiConfig
+    from etr_assets.tables.declared import source
 
     pages = transactions * 1.03 / settings.api_page_size + 1  # the feed re-sends about 3% as stale copies
-    return settings.api_page_size if pages < MAX_PAGES else ApiConfig.max_page_size
+    max_pages = source("bnpl").declaration.client.max_pages
+    return settings.api_page_size if pages < max_pages else ApiConfig.max_page_size
 
 
 # --- the floor ----------------------------------------------------------------------------------------------------
@@ -214,11 +223,10 @@ def floor_once(pipeline: Pipeline, day: dt.date, out: Path) -> tuple[float, dict
     from pyspark.sql import types as T
 
     from etr_assets.lake.frames import spark_type
-    from etr_assets.sources.fetch import SOURCE
     from etr_assets.tables.feeds import TRANSACTIONS
 
     spark = pipeline.spark
-    files = pipeline.raw.file_uris(pipeline.raw.latest_sealed(SOURCE, "transactions", day))
+    files = pipeline.raw.file_uris(pipeline.raw.latest_sealed(TRANSACTIONS.source, TRANSACTIONS.endpoint, day))
     schema = T.StructType([T.StructField(c.name, spark_type(c.type), True) for c in TRANSACTIONS.api_columns])
 
     def read_and_write() -> int:
@@ -436,8 +444,12 @@ def run(
     volume: int | None = None,
 ) -> dict:
     from etr_assets.pipeline.layers import LAYERS as PIPELINE_LAYERS
+    from etr_assets.tables.declared import SOURCES
 
-    missing, unknown = set(PIPELINE_LAYERS) - set(TABLE_LAYERS), set(TABLE_LAYERS) - set(PIPELINE_LAYERS)
+    # etr_pipeline's layers: the BNPL source's and the Python ones, not those of other declared sources.
+    others = {layer for declared in SOURCES if declared.name != "bnpl" for layer in _layers_of(declared)}
+    built = set(PIPELINE_LAYERS) - others
+    missing, unknown = built - set(TABLE_LAYERS), set(TABLE_LAYERS) - built
     if missing or unknown:  # a daily run builds every layer: so must this benchmark
         raise SystemExit(f"bench history: TABLE_LAYERS misses {sorted(missing)} and names unknown {sorted(unknown)}")
     histories = [n for n in (days if days is not None else HISTORY_DAYS) if n > 0]

@@ -43,14 +43,23 @@ def through_dagster(defs, day: dt.date) -> int:
 def through_library(spark, settings: Settings, day: dt.date) -> int:
     from etr_assets.lake.wap import branch_name
     from etr_assets.pipeline import transactions as pipeline
-    from etr_assets.sources.api_client import ApiClient
     from etr_assets.sources.fetch import fetch_day
+    from etr_assets.sources.http_fetch import connect
     from etr_assets.sources.raw_zone import local_raw_zone
     from etr_assets.sources.synthetic_api import ApiConfig, serve
+    from etr_assets.tables.declared import source
 
     raw = local_raw_zone(settings.raw_root)
     with serve(ApiConfig(seed=settings.api_seed, transactions_per_day=settings.api_transactions_per_day)) as api:
-        fetch_day(ApiClient(api.url, "etr-local-token", settings.api_page_size, 30.0), raw, "transactions", day)
+        # the declared BNPL source's client (its declared 30 s timeout)
+        client = connect(
+            source("bnpl").declaration,
+            {},
+            base_url=api.url,
+            secrets={"token": "etr-local-token"},
+            page_size=settings.api_page_size,
+        )
+        fetch_day(client, raw, "transactions", day)
     days = [day]
     pipeline.load_bronze(spark, settings.catalog, raw, days, max_reject_rate=settings.max_reject_rate)
     pipeline.build_silver(spark, settings.catalog, days, audit_branch=branch_name(uuid.uuid4().hex))

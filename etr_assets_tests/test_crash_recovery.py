@@ -44,7 +44,6 @@ from pathlib import Path
 
 import pytest
 
-from etr_assets.sources.fetch import SOURCE
 from etr_assets.sources.raw_zone import COMPLETE, local_raw_zone
 from etr_assets.sources.synthetic_api import (
     ApiConfig,
@@ -53,7 +52,7 @@ from etr_assets.sources.synthetic_api import (
     transactions_for,
 )
 from etr_assets.tables.entities import BRONZE_CUSTOMERS, LANDING_CUSTOMERS
-from etr_assets.tables.feeds import QUARANTINE_CUSTOMERS, QUARANTINE_TRANSACTIONS
+from etr_assets.tables.feeds import QUARANTINE_CUSTOMERS, QUARANTINE_TRANSACTIONS, TRANSACTIONS
 from etr_assets.tables.transactions import (
     BRONZE_TRANSACTIONS,
     GOLD_DAILY_SUMMARY,
@@ -81,6 +80,7 @@ TABLE_STEPS = (
 IN_STEP_S = 4.0  # a kill lands up to this long after its step started (a step takes seconds here)
 RUN_TIMEOUT_S = 420
 ENDPOINTS = ("transactions", "customers")
+SOURCE = TRANSACTIONS.source  # the BNPL source, as declared
 
 
 # --- the runs ------------------------------------------------------------------------------------------------

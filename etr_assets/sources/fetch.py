@@ -12,16 +12,8 @@ from etr_assets.sources.raw_zone import Batch, BatchManifest, RawZone
 if TYPE_CHECKING:
     from etr_assets.sources.http_fetch import SourceClient
 
-SOURCE = "bnpl"  # the BNPL source's name (its declaration's): being replaced by the declaration at the importers
 WRITERS = 2  # pages stored at once, while the next page downloads
 PAGES_IN_FLIGHT = 8  # pages held in memory waiting to be stored, at most
-# endpoint name -> (path, name of the day parameter), as etr_assets/defs/sources/bnpl/defs.yaml declares them; being
-# replaced by the declaration at the importers
-ENDPOINTS = {
-    "transactions": ("/v1/transactions", "date"),
-    "customers": ("/v1/customers", "as_of"),
-    "merchants": ("/v1/merchants", "as_of"),
-}
 
 
 def fetch_day(client: SourceClient, raw: RawZone, endpoint: str, day: dt.date) -> tuple[Batch, BatchManifest]:

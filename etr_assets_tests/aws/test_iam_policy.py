@@ -108,10 +108,10 @@ def test_every_object_bootstrap_writes_is_covered_and_nothing_else_is(aws_settin
 
 def test_in_the_raw_zone_only_open_batch_index_entries_can_be_deleted():
     """Loading removes an open batch's index entry once the batch is complete; raw files and markers stay."""
-    from etr_assets.sources.fetch import ENDPOINTS
+    from etr_assets.tables.declared import source
 
     policy = iam.iam_policy(ALL_SPECS, RAW_FEEDS, bucket="b")
-    for endpoint in ENDPOINTS:
+    for endpoint in source("bnpl").declaration.names:
         entry = f"arn:aws:s3:::b/raw/bnpl/{endpoint}/_pending/2025-01-01_20250102T020000000000Z_a1b2c3"
         assert allowed(policy, "s3:DeleteObject", entry) and allowed(policy, "s3:PutObject", entry)
         for kept in (".pending", "_manifest.json", ".complete", "part-00001.jsonl"):

@@ -15,9 +15,10 @@ from dagster import DagsterInstance
 from etr_assets.definitions import build_definitions
 from etr_assets.run_summary import summarize_run
 from etr_assets.settings import Settings
-from etr_assets.sources.fetch import ENDPOINTS, SOURCE
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables import ALL_SPECS
+from etr_assets.tables.declared import source
+from etr_assets.tables.feeds import TRANSACTIONS
 from etr_assets_tests.small_disk import small_disk
 
 pytestmark = pytest.mark.slow  # six runs of the whole pipeline (two cut short): CI and ./dev test only
@@ -36,6 +37,8 @@ LOAD_COLUMNS = {
     "run_id",
 }
 STACK_MARKERS = ("\tat ", "Traceback", "py4j", "Py4J", "org.apache.")
+SOURCE = TRANSACTIONS.source  # the BNPL source, as declared
+ENDPOINTS = source(SOURCE).declaration.names  # its resources
 
 
 def run_day(defs, instance, day):

@@ -323,14 +323,14 @@ def test_an_empty_reply_for_a_loaded_day_fails_and_leaves_the_day_until_a_run_sa
     lake, settings, raw
 ):
     from etr_assets.lake.bronze import BadInputError
-    from etr_assets.sources.fetch import SOURCE
+    from etr_assets.tables.feeds import TRANSACTIONS
 
     day = DAYS[0]
     pipeline.load_bronze(lake, settings.catalog, raw, [day])
     table = BRONZE_TRANSACTIONS.qualified(settings.catalog)
     loaded = lake.table(table).where(f"transaction_date = DATE'{day}'").count()
     snapshots = lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
-    empty = raw.start_batch(SOURCE, "transactions", day)  # the API answered 200 with no transaction
+    empty = raw.start_batch(TRANSACTIONS.source, TRANSACTIONS.endpoint, day)  # the API answered 200 with no transaction
     raw.seal(empty, [], 0)
 
     with pytest.raises(BadInputError) as refused:
@@ -339,8 +339,8 @@ def test_an_empty_reply_for_a_loaded_day_fails_and_leaves_the_day_until_a_run_sa
     assert empty.key in message and f"from {loaded} to 0 rows" in message and "max_day_shrink" in message
     assert lake.table(table).where(f"transaction_date = DATE'{day}'").count() == loaded
     assert lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots  # nothing committed
-    assert empty in raw.pending(SOURCE, "transactions")
+    assert empty in raw.pending(TRANSACTIONS.source, TRANSACTIONS.endpoint)
 
     pipeline.load_bronze(lake, settings.catalog, raw, [day], max_day_shrink=1.0)  # the source really emptied it
     assert lake.table(table).where(f"transaction_date = DATE'{day}'").count() == 0
-    assert empty not in raw.pending(SOURCE, "transactions")
+    assert empty not in raw.pending(TRANSACTIONS.source, TRANSACTIONS.endpoint)

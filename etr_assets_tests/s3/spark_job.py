@@ -46,10 +46,11 @@ def s3_client(settings):
 def run_pipeline(args: dict) -> dict:
     from etr_assets.lake.session import get_spark, spark_conf
     from etr_assets.pipeline import transactions as pipeline
-    from etr_assets.sources.api_client import ApiClient
     from etr_assets.sources.fetch import fetch_day
+    from etr_assets.sources.http_fetch import connect
     from etr_assets.sources.s3_storage import s3_raw_zone
     from etr_assets.sources.synthetic_api import ApiConfig, serve
+    from etr_assets.tables.declared import source
     from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
     settings = settings_from(args)
@@ -59,10 +60,16 @@ def run_pipeline(args: dict) -> dict:
 
     start = time.monotonic()
     with serve(ApiConfig(transactions_per_day=settings.api_transactions_per_day)) as api:
-        client = ApiClient(api.url, api.config.token, page_size=25)
+        # the declared BNPL source's client (this script runs outside the tests' package: no etr_assets_tests)
+        declaration, secrets = source("bnpl").declaration, {"token": api.config.token}
+
+        def bnpl_client(page_size: int):
+            return connect(declaration, {}, base_url=api.url, secrets=secrets, page_size=page_size)
+
+        client = bnpl_client(25)
         batches = [fetch_day(client, raw, "transactions", day)[0].batch_id for day in days]
         for day in days:  # the SCD2 ingestion too: customers as of each day
-            fetch_day(ApiClient(api.url, api.config.token, page_size=500), raw, "customers", day)
+            fetch_day(bnpl_client(500), raw, "customers", day)
     timings["fetch"] = time.monotonic() - start
 
     start = time.monotonic()

@@ -113,12 +113,13 @@ def catalog_rows(settings: Settings) -> dict[str, str]:
 def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog(lake, tmp_path):
     from etr_assets.lake.metadata import table_stats
     from etr_assets.lake.session import S3A_JARS
-    from etr_assets.sources.fetch import SOURCE
     from etr_assets.sources.s3_storage import s3_raw_zone
     from etr_assets.sources.synthetic_api import ApiConfig, transactions_for
+    from etr_assets.tables.feeds import TRANSACTIONS
     from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
     settings, client = lake
+    source = TRANSACTIONS.source  # the BNPL source, as declared
     job = start_job("pipeline", job_args(settings, days=[d.isoformat() for d in DAYS]), tmp_path)
     (result,) = finish_jobs([job], tmp_path)
     layers, tables = result["layers"], result["tables"]
@@ -149,7 +150,7 @@ def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog
     # Bronze read the raw zone from S3 through S3A.
     assert result["bronze_source_files"]
     assert all(
-        f.startswith(f"s3a://{settings.bucket}/raw/{SOURCE}/transactions/") for f in result["bronze_source_files"]
+        f.startswith(f"s3a://{settings.bucket}/raw/{source}/transactions/") for f in result["bronze_source_files"]
     )
 
     # Every data and metadata file of every table is an object in the moto bucket, under warehouse/.
@@ -185,9 +186,9 @@ def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog
     # The raw batches are marked complete in S3, naming the bronze commit that holds them.
     raw = s3_raw_zone(client, settings.bucket)
     for day, batch_id in zip(DAYS, result["batches"]):
-        (batch,) = raw.batches(SOURCE, "transactions", day)
+        (batch,) = raw.batches(source, "transactions", day)
         assert batch.batch_id == batch_id
-        assert raw.is_complete(batch) and raw.uncommitted(SOURCE, "transactions", day) == []
+        assert raw.is_complete(batch) and raw.uncommitted(source, "transactions", day) == []
         marker = json.loads(raw.storage.read_bytes(f"{batch.key}/.complete"))
         assert marker["snapshot_id"] == layers["bronze"]["snapshot_id"]
         assert marker["table"] == BRONZE_TRANSACTIONS.qualified(settings.catalog)

@@ -343,10 +343,11 @@ import dataclasses  # noqa: E402
 import http.client  # noqa: E402
 import time  # noqa: E402
 
-from etr_assets.sources.api_client import ApiClient, ApiError, RetryPolicy  # noqa: E402
+from etr_assets.sources.http_fetch import ApiError  # noqa: E402
 from etr_assets.sources.synthetic_api import ApiFaults  # noqa: E402
 from etr_assets.sources.synthetic_cli import main  # noqa: E402
 from etr_assets.sources.synthetic_faults import MALFORMED_KINDS  # noqa: E402
+from etr_assets_tests.sources.clients import bnpl_client  # noqa: E402
 from etr_assets_tests.sources.malformed import (  # noqa: E402
     customers_served,
     malformed_kind,
@@ -572,17 +573,11 @@ def test_truncate_after_pages_cuts_off_the_next_page_and_the_server_keeps_servin
             assert 0 < len(caught.value.partial) < int(response.headers["Content-Length"])
             assert get_json(f"{api.url}/health", token=None)[0] == 200
             assert get_json(f"{api.url}{TX}&page=1&page_size=50")[0] == 200
-        client = ApiClient(
-            api.url,
-            CONFIG.token,
-            page_size=50,
-            timeout=5,
-            retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02),
-        )
+        client = bnpl_client(api.url, CONFIG.token, page_size=50, timeout=5, attempts=2, backoff=0.01, max_delay=0.02)
         received = []
-        # ApiClient does not wrap IncompleteRead (yet): either way the download fails after 2 whole pages.
-        with pytest.raises((ApiError, http.client.HTTPException)):
-            for page in client.iter_record_texts("/v1/transactions", {"date": DAY.isoformat()}):
+        # the cut-off body is retried like a dropped connection, then reported: the download fails after 2 whole pages
+        with pytest.raises(ApiError, match=r"/v1/transactions failed after 2 attempts; last: connection failed: "):
+            for page in client.iter_record_texts(client.declaration.resource("transactions"), DAY):
                 received.append(page)
         assert len(received) == 2
         api.set_faults(ApiFaults(truncate_after_pages=2, fail_path_prefix="/v1/customers"))
@@ -636,17 +631,22 @@ def test_admin_endpoint_rejects_bad_input_naming_the_field(api, body, named):
     assert api.faults == before == ApiFaults()
 
 
-def test_api_client_recovers_from_failures_and_reports_exhausted_retries():
-    policy = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+def test_the_source_client_recovers_from_failures_and_reports_exhausted_retries():
     with faulty(fail_requests=2) as api:
-        client = ApiClient(api.url, CONFIG.token, page_size=50, timeout=5, retry=policy)
+        client = bnpl_client(api.url, CONFIG.token, page_size=50, timeout=5, attempts=3, backoff=0.01, max_delay=0.05)
         assert (
             client.get_json("/v1/transactions", {"date": DAY.isoformat(), "page_size": 3})["data"]
             == transactions_for(CONFIG, DAY)[:3]
         )
         assert api.faults.fail_requests == 0
-        api.set_faults(ApiFaults(fail_requests=2, fail_status=429, retry_after_seconds=0.01))
+        api.set_faults(ApiFaults(fail_requests=2, fail_status=501))  # every 5xx is retried
         assert client.get_json("/v1/merchants", {"as_of": DAY.isoformat()})["data"] == merchants_as_of(CONFIG, DAY)
+        assert api.faults.fail_requests == 0
+        # a fractional Retry-After ("0.5") falls back to the backoff (0.01 s, then 0.02 s), not 2 x 0.5 s
+        api.set_faults(ApiFaults(fail_requests=2, fail_status=429, retry_after_seconds=0.5))
+        started = time.perf_counter()
+        assert client.get_json("/v1/merchants", {"as_of": DAY.isoformat()})["data"] == merchants_as_of(CONFIG, DAY)
+        assert time.perf_counter() - started < 0.9 and api.faults.fail_requests == 0
         api.set_faults(ApiFaults(fail_requests=100))
         with pytest.raises(ApiError) as caught:
             client.get_json("/v1/transactions", {"date": DAY.isoformat()})
