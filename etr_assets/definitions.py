@@ -10,6 +10,7 @@ from etr_assets.defs.common import table_key
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
 from etr_assets.defs.maintenance import build_maintenance, outside_check, outside_commits_sensor
 from etr_assets.defs.operations import abandon_raw_batch, build_bootstrap_job, rollback_table, silver_daily_growth
+from etr_assets.defs.propagation import build_propagation_sensor
 from etr_assets.defs.resources import build_resources
 from etr_assets.defs.run_guard import dead_runs_sensor, in_process_executor
 from etr_assets.settings import Settings
@@ -55,6 +56,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             maintenance.sensor,
             outside_commits_sensor(settings, table_specs),
             dead_runs_sensor,
+            build_propagation_sensor(),
         ],
         resources=build_resources(settings) | ERASURE_RESOURCES,
         # One process per run: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s).

@@ -9,7 +9,7 @@ from etr_assets.defs.dagster_private import materialization_of
 from etr_assets.lake.figures import Tagged, check_figures, day_figures, written_days
 from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.specs import WAP_ENABLED, TableSpec
-from etr_assets.pipeline.layers import layer_name
+from etr_assets.pipeline.layers import DERIVED_SPECS, UP_TO_DATE, layer_name
 from etr_assets.settings import Profile, Settings
 from etr_assets.tables.feeds import RAW_FEEDS
 
@@ -78,6 +78,15 @@ def table_check_specs(spec: TableSpec, days: dg.DailyPartitionsDefinition) -> li
         )
     if any(feed.bronze is spec for feed in RAW_FEEDS):  # bronze's own: the run fails above the limit
         specs.append(check("quarantine_rate", "Warns when any received record was refused into quarantine"))
+    if spec in DERIVED_SPECS:  # judged when built, and again by the propagate_corrections sensor
+        specs.append(
+            check(
+                UP_TO_DATE,
+                "Warns while the day is out of date: built before a day it is derived from changed (a corrected "
+                "silver day, a history's late day, the day before rebuilt), or while the day it carries from was "
+                "missing; passes once it is built again",
+            )
+        )
     if per_record := [c.description for c in spec.expectations if c.per_record]:
         held_back = f"Warns when a row broke a per-record expectation ({', '.join(per_record)}) and was held back"
         specs.append(check("records_quarantined", held_back))  # the rest of the day was published

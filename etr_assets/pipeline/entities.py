@@ -18,6 +18,9 @@ from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PRO
 from etr_assets.tables.feeds import CUSTOMERS, MERCHANTS  # noqa: F401 (the feeds this module's functions take)
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 
+# Metadata of an activity build: the days summed from every earlier silver day, the day before them missing.
+SUMMED_FROM_ALL_OF_SILVER = "days_summed_from_all_of_silver"
+
 
 def load_bronze(spark, catalog: str, raw: RawZone, feed: EntityFeed, days: list[dt.date], **policy) -> LayerResult:
     # History depends on every observation: batches an earlier failed run left pending are finished first.
@@ -147,7 +150,7 @@ def build_customer_activity(spark, catalog: str, days: list[dt.date]) -> LayerRe
         "from every earlier silver day (build the days before it first to keep a day's cost to its own rows)"
         for day in started_over
     )
-    extra = {"days_summed_from_all_of_silver": ", ".join(d.isoformat() for d in started_over) or "none"}
+    extra = {SUMMED_FROM_ALL_OF_SILVER: ", ".join(d.isoformat() for d in started_over) or "none"}
     return write_days(
         spark, catalog, GOLD_CUSTOMER_ACTIVITY, activity, days, "as_of_date", changes, extra=extra, warnings=warnings
     )

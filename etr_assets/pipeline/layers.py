@@ -79,6 +79,8 @@ def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerReq
     outcomes = list(result.checks) + post_write_outcomes(
         spark, catalog, layer.spec, request.dates, pending, result.written_rows
     )
+    if layer.spec in DERIVED_SPECS:
+        outcomes.append(built_up_to_date(request.days, result.extra.get(entities.SUMMED_FROM_ALL_OF_SILVER, "none")))
     record_metrics(spark, catalog, metrics_of(layer.spec, outcomes), run_id)
     table = layer.spec.qualified(catalog)
     unchanged_rows = None
@@ -188,6 +190,31 @@ def _entity_history(feed: EntityFeed, spark, catalog, raw, request) -> LayerResu
     # A history has no days: its row rules are checked on the versions this apply wrote (a filter files skip by).
     written = f"_ingested_at >= timestamp_micros({started})"
     return LayerResult(commit, TableChanges(table), {}, extra, written_rows=written)
+
+
+# The gold tables built from other tables' days or from their own day before: each day's check `up_to_date` says,
+# when it is built, whether it was built from every day it needs; pipeline/propagation.py judges it again later.
+DERIVED_SPECS = (GOLD_DAILY_SUMMARY, GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES)
+UP_TO_DATE = "up_to_date"
+
+
+def built_up_to_date(days: list[str], started_over: str) -> CheckOutcome:
+    """The check of days just built: up to date, but for those built while the day they carry from was missing."""
+    missing = tuple(d for d in days if d in started_over.split(", "))
+    before = {d: (dt.date.fromisoformat(d) - dt.timedelta(days=1)).isoformat() for d in missing}
+    return CheckOutcome(
+        name=UP_TO_DATE,
+        description="built from every day it needs"
+        if not missing
+        else "built while the day it carries from was missing: "
+        + ", ".join(f"{d} (no {before[d]})" for d in missing)
+        + "; it is built again once that day is",
+        passed=not missing,
+        violations=len(missing),
+        severity=Severity.WARN,
+        by_day={d: float(d in missing) for d in days},
+        days_failed=missing,
+    )
 
 
 def layer_name(spec: TableSpec) -> str:
