@@ -42,6 +42,9 @@ def _spark_failed(command: str, exc: BaseException, doing: str, settings: Settin
     return 1
 
 
+SPARK_STARTING = "etr sql: starting Spark (a JVM: the one long wait)..."
+
+
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.lake.metadata import unknown_tables
 
@@ -55,8 +58,7 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     from etr_assets.lake.session import get_spark
 
-    if sys.stderr.isatty():  # a person waits: say why (scripts read an empty stderr on success)
-        print("etr sql: starting Spark (a few seconds)...", file=sys.stderr, flush=True)
+    print(SPARK_STARTING, file=sys.stderr, flush=True)  # at once: the JVM's start is the wait (stdout stays the result)
     spark = get_spark(settings)
     try:
         df = spark.sql(query)
@@ -149,7 +151,8 @@ def cmd_run_summary(settings: Settings, args: argparse.Namespace) -> int:
     with DagsterInstance.from_config(str(home)) as instance:
         summary = summarize_run(instance, args.run_id)
     if summary is None:
-        raise RuntimeError(f"no run {args.run_id or 'at all'} in the Dagster instance at {home}")
+        wanted = f"run {args.run_id}" if args.run_id else "finished run"  # not one still queued or running
+        raise RuntimeError(f"no {wanted} in the Dagster instance at {home}")
     print("\n".join(summary.lines()))
     return 0 if summary.failed == 0 and summary.status == "SUCCESS" else 1
 
@@ -259,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     summary = sub.add_parser(
         "run-summary", help="a Dagster run in three lines: assets, rows (for its days; written), checks"
     )
-    summary.add_argument("run_id", nargs="?", help="the run (default: the newest run of $DAGSTER_HOME's instance)")
+    summary.add_argument(
+        "run_id", nargs="?", help="the run (default: the newest finished run of $DAGSTER_HOME's instance)"
+    )
     erase = sub.add_parser(
         "erase",
         help="record a GDPR erasure request (reference and customer ids) for the gdpr_erasure job, "

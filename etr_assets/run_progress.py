@@ -1,5 +1,6 @@
-"""`etr run`'s run (`python -m etr_assets.run_progress JOB TAGS`: `dagster job execute` less its second start of
-every resource) and its progress: a line a step, what the run announces (the API and Spark starting), warnings."""
+"""`etr run`'s run (`python -m etr_assets.run_progress JOB TAGS [LOG_LEVEL]`: `dagster job execute` less its second
+start of every resource) and its progress: a line a step, what the run announces (the API and Spark starting),
+warnings."""
 
 from __future__ import annotations
 
@@ -126,12 +127,14 @@ def job_of_defs(name: str):
     return defs.resolve_job_def(name)
 
 
-def execute(job: str, tags: dict[str, str]) -> bool:
-    """Runs `job` in $DAGSTER_HOME's instance; whether it succeeded (the result unopened: no resource restarts)."""
+def execute(job: str, tags: dict[str, str], log_level: str | None = None) -> bool:
+    """Runs `job` in $DAGSTER_HOME's instance, its console log at `log_level` (None: the instance's, INFO in the
+    shipped dagster.yaml); whether it succeeded (the result unopened: no resource restarts)."""
     recon = build_reconstructable_job(__spec__.name, job_of_defs.__name__, (job,))
+    config = {"loggers": {"console": {"config": {"log_level": log_level}}}} if log_level else None
     with DagsterInstance.get() as instance:
-        return execute_job(recon, instance, tags=tags, raise_on_error=False).success
+        return execute_job(recon, instance, run_config=config, tags=tags, raise_on_error=False).success
 
 
-if __name__ == "__main__":
-    sys.exit(0 if execute(sys.argv[1], json.loads(sys.argv[2])) else 1)
+if __name__ == "__main__":  # JOB TAGS [LOG_LEVEL]
+    sys.exit(0 if execute(sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:4]) else 1)

@@ -98,14 +98,16 @@ def parse_request(text: str | None, start: dt.date, now: dt.datetime | None = No
     return Days(day, day)
 
 
-def days_of_run(tags: Mapping[str, str], start: dt.date, now: dt.datetime | None = None) -> Days:
-    """The days a run of etr_pipeline is for, from its tags, checked as `parse_request` checks a request."""
+def days_of_run(tags: Mapping[str, str], start: dt.date, now: dt.datetime | None = None, job: str = JOB) -> Days:
+    """The days a run of `job` (etr_pipeline, or another job of these daily partitions) is for, from its tags,
+    checked as `parse_request` checks a request."""
     if tags.get(PARTITION_TAG):
         return parse_request(tags[PARTITION_TAG], start, now)
     first, last = tags.get(RANGE_START_TAG, "").strip(), tags.get(RANGE_END_TAG, "").strip()
     if first or last:
         return _days(first, last, f"{first}...{last}", start, now)
-    raise _mistake(f"no day given ({JOB} runs for a partition or a range of them)", start, now)
+    runs = "its assets run" if job.startswith("__") else f"{job} runs"  # Dagster's implicit job of an asset selection
+    raise _mistake(f"no day given ({runs} for a partition or a range of them)", start, now)
 
 
 def dagster_home(etr_home: Path, environ: Mapping[str, str] | None = None) -> Path:
@@ -146,6 +148,7 @@ def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = Fal
     with DagsterInstance.from_config(str(home)) as instance, tempfile.TemporaryFile("w+") as log:
         launched, quiet = time.time(), {"stdout": log, "stderr": subprocess.STDOUT}
         command = [sys.executable, "-m", "etr_assets.run_progress", job, json.dumps(days.tags)]  # dg launch's tags
+        command += ["DEBUG"] if verbose else []  # Dagster's whole log: its DEBUG events too
         worker = subprocess.Popen(command, env=env, **({} if verbose else quiet))
         ours = follow(instance, worker, job, days.tags, launched, None if verbose else sys.stderr)
         summary = summarize_run(instance, ours.run_id) if ours else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance
+from dagster import AssetCheckSeverity, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from etr_assets.defs.dagster_private import USER_CODE_ERROR
 
@@ -17,6 +17,7 @@ SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not sto
 PROOF, SUPPRESSION = "proof", "suppression"  # gdpr_erasure's prove_erasure step (`defs/erasure.py`)
 STEP_FAILURE, STEP_OUTPUT = DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_OUTPUT
 REASON_CHARS = 600  # a reason longer than this is cut: the summary stays readable
+FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +87,10 @@ def full_run_id(instance: DagsterInstance, run_id: str) -> str:
 
 
 def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSummary | None:
-    """The run `run_id` (default: the newest run of the instance), or None when the instance has no run."""
-    runs = [instance.get_run_by_id(full_run_id(instance, run_id))] if run_id else instance.get_runs(limit=1)
+    """The run `run_id` (default: the newest finished run of the instance: succeeded, failed or canceled, not one
+    still queued, starting or running), or None when there is no such run."""
+    newest = RunsFilter(statuses=FINISHED)
+    runs = [instance.get_run_by_id(full_run_id(instance, run_id))] if run_id else instance.get_runs(newest, limit=1)
     if (run := next(iter(runs), None)) is None:
         return None
     rows: dict[str, dict[str | None, int]] = {}  # asset -> day (None: the whole run) -> rows

@@ -1,9 +1,9 @@
 """`etr run DAY` / `etr run FIRST..LAST` through the real command, and the same check inside etr_pipeline.
 
 A mistake is one line and exit 2 before anything runs: no Dagster import, no JVM, no run in the instance. A run
-of etr_pipeline launched another way without a day, or with a reversed range, fails at its first step (a raw
-asset) with the same line, runs no other step and touches no table. A valid day is the run `dg launch` makes,
-ended by its id and summary.
+of etr_pipeline launched another way without a day, or with a reversed range, is refused by the code location's
+executor before any step runs, its first step failed with the same line (no stack trace), and touches no table. A
+valid day is the run `dg launch` makes, ended by its id and summary.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from etr_assets.run_progress import API_STARTED, SPARK_STARTING
 from etr_assets.run_request import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, last_complete_day
 from etr_assets.run_summary import summarize_run
 from etr_assets_tests.test_cli_subprocess import (
+    BIN,
     MATERIALIZE_TIMEOUT_S,
     Done,
     finish,
@@ -112,8 +113,8 @@ def pipeline_job():
 def test_a_run_without_a_day_or_reversed_fails_once_at_its_first_step_touching_nothing(
     monkeypatch, tmp_path, tags, line
 ) -> None:
-    """The run guard ends the run at the first step that refuses it: one failed step, no other step started, and
-    no asset's day marked failed."""
+    """The run guard refuses the run before any step starts: its first step failed with the reason as its message
+    and failure (no error: nothing ran), no step started, no asset's day marked failed."""
     home = tmp_path / "etr"
     monkeypatch.setenv("ETR_HOME", str(home))
     monkeypatch.delenv("ETR_START_DATE", raising=False)
@@ -124,12 +125,11 @@ def test_a_run_without_a_day_or_reversed_fails_once_at_its_first_step_touching_n
             job = result.job_def
         steps = [(e.event_type, e.step_key) for e in result.all_events if e.step_key]
         first = steps[0][1]
-        assert first.startswith("raw__") and steps == [
-            (DagsterEventType.STEP_START, first),
-            (DagsterEventType.STEP_FAILURE, first),
-        ], steps
+        assert first.startswith("raw__") and steps == [(DagsterEventType.STEP_FAILURE, first)], steps
+        (failed,) = [e for e in result.all_events if e.is_step_failure]
         summary = summarize_run(instance, result.run_id)
         assert summary.failures in [((first, f"{line}: {hint}"),) for hint in hints_since(before)]  # one line
+        assert failed.message == summary.failures[0][1] and failed.step_failure_data.error is None  # no stack
         assert summary.rows_by_table == {}  # nothing materialized
         partitions = job.partitions_def
         for key in job.asset_layer.executable_asset_keys:
@@ -140,30 +140,41 @@ def test_a_run_without_a_day_or_reversed_fails_once_at_its_first_step_touching_n
 
 
 @pytest.mark.slow  # two `dg launch` processes: 5-15 s here
-def test_dg_launch_without_a_day_or_reversed_fails_its_run_in_that_line(tmp_path: Path) -> None:
-    """The issue's two `dg launch` mistakes through the real command: each run fails at one raw step, says why in
-    the line `etr run` gives, and its summary (the log's last lines) names it; no table is created."""
-    env, before = isolated_env(tmp_path), last_complete_day()
+def test_dg_launch_without_a_day_or_reversed_says_why_first_in_three_lines(tmp_path: Path) -> None:
+    """The issue's `dg launch` mistakes through the real command (71 lines, two tracebacks, the reason on line 9):
+    the output is the refused step's line, which ends with the line `etr run` gives, then the run's failure and
+    dg's last word, no stack trace; the run (Dagster made it before the code location saw it) failed at that step
+    alone; no table is created. `bnpl_ingest` names itself."""
+    env, before = isolated_env(tmp_path, VIRTUAL_ENV=str(BIN.parent)), last_complete_day()  # the README's venv
     assert runs_in(env) == []  # the instance's storage made once: two first runs at once would race to make it
     launches = {
-        "no day given (etr_pipeline runs for a partition or a range of them)": [],
-        "2025-01-06...2025-01-05 is reversed: its first day is after its last": [
+        ("etr_pipeline", "no day given (etr_pipeline runs for a partition or a range of them)"): [],
+        ("etr_pipeline", "2025-01-06...2025-01-05 is reversed: its first day is after its last"): [
             "--partition-range",
             "2025-01-06...2025-01-05",
         ],
+        ("bnpl_ingest", "no day given (bnpl_ingest runs for a partition or a range of them)"): [],
     }
-    started = {line: start(["dg", "launch", "--job", "etr_pipeline", *args], env) for line, args in launches.items()}
-    for line, proc in started.items():
-        done = finish(proc, MATERIALIZE_TIMEOUT_S)
-        assert done.returncode != 0, done.describe()
-        said = [re.escape(f"{line}: {hint}") for hint in hints_since(before)]
-        assert any(re.search(rf"failed: raw__bnpl_\w+: {one}", done.stderr) for one in said), done.describe()
-    runs = runs_in(env)
-    assert len(runs) == 2 and {r.status for r in runs} == {DagsterRunStatus.FAILURE}, runs
+    started = {key: start(["dg", "launch", "--job", key[0], *args], env) for key, args in launches.items()}
     with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        for launched in runs:
-            summary = summarize_run(instance, launched.run_id)
-            assert summary.rows_by_table == {} and len(summary.failures) == 1, summary.failures
+        for (job, line), proc in started.items():
+            done = finish(proc, MATERIALIZE_TIMEOUT_S)
+            assert done.returncode != 0 and done.stdout == "", done.describe()
+            said = [f"{line}: {hint}" for hint in hints_since(before)]
+            lines = done.stderr.splitlines()
+            assert len(lines) == 3 and "Trace" not in done.stderr, done.describe()  # no stack trace, nor traceback
+            step = re.fullmatch(
+                rf".* - ERROR - {job} - ([0-9a-f-]{{36}}) - \d+ - (raw__bnpl_\w+) - STEP_FAILURE - (.*)", lines[0]
+            )
+            assert step and step[3] in said, done.describe()
+            assert lines[1].endswith(
+                f"RUN_FAILURE - Execution of run for \"{job}\" failed. Steps failed: ['{step[2]}']."
+            ), lines
+            assert lines[2] == f"Error: Run {step[1]} resulted in failure.", lines
+            summary = summarize_run(instance, step[1])
+            assert summary.status == "FAILURE" and summary.failures == ((step[2], step[3]),), summary
+            assert summary.rows_by_table == {}
+    assert len(runs_in(env)) == len(launches)
     assert not (Path(env["ETR_HOME"]) / "warehouse").exists()
 
 

@@ -11,6 +11,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     DagsterInstance,
+    DagsterRunStatus,
     Definitions,
     Failure,
     MaterializeResult,
@@ -141,6 +142,29 @@ def test_run_summary_without_an_instance_says_where_it_looked_in_one_line(tmp_pa
 def test_an_instance_without_runs_has_no_summary():
     with DagsterInstance.ephemeral() as instance:
         assert summarize_run(instance) is None
+
+
+def test_run_summary_without_an_id_takes_the_newest_finished_run_not_one_launching(tmp_path):
+    """The issue's: `etr run-summary` picked a run still being launched (NOT_STARTED, 0 assets, exit 1). Without an
+    id it takes the newest run that finished (succeeded, failed or canceled); none: one line, exit 1."""
+    env = isolated_env(tmp_path)
+    with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        waiting = instance.create_run_for_job(things_job(), status=DagsterRunStatus.STARTED)
+        alone = subprocess.run([ETR, "run-summary"], env=env, capture_output=True, text=True, timeout=60)
+        finished = materialize([things, summary], instance=instance).run_id
+        for status in (DagsterRunStatus.STARTED, DagsterRunStatus.NOT_STARTED):  # launched after it, not ended
+            instance.create_run_for_job(things_job(), status=status)
+        newest = [run.status for run in instance.get_runs(limit=2)]
+    assert alone.returncode == 1 and alone.stdout == "", alone.stderr
+    assert alone.stderr.splitlines() == [
+        f"etr run-summary: no finished run in the Dagster instance at {env['DAGSTER_HOME']}"
+    ], waiting.run_id
+    assert newest == [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTED]
+    done = subprocess.run([ETR, "run-summary"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith(f"run {finished[:8]} of __ephemeral_asset_job__: SUCCESS in "), (
+        done.stdout
+    )
 
 
 def things_job():

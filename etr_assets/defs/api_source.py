@@ -120,8 +120,8 @@ def _raw_asset(settings: Settings, declared: DeclaredSource, resource: Resource)
         "batch, exactly as received.",
     )
     def fetch(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        try:  # the job's first step: a run without a day, or with a reversed range, stops here in one line
-            days_of_run(context.run.tags, settings.start_date)
+        try:  # the code location's executor refuses such a run before any step (run_guard); another one stops here
+            days_of_run(context.run.tags, settings.start_date, job=context.run.job_name)
         except RunRequestError as mistake:
             raise dg.Failure(description=str(mistake), metadata={REFUSED: True}) from None
         client_resource: SourceApiResource = getattr(context.resources, api)

@@ -1,6 +1,12 @@
 """A run whose process died stays STARTED with its pool slots (the default launcher cannot tell): every run records
 its process in tags and first fails this host's dead runs, freeing their slots, as the `dead_runs` sensor does.
-The same executor ends every run's log with its summary, and a run whose request is wrong at its first failure."""
+The same executor refuses a run of the daily partitions whose days are wrong (none, a reversed range) before any
+step runs, in one line, and ends every other run's log with its summary.
+
+Dagster 1.13 cannot refuse such a run before it exists: `dg launch` (`dagster._cli.job`) turns `--partition` into
+tags only, and `create_run_for_job` checks nothing of a run but its run config (`ResolvedRunConfig.build`), which
+cannot tell a run with days from one without (a partitioned job's config is applied only where Dagster makes a run
+from a partition key: schedules, sensors, backfills, the UI). So the run exists, and fails at once."""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from etr_assets.defs.dagster_private import refused_step
+from etr_assets.run_request import RunRequestError, days_of_run
 from etr_assets.run_summary import summarize_run
 
 HOST_TAG, PID_TAG, STARTED_TAG = "etr/worker_host", "etr/worker_pid", "etr/worker_started"
@@ -68,8 +76,24 @@ def reap_dead_runs(instance, current_run_id: str | None = None) -> list[str]:
     return reaped
 
 
+def refusal(plan_context) -> str | None:
+    """Why the run cannot run, in one line, or None: a run materializing assets of daily partitions must name days
+    of them (the check `etr run` makes of its request). Other runs run as they are: a job without partitions, and a
+    run of checks alone (*Execute* on a table's `commits_outside_dagster` check, say: its job has the partitions)."""
+    layer = plan_context.job.get_definition().asset_layer
+    daily = [layer.get(key).partitions_def for key in layer.selected_asset_keys]
+    partitions = next((p for p in daily if isinstance(p, dg.TimeWindowPartitionsDefinition)), None)
+    if partitions is None:
+        return None
+    try:
+        days_of_run(plan_context.dagster_run.tags, partitions.start.date(), job=plan_context.job_name)
+    except RunRequestError as mistake:
+        return str(mistake)
+    return None
+
+
 class GuardedExecutor(dg.Executor):
-    """The in-process executor, after recording this run's worker and reaping dead runs."""
+    """The in-process executor, after recording this run's worker, reaping dead runs and checking the run's days."""
 
     def __init__(self, inner: dg.Executor):
         self.inner = inner
@@ -87,6 +111,9 @@ class GuardedExecutor(dg.Executor):
         instance.add_run_tags(run_id, worker_tags())
         for dead in reap_dead_runs(instance, run_id):
             plan_context.log.warning(f"run {dead}: its worker process is gone; marked failed and its pool slots freed")
+        if (reason := refusal(plan_context)) is not None:  # the reason is the run's one line: no summary repeats it
+            yield refused_step(plan_context, execution_plan, reason, {REFUSED: True})
+            return
         failed_steps, events = 0, self.inner.execute(plan_context, execution_plan)
         try:
             for event in events:
@@ -94,7 +121,7 @@ class GuardedExecutor(dg.Executor):
                 yield event
                 failure = event.step_failure_data.user_failure_data if event.is_step_failure else None
                 if failure is not None and REFUSED in failure.metadata:
-                    break  # the run's days are wrong for every step: one failure says so, no other step runs
+                    break  # a step refused the run's days (see `refusal`): one failure says so, no other step runs
         finally:
             events.close()  # the inner executor's resources and step contexts end as on an interrupted run
             outcome = f"{failed_steps} step(s) failed" if failed_steps else "every step succeeded"

@@ -72,3 +72,35 @@ def _home(tmp_path):
     home.mkdir()
     (home / "dagster.yaml").write_text("concurrency:\n  pools:\n    default_limit: 1\n")
     return home
+
+
+def test_only_a_run_materializing_days_must_name_them():
+    """The executor's check of a run's days (`refusal`) applies to a run that materializes daily partitions, of a
+    named job or of an asset selection; not to a job without partitions, nor to a run of checks alone (*Execute*
+    on `commits_outside_dagster` in the UI: a run of the implicit asset job, whose partitions are the assets')."""
+    from types import SimpleNamespace
+
+    from dagster import AssetKey
+
+    from etr_assets.definitions import defs
+    from etr_assets.defs.run_guard import refusal
+
+    repository = defs.get_repository_def()
+    assets = repository.get_job("__ASSET_JOB")
+    (outside,) = [
+        key
+        for key in repository.asset_graph.asset_check_keys
+        if key.name == "commits_outside_dagster" and key.asset_key == AssetKey(["silver", "bnpl_transactions_clean"])
+    ]
+
+    def refused(job_def, tags=None) -> str | None:  # what the executor reads of its plan context
+        job, run = SimpleNamespace(get_definition=lambda: job_def), SimpleNamespace(tags=tags or {})
+        return refusal(SimpleNamespace(job=job, job_name=job_def.name, dagster_run=run))
+
+    assert refused(defs.resolve_job_def("etr_pipeline")).startswith("no day given (etr_pipeline runs for ")
+    assert refused(defs.resolve_job_def("etr_pipeline"), {"dagster/partition": "2025-01-02"}) is None
+    assert refused(defs.resolve_job_def("bnpl_ingest")).startswith("no day given (bnpl_ingest runs for ")
+    silver = assets.get_subset(asset_selection={AssetKey(["silver", "bnpl_transactions_clean"])})
+    assert refused(silver).startswith("no day given (its assets run for ")
+    assert refused(assets.get_subset(asset_selection=set(), asset_check_selection={outside})) is None
+    assert refused(defs.resolve_job_def("rollback_table")) is None

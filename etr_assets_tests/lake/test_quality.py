@@ -188,6 +188,14 @@ def test_figures_are_recorded_per_table_partition_and_check(lake, settings):
     assert recorded[("amount_is_between_0_01_and_100000", str(D2))] == (1.0, False)
     assert recorded[("row_count_anomaly", str(D2))] == (1.0, True)  # one row, no history: no verdict
 
+    # A log of every measurement (README, docs/quality-and-health.md): a re-run's checks of the same days add
+    # their rows beside the first run's, which stay as they were measured.
+    metrics = metrics_of(SILVER_TRANSACTIONS, outcomes)
+    record_metrics(lake, settings.catalog, metrics, "run-2")
+    table = lake.table(DATA_QUALITY_METRICS.qualified(settings.catalog))
+    runs = {r["run_id"]: r["count"] for r in table.groupBy("run_id").count().collect()}
+    assert runs == {"run-1": len(metrics), "run-2": len(metrics)}, runs
+
 
 @pytest.mark.parametrize("tolerance", [0.0, -1.0])
 def test_quality_rules_refuse_nonsense(tolerance):
