@@ -42,6 +42,7 @@ def pytest_configure(config):
 # The longest files (a minute or more each on two cores), longest first, as measured: xdist hands out files in
 # collection order (./dev passes --no-loadscope-reorder; by default xdist puts files with the most tests first).
 LONGEST_FIRST = (
+    "defs/test_propagation.py",
     "test_cli_subprocess.py",
     "test_crash_recovery.py",
     "s3/test_concurrent_writers.py",

@@ -112,3 +112,12 @@ def test_the_instance_is_dagster_home_else_the_one_dev_prepares_under_etr_home(t
     (tmp_path / "dagster").mkdir()
     (tmp_path / "dagster" / "dagster.yaml").write_text("")
     assert dagster_home(tmp_path, {"DAGSTER_HOME": " "}) == tmp_path / "dagster"
+
+
+def test_etr_run_runs_etr_pipeline_or_a_declared_sources_job_and_names_them_for_anything_else(tmp_path, capsys):
+    from etr_assets.run_request import run, runnable_jobs
+
+    assert runnable_jobs()[0] == "etr_pipeline" and {"bnpl_ingest", "stores_ingest"} <= set(runnable_jobs())
+    assert run("2025-01-02", dt.date(2025, 1, 1), tmp_path, job="stores") == 2  # no run made
+    said = capsys.readouterr().err.strip()
+    assert said == f"etr run: no job 'stores' to run: give one of {', '.join(runnable_jobs())}"

@@ -167,3 +167,51 @@ def test_a_missing_secret_fails_the_run_at_its_start_naming_the_variable_before_
         assert "STORES_API_KEY" in message and "stores/defs.yaml:" in message, message
         assert api.requests_served == 0
     assert not local_raw_zone(settings.raw_root).batches("stores", "checkins")  # not even a batch was started
+
+
+@pytest.mark.slow  # two `etr run` processes, the second with its JVM
+def test_a_run_killed_mid_fetch_leaves_its_batch_unloaded_and_the_next_run_loads_the_whole_day(tmp_path):
+    """`etr run --job stores_ingest` killed (SIGKILL, its whole process group) while the check-ins are downloading,
+    then run again with no manual step: the cut batch stays pending and unsealed, and the day loads whole once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from etr_assets_tests.test_cli_subprocess import isolated_env
+
+    etr = str(Path(sys.executable).parent / "etr")
+    day = DAYS[0]
+    with serve(CONFIG, faults=StoresFaults(page_delay_seconds=1.0)) as api:
+        env = isolated_env(tmp_path, STORES_API_URL=api.url, STORES_API_KEY=CONFIG.api_key, PYTHONWARNINGS="ignore")
+        env |= {"ETR_START_DATE": DAYS[0].isoformat()}
+        subprocess.run([etr, "prepare-instance"], env=env, capture_output=True, check=True, timeout=120)
+        raw = local_raw_zone(Path(env["ETR_HOME"]) / "raw")
+        command = [etr, "run", "--job", "stores_ingest", day.isoformat()]
+        killed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not any(raw.batches("stores", e, day) for e in ("stores", "checkins")):  # a download under way
+            assert killed.poll() is None and time.monotonic() < deadline, "the run ended before its download"
+            time.sleep(0.1)
+        time.sleep(1.5)  # a page or two stored, the rest not yet served
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=60)
+        batches = [b for e in ("stores", "checkins") for b in raw.batches("stores", e, day)]
+        cut = [b for b in batches if raw.manifest(b) is None]  # never sealed: never loaded
+        assert cut and not any(raw.is_complete(b) for b in batches)
+
+        api.set_faults(StoresFaults())
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    from etr_assets.lake.metadata import load_table
+    from etr_assets.settings import Settings
+
+    settings = Settings.from_env(env)
+    table = load_table(settings, CHECKINS.bronze)
+    assert table.scan().to_arrow().num_rows == len(checkins_for(CONFIG, day))
+    # The cut batches were never loaded: closed as abandoned once their day loaded whole, never pending again.
+    assert {raw.outcome(b) for b in cut} == {"abandoned (download never finished)"}
+    assert all(raw.manifest(b) is None for b in cut)

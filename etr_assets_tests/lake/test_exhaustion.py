@@ -144,6 +144,8 @@ def test_etr_sql_out_of_heap_prints_one_line_naming_the_setting(tmp_path):
     )
 
     assert done.returncode == 1, done.stderr[-2000:]
-    line = next(line for line in done.stderr.splitlines() if line.startswith("etr sql:"))
+    said = [line for line in done.stderr.splitlines() if line.startswith("etr sql:")]
+    assert said[0].startswith("etr sql: starting Spark")  # at once, before the JVM's long start
+    line = said[-1]
     assert line.startswith("etr sql: the Spark driver ran out of memory (java.lang.OutOfMemoryError")
     assert line.endswith("while running the query: raise ETR_SPARK_DRIVER_MEMORY (now 512m)")
