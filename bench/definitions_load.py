@@ -37,6 +37,7 @@ def source_yaml(index: int, resources: int) -> str:
         "    auth: {type: api_key, name: X-Key, location: header, api_key: {env: GEN_KEY}}",
         "    paginator: {type: offset, limit_param: limit}",
         "    data_selector: result.items",
+        "    page_size: {param: limit, value: 100}",
         "  resources:",
     ]
     for r in range(resources):
