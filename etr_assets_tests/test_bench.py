@@ -323,3 +323,15 @@ def test_silver_layout_times_each_layout_on_every_operation(spark):
     rewrites = {"Parquet rewrite: one day's PENDING update", "Parquet rewrite: delete one customer"}
     assert set(found["seconds"]) == timed | rewrites and min(found["seconds"].values()) > 0, found
     assert all(r > 0 for r in found["parquet_rewrite_over_iceberg"].values()), found
+
+
+def test_the_declared_sources_benchmarks_run_small_and_report_their_figures():
+    """bench.fetch, bench.definitions_load and bench.propagation at a tiny size (figures: docs/benchmarks.md)."""
+    from bench import definitions_load, fetch, propagation
+
+    loads = definitions_load.main(endpoints=4, rounds=1)
+    assert loads["assets"]["declared"] > loads["assets"]["shipped"] and loads["ratio_declared_to_shipped"]
+    view = propagation.main(days=12, rounds=1)
+    assert view["days_flagged"] == 1 + 12 + 12 and view["median_rules_seconds"] >= 0
+    fetched = fetch.compare(transactions=300, rounds=1, revision=fetch.last_api_client_revision())
+    assert fetched["same bytes stored"] and fetched["now / then (best)"] and fetched["records"] >= 300
