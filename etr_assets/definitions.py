@@ -38,6 +38,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     )
     maintenance = build_maintenance(settings, table_specs)  # health checks, maintenance job, sensor, schedule
     erasure = build_erasure_job(settings, frozenset(table_key(spec) for spec in table_specs))
+    propagation, propagation_jobs = build_propagation_sensor(settings)  # corrections reach the gold days built on them
     return dg.Definitions(
         assets=assets,
         asset_checks=[silver_daily_growth, *outside, *maintenance.checks],
@@ -49,6 +50,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             build_bootstrap_job(settings),
             erasure,
             maintenance.job,
+            *propagation_jobs,
         ],
         schedules=[daily, *sources.schedules, maintenance.schedule],
         sensors=[
@@ -56,7 +58,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             maintenance.sensor,
             outside_commits_sensor(settings, table_specs),
             dead_runs_sensor,
-            build_propagation_sensor(),
+            propagation,
         ],
         resources=build_resources(settings) | ERASURE_RESOURCES,
         # One process per run: one JVM per run instead of one per step (docs/stack.md: 38 s -> 7 s).

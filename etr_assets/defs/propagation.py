@@ -1,21 +1,23 @@
 """The `propagate_corrections` sensor: finds the gold days built before something they derive from changed
-(etr_assets.pipeline.propagation), marks each on its asset page (the day's `up_to_date` check fails with why), and
-re-derives them: one single-run backfill per range of days, one commit per table. Stopped by default, like every
-automation here (docs/lifecycle.md, "Corrections propagate")."""
-
-from __future__ import annotations
+(etr_assets.pipeline.propagation), marks each on its asset page (the day's `up_to_date` check fails with why, recorded
+by a short `flag_out_of_date` run), and re-derives them with `rederive_gold`: one single-run backfill per range of
+days, one commit per table. Stopped by default, like every automation here (docs/lifecycle.md, "Corrections
+propagate")."""
 
 import json
 
 import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from pydantic import Field
 
-from etr_assets.defs.common import table_key
+from etr_assets.defs.common import daily_partitions, table_key
 from etr_assets.defs.dagster_private import materialization_of
 from etr_assets.pipeline.layers import DERIVED_SPECS, LAYERS, UP_TO_DATE
 from etr_assets.pipeline.propagation import DERIVED, INPUTS, out_of_date
+from etr_assets.settings import Settings
 
 PROPAGATION_TAG = "etr/propagates"  # on each run it launches: the range and the tables it re-derives
+FLAG_JOB, REDERIVE_JOB = "flag_out_of_date", "rederive_gold"
 
 
 def built_orders(instance: dg.DagsterInstance) -> dict[str, dict[str, int]]:
@@ -30,40 +32,59 @@ def built_orders(instance: dg.DagsterInstance) -> dict[str, dict[str, int]]:
     }
 
 
-def flagged_evaluations(instance, stale: dict[str, dict[str, str]], already: set[str]) -> list:
-    """A failed (WARN) `up_to_date` of each out-of-date day not flagged before, on that day's materialization."""
-    events = []
-    for layer, days in stale.items():
+class FlagConfig(dg.Config):
+    flags: list[list[str]] = Field(description="[table layer, day, why it is out of date] of each day to mark")
+
+
+@dg.op(name="flag_out_of_date")
+def flag_days(context: dg.OpExecutionContext, config: FlagConfig) -> None:
+    """A failed (WARN) `up_to_date` for each day, on that day's latest materialization. Recorded by a run: Dagster
+    stores one evaluation per check, partition and run, so a sensor's (runless) second flag of a day would collide."""
+    for layer, day, why in config.flags:
         key = table_key(LAYERS[layer].spec)
-        for day, why in days.items():
-            if f"{layer}@{day}" in already:
-                continue
-            events.append(
-                dg.AssetCheckEvaluation(
-                    asset_key=key,
-                    check_name=UP_TO_DATE,
-                    passed=False,
-                    severity=dg.AssetCheckSeverity.WARN,
-                    partition=day,
-                    description=f"out of date: {why}",
-                    metadata={"reason": why},
-                    target_materialization_data=materialization_of(instance, key, day),
-                )
+        context.log_event(
+            dg.AssetCheckEvaluation(
+                asset_key=key,
+                check_name=UP_TO_DATE,
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                partition=day,
+                description=f"out of date: {why}",
+                metadata={"reason": why},
+                target_materialization_data=materialization_of(context.instance, key, day),
             )
-    return events
+        )
+    context.log.info(f"marked {len(config.flags)} gold day(s) out of date")
 
 
-def build_propagation_sensor() -> dg.SensorDefinition:
+@dg.job(name=FLAG_JOB, description="Marks gold days out of date on their up_to_date check (propagate_corrections).")
+def flag_out_of_date():
+    flag_days()
+
+
+def rederive_job(settings: Settings):
+    return dg.define_asset_job(
+        name=REDERIVE_JOB,
+        selection=dg.AssetSelection.assets(*(table_key(spec) for spec in DERIVED_SPECS)),
+        partitions_def=daily_partitions(settings),
+        description="Re-derives out-of-date gold days (propagate_corrections): a range of days as one run.",
+    )
+
+
+def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, list]:
+    """The sensor and the two jobs it launches."""
+    rederive = rederive_job(settings)
+
     @dg.sensor(
         name="propagate_corrections",
-        target=dg.AssetSelection.assets(*(table_key(spec) for spec in DERIVED_SPECS)),
+        jobs=[flag_out_of_date, rederive],
         minimum_interval_seconds=60,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=(
             "Finds gold days built before a day they derive from changed (a corrected silver day, a customer history "
             "given a late day, a day rebuilt after the days built on it), marks each day's up_to_date check as "
-            "failing with the reason, and re-derives them: one run per range of days, from the first out-of-date "
-            "day to the newest built one for tables carried forward."
+            f"failing with the reason ({FLAG_JOB}), and re-derives them ({REDERIVE_JOB}): one run per range of "
+            "days, from the first out-of-date day to the newest built one for tables carried forward."
         ),
     )
     def propagate_corrections(context: dg.SensorEvaluationContext):
@@ -71,9 +92,13 @@ def build_propagation_sensor() -> dg.SensorDefinition:
         stale = out_of_date(built)
         already = set(json.loads(context.cursor or "[]"))
         flagged = {f"{layer}@{day}" for layer, days in stale.days.items() for day in days}
-        events = flagged_evaluations(context.instance, stale.days, already)
+        new = [[t, d, why] for t, days in stale.days.items() for d, why in days.items() if f"{t}@{d}" not in already]
+        # One run per state of the lake: a later tick with nothing new built asks for nothing new.
         latest = max((order for days in built.values() for order in days.values()), default=0)
         requests = []
+        if new:
+            run_config = {"ops": {FLAG_JOB: {"config": {"flags": new}}}}
+            requests.append(dg.RunRequest(job_name=FLAG_JOB, run_key=f"flags@{latest}", run_config=run_config))
         for tables, first, last in stale.runs(built):
             names = ", ".join(tables)
             tags = {PROPAGATION_TAG: f"{names} {first}...{last}"}
@@ -81,7 +106,7 @@ def build_propagation_sensor() -> dg.SensorDefinition:
                 tags |= {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
             requests.append(
                 dg.RunRequest(
-                    # One run per state of the lake: a later tick with nothing new built asks for nothing new.
+                    job_name=REDERIVE_JOB,
                     run_key=f"{names}:{first}...{last}@{latest}",
                     asset_selection=[table_key(LAYERS[t].spec) for t in tables],
                     partition_key=first if first == last else None,
@@ -96,6 +121,6 @@ def build_propagation_sensor() -> dg.SensorDefinition:
             "out of date: "
             + "; ".join(f"{t} {min(d)}...{max(d)} ({len(d)} day(s))" for t, d in stale.days.items() if d)
         )
-        return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor)
+        return dg.SensorResult(run_requests=requests, cursor=cursor)
 
-    return propagate_corrections
+    return propagate_corrections, [flag_out_of_date, rederive]

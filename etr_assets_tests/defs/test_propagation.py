@@ -24,7 +24,33 @@ def built(instance, layer: str, *days: str) -> None:
 
 
 def tick(instance, cursor=None):
-    return build_propagation_sensor()(dg.build_sensor_context(instance=instance, cursor=cursor))
+    from etr_assets.settings import Settings
+
+    sensor, _ = build_propagation_sensor(Settings())
+    return sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+
+
+def flag_run(result) -> dg.RunRequest | None:
+    return next((r for r in getattr(result, "run_requests", None) or [] if r.job_name == "flag_out_of_date"), None)
+
+
+def rederive_runs(result) -> list[dg.RunRequest]:
+    return [r for r in getattr(result, "run_requests", None) or [] if r.job_name == "rederive_gold"]
+
+
+def record_flags(instance, request: dg.RunRequest) -> dict[tuple[str, str], object]:
+    """Runs the flag job as the daemon would, then reads each day's latest up_to_date as the UI does."""
+    from etr_assets.definitions import defs
+
+    job = defs.resolve_job_def("flag_out_of_date")
+    assert job.execute_in_process(run_config=request.run_config, instance=instance).success
+    latest = {}
+    for layer in (SUMMARY, ACTIVITY, PROFILES):
+        key = dg.AssetCheckKey(table_key(LAYERS[layer].spec), "up_to_date")
+        for record in instance.event_log_storage.get_asset_check_execution_history(key, limit=1000):
+            evaluation = record.event.dagster_event.event_specific_data
+            latest.setdefault((layer, evaluation.partition), evaluation)
+    return latest
 
 
 def test_a_correction_marks_exactly_the_days_built_on_it_and_asks_for_their_runs():
@@ -36,23 +62,20 @@ def test_a_correction_marks_exactly_the_days_built_on_it_and_asks_for_their_runs
         corrected = DAYS[90]
         built(instance, SILVER, corrected)
         result = tick(instance)
-        flagged = {(e.asset_key.to_user_string(), e.partition) for e in result.asset_events}
-        assert flagged == {(SUMMARY, corrected)} | {(t, d) for t in (ACTIVITY, PROFILES) for d in DAYS[90:]}
-        assert all(e.check_name == "up_to_date" and not e.passed for e in result.asset_events)
-        assert all(e.severity == dg.AssetCheckSeverity.WARN for e in result.asset_events)
-        activity = next(
-            e for e in result.asset_events if e.partition == DAYS[-1] and e.asset_key.path[-1] == "customer_activity"
-        )
-        assert activity.description.startswith("out of date: it carries") and activity.target_materialization_data
-        requests = {tuple(k.to_user_string() for k in r.asset_selection): r for r in result.run_requests}
+        flags = record_flags(instance, flag_run(result))
+        assert set(flags) == {(SUMMARY, corrected)} | {(t, d) for t in (ACTIVITY, PROFILES) for d in DAYS[90:]}
+        assert all(not e.passed and e.severity == dg.AssetCheckSeverity.WARN for e in flags.values())
+        last = flags[(ACTIVITY, DAYS[-1])]
+        assert last.description.startswith("out of date: it carries") and last.target_materialization_data
+        requests = {tuple(k.to_user_string() for k in r.asset_selection): r for r in rederive_runs(result)}
         assert requests[(SUMMARY,)].partition_key == corrected
         carried = requests[(ACTIVITY, PROFILES)]
         assert carried.partition_key_range == dg.PartitionKeyRange(corrected, DAYS[-1])  # one run, one commit each
 
         # A later tick while the runs are under way flags nothing again and asks for the same runs (same run keys).
         again = tick(instance, result.cursor)
-        assert not again.asset_events and {r.run_key for r in again.run_requests} == {
-            r.run_key for r in result.run_requests
+        assert flag_run(again) is None and {r.run_key for r in again.run_requests} == {
+            r.run_key for r in rederive_runs(result)
         }
 
         # The runs re-derive the days: nothing is out of date, and the cursor forgets the flags.
@@ -62,6 +85,11 @@ def test_a_correction_marks_exactly_the_days_built_on_it_and_asks_for_their_runs
         done = tick(instance, again.cursor)
         assert isinstance(done, dg.SensorResult) and not done.run_requests and done.cursor == "[]"
         assert isinstance(tick(instance, done.cursor), dg.SkipReason)
+
+        # The same day corrected again later is flagged again (a second evaluation of the day, in another run).
+        built(instance, SILVER, corrected)
+        later = tick(instance, done.cursor)
+        assert (SUMMARY, corrected) in record_flags(instance, flag_run(later))
 
 
 def test_the_sensor_is_stopped_until_switched_on():
@@ -119,15 +147,15 @@ def test_a_correction_40_days_back_leaves_the_gold_a_build_in_order_gives(settin
         launch(defs, instance, path, corrected_day, corrected_day, corrected)
 
         result = tick(instance)
-        assert {r.tags["etr/propagates"] for r in result.run_requests} == {
+        assert {r.tags["etr/propagates"] for r in rederive_runs(result)} == {
             f"{SUMMARY} {corrected_day}...{corrected_day}",
             f"{ACTIVITY}, {PROFILES} {corrected_day}...{days[-1]}",
         }
-        for request in result.run_requests:
+        for request in rederive_runs(result):
             span = request.partition_key_range
             first, last = (span.start, span.end) if span else (request.partition_key, request.partition_key)
             launch(defs, instance, list(request.asset_selection), first, last)
-        assert not getattr(tick(instance, result.cursor), "run_requests", None)  # nothing left out of date
+        assert not rederive_runs(tick(instance, result.cursor))  # nothing left out of date
         propagated = gold_rows(lake, settings.catalog)
 
         launch(defs, instance, gold, days[0], days[-1])  # gold built in order from the corrected silver
