@@ -48,7 +48,7 @@ def main(days: int = 400, rounds: int = 5) -> dict:
             out_of_date(built)
             rules_s.append(time.perf_counter() - began)
         [flags] = [r for r in result.run_requests if r.job_name == "flag_out_of_date"]
-        flagged = len(flags.run_config["ops"]["flag_out_of_date"]["config"]["flags"])
+        flagged = len(flags.run_config["ops"]["flag_days"]["config"]["flags"])
         began = time.perf_counter()
         assert flag_out_of_date.execute_in_process(run_config=flags.run_config, instance=i).success
         flag_run = time.perf_counter() - began

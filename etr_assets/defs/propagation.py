@@ -36,7 +36,7 @@ class FlagConfig(dg.Config):
     flags: list[list[str]] = Field(description="[table layer, day, why it is out of date] of each day to mark")
 
 
-@dg.op(name="flag_out_of_date")
+@dg.op(name="flag_days")
 def flag_days(context: dg.OpExecutionContext, config: FlagConfig) -> None:
     """A failed (WARN) `up_to_date` for each day, on that day's latest materialization. Recorded by a run: Dagster
     stores one evaluation per check, partition and run, so a sensor's (runless) second flag of a day would collide."""
@@ -97,7 +97,7 @@ def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, l
         latest = max((order for days in built.values() for order in days.values()), default=0)
         requests = []
         if new:
-            run_config = {"ops": {FLAG_JOB: {"config": {"flags": new}}}}
+            run_config = {"ops": {"flag_days": {"config": {"flags": new}}}}
             requests.append(dg.RunRequest(job_name=FLAG_JOB, run_key=f"flags@{latest}", run_config=run_config))
         for tables, first, last in stale.runs(built):
             names = ", ".join(tables)

@@ -54,6 +54,7 @@ def asset_specs():
 
 def test_definitions_load_with_the_expected_assets_and_groups():
     Definitions.validate_loadable(defs)
+    assert defs.get_repository_def().get_all_jobs()  # what a code server builds: names unique across ops and jobs
     specs = asset_specs()
     assert {key: spec.group_name for key, spec in specs.items()} == declared_assets() | PIPELINE_ASSETS
     assert BNPL_KEYS <= {key for key, group in declared_assets().items() if group == "bnpl"}
