@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from etr_assets.defs.api_source import declared_definitions
-from etr_assets.defs.assets import PIPELINE_SOURCE, build_assets, build_pending_batches_sensor
+from etr_assets.defs.assets import PIPELINE_JOB, PIPELINE_SOURCE, build_assets, build_pending_batches_sensor
 from etr_assets.defs.common import table_key
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
 from etr_assets.defs.maintenance import build_maintenance, outside_check, outside_commits_sensor
@@ -23,7 +23,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     table_specs = [spec for spec in ALL_SPECS if any(table_key(spec) in a.keys for a in assets)]
     outside = [outside_check(settings, spec) for spec in table_specs]
     job = dg.define_asset_job(  # commits outside Dagster are judged by their own sensor
-        name="etr_pipeline",
+        name=PIPELINE_JOB,
         selection=dg.AssetSelection.groups(PIPELINE_SOURCE, "silver", "gold") - dg.AssetSelection.checks(*outside),
         description=f"Fetch a day from the {PIPELINE_SOURCE} API (transactions, customers, merchants) and refresh "
         "every layer for it.",
@@ -54,7 +54,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         ],
         schedules=[daily, *sources.schedules, maintenance.schedule],
         sensors=[
-            build_pending_batches_sensor(settings),
+            build_pending_batches_sensor(settings, [job, *sources.jobs]),  # re-runs as the named jobs
             maintenance.sensor,
             outside_commits_sensor(settings, table_specs),
             dead_runs_sensor,

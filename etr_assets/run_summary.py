@@ -1,5 +1,6 @@
 """What a run did, in three lines, read from the instance's event log: at the end of every run's log, and
-`etr run-summary`. A failed run gets the first failure's one-line reason, an erasure run its proof."""
+`etr run-summary`. A failed run gets the first failure's one-line reason (a step's, or why its process is gone, as
+the run guard recorded it), an erasure run its proof."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ ADDED = "records_added"  # the rows the write's one commit added (the same on ea
 SUPPRESSED = "records_suppressed"  # bronze: records of erased customers not stored (`lake/bronze.py`)
 PROOF, SUPPRESSION = "proof", "suppression"  # gdpr_erasure's prove_erasure step (`defs/erasure.py`)
 STEP_FAILURE, STEP_OUTPUT = DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_OUTPUT
+ENGINE_EVENT, RUN_FAILURE = DagsterEventType.ENGINE_EVENT, DagsterEventType.RUN_FAILURE
+# An engine event's metadata (`defs/run_guard.py`): why the run's worker process is gone, and the step it was in.
+WORKER_GONE, GONE_DURING = "worker_gone", "during_step"
 REASON_CHARS = 600  # a reason longer than this is cut: the summary stays readable
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 
@@ -73,8 +77,11 @@ def failure_reason(data) -> str:
     error = data.error
     if data.error_source == USER_CODE_ERROR and error is not None and error.cause is not None:
         error = error.cause  # Dagster's wrapper ("Error occurred while executing op ..."), the code's error inside
-    text = described or (error.message if error is not None else "") or "no reason given"
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "no reason given")
+    return _first_line(described or (error.message if error is not None else ""))
+
+
+def _first_line(text: str | None) -> str:
+    line = next((line.strip() for line in (text or "").splitlines() if line.strip()), "no reason given")
     return line if len(line) <= REASON_CHARS else f"{line[: REASON_CHARS - 1]}…"
 
 
@@ -86,9 +93,12 @@ def full_run_id(instance: DagsterInstance, run_id: str) -> str:
     return matches[0] if len(matches) == 1 else run_id
 
 
-def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSummary | None:
+def summarize_run(
+    instance: DagsterInstance, run_id: str | None = None, worker_gone: tuple[str, str] | None = None
+) -> RunSummary | None:
     """The run `run_id` (default: the newest finished run of the instance: succeeded, failed or canceled, not one
-    still queued, starting or running), or None when there is no such run."""
+    still queued, starting or running), or None when there is no such run. `worker_gone`: (step, why) of a run
+    whose process is gone, as the run guard is about to record it."""
     newest = RunsFilter(statuses=FINISHED)
     runs = [instance.get_run_by_id(full_run_id(instance, run_id))] if run_id else instance.get_runs(newest, limit=1)
     if (run := next(iter(runs), None)) is None:
@@ -96,12 +106,18 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
     rows: dict[str, dict[str | None, int]] = {}  # asset -> day (None: the whole run) -> rows
     suppressed, added = {}, {}
     verdicts: Counter[str] = Counter()
-    not_passed, failures, proof = [], [], ""
+    not_passed, failures, proof, ended = [], [], "", ""
     kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION}
-    for record in instance.all_logs(run.run_id, of_type=kinds | {STEP_FAILURE, STEP_OUTPUT}):
+    for record in instance.all_logs(run.run_id, of_type=kinds | {STEP_FAILURE, STEP_OUTPUT, ENGINE_EVENT, RUN_FAILURE}):
         event = record.dagster_event
         data = event.event_specific_data
-        if event.event_type == STEP_OUTPUT:
+        if event.event_type == ENGINE_EVENT:
+            if data is not None and WORKER_GONE in data.metadata:
+                step = data.metadata[GONE_DURING].value if GONE_DURING in data.metadata else ""
+                failures.append((step or "run", str(data.metadata[WORKER_GONE].value)))
+        elif event.event_type == RUN_FAILURE:
+            ended = _first_line((data.error.message if data is not None and data.error else "") or event.message)
+        elif event.event_type == STEP_OUTPUT:
             proof = proof_of(data.metadata) or proof
         elif event.event_type == STEP_FAILURE:
             failures.append((event.step_key, failure_reason(data)))
@@ -123,6 +139,10 @@ def summarize_run(instance: DagsterInstance, run_id: str | None = None) -> RunSu
         else:
             verdicts["warned" if data.severity == AssetCheckSeverity.WARN else "failed"] += 1
             not_passed.append(f"{data.asset_key.to_user_string()}:{data.check_name}")
+    if worker_gone is not None:
+        failures.append(worker_gone)
+    if not failures and ended:  # no step failed: why the run failed (an error of the run itself, or who failed it)
+        failures.append(("run", ended))
     start, end = (run.tags.get(f"dagster/asset_partition_range_{edge}") for edge in ("start", "end"))
     partitions = run.tags.get("dagster/partition") or (f"{start}...{end}" if start and end else "")
     held = {key: sum(days.values()) for key, days in rows.items()}

@@ -43,6 +43,8 @@ def pytest_configure(config):
 # collection order (./dev passes --no-loadscope-reorder; by default xdist puts files with the most tests first).
 LONGEST_FIRST = (
     "defs/test_propagation.py",
+    "test_pending_retries.py",
+    "test_dead_runs.py",
     "test_cli_subprocess.py",
     "test_crash_recovery.py",
     "s3/test_concurrent_writers.py",

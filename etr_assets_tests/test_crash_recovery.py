@@ -585,9 +585,9 @@ local_raw_zone(sys.argv[1]).start_batch("bnpl", "customers", dt.date(2025, 1, 1)
 
 @pytest.mark.slow
 def test_a_kill_inside_start_batch_leaves_a_batch_the_pending_sensor_can_handle(tmp_path):
-    from dagster import AssetKey, SensorResult, build_sensor_context
+    from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context
 
-    from etr_assets.defs.assets import build_pending_batches_sensor
+    from etr_assets.definitions import build_definitions
     from etr_assets.defs.resources import RawZoneResource
     from etr_assets.settings import Settings
 
@@ -606,9 +606,10 @@ def test_a_kill_inside_start_batch_leaves_a_batch_the_pending_sensor_can_handle(
     folder = Path(settings.raw_root, batch.key)
     assert [p.name[:5] for p in folder.iterdir()] == [".tmp-"], "the kill should leave only the temporary file"
 
-    sensor = build_pending_batches_sensor(settings)
+    sensor = build_definitions(settings).get_repository_def().get_sensor_def("raw_pending_batches")
+    resources = {"raw_zone": RawZoneResource(root=settings.raw_root)}
     try:
-        with build_sensor_context(resources={"raw_zone": RawZoneResource(root=settings.raw_root)}) as context:
+        with DagsterInstance.ephemeral() as instance, build_sensor_context(instance, resources=resources) as context:
             result = sensor(context)
     except Exception as exc:  # noqa: BLE001 - any failure here is the finding
         pytest.fail(

@@ -134,7 +134,7 @@ def _raw_asset(settings: Settings, declared: DeclaredSource, resource: Resource)
         batches, records = {}, {}
         for day in map(dt.date.fromisoformat, context.partition_keys):
             try:
-                batch, manifest = fetch_day(client, zone, name, day)
+                batch, manifest = fetch_day(client, zone, name, day, run_id=context.run_id)
             except OSError as failed:  # a full disk in one line naming it (the batch stays pending, never loaded half)
                 doing, folders = f"fetching {name} of {day} into the raw zone", {raw_zone.root: "the raw zone"}
                 exhausted = exhaustion(failed, doing, {}, jvm_exit_code=lambda: None, folders=folders)

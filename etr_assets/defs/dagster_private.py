@@ -1,11 +1,13 @@
 """Dagster's private API, used only here: what Dagster 1.13 offers no public way to do. A Dagster upgrade that
-moves or changes any of it fails `etr_assets_tests/defs/test_check_partitions.py`, `test_run_summary.py` or
-`test_cli_run.py`."""
+moves or changes any of it fails `etr_assets_tests/defs/test_check_partitions.py`, `defs/test_run_guard.py`,
+`test_run_summary.py` or `test_cli_run.py`."""
 
 from collections.abc import Mapping
 
 import dagster as dg
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
+from dagster._core.definitions.run_request import DagsterRunReaction
+from dagster._core.events import EngineEventData
 from dagster._core.execution.plan.objects import ErrorSource, StepFailureData, UserFailureData
 
 USER_CODE_ERROR = ErrorSource.USER_CODE_ERROR  # a step failure Dagster wrapped around the code's own error
@@ -38,3 +40,17 @@ def refused_step(plan_context, execution_plan, reason: str, metadata: Mapping[st
     failure = UserFailureData(label="intentional-failure", description=reason, metadata=metadata)
     data = StepFailureData(error=None, user_failure_data=failure)
     return dg.DagsterEvent.step_failure_event(plan_context.for_step(step), data, message=reason)
+
+
+def report_engine_event(instance: dg.DagsterInstance, run: dg.DagsterRun, message: str, metadata: Mapping[str, str]):
+    """An engine event in the run's log, with metadata a reader finds it by (`DagsterInstance.report_engine_event`
+    is public; its `EngineEventData` is not)."""
+    instance.report_engine_event(message, run, EngineEventData(metadata=dict(metadata)))
+
+
+def run_reaction(run: dg.DagsterRun) -> DagsterRunReaction:
+    """What a sensor returns for a run it acted on. The sensor daemon records a tick without run requests as
+    SKIPPED, whatever it did (a `SensorResult` with `asset_events` too), unless it returns reactions: then the tick
+    is SUCCESS, names the run, and the run's log says the sensor acted on it (`dagster/_daemon/sensor.py`,
+    `_evaluate_sensor`). Public only through `@run_status_sensor`, which watches run events, not processes."""
+    return DagsterRunReaction(dagster_run=run, run_status=run.status)

@@ -16,17 +16,19 @@ WRITERS = 2  # pages stored at once, while the next page downloads
 PAGES_IN_FLIGHT = 8  # pages held in memory waiting to be stored, at most
 
 
-def fetch_day(client: SourceClient, raw: RawZone, endpoint: str, day: dt.date) -> tuple[Batch, BatchManifest]:
+def fetch_day(
+    client: SourceClient, raw: RawZone, endpoint: str, day: dt.date, run_id: str | None = None
+) -> tuple[Batch, BatchManifest]:
     """Fetch every page of the source's resource `endpoint` for `day` into a new pending batch, then seal it once
     every page is stored (a batch cut off midway is never loaded). Pages are written while the next ones
-    download."""
+    download. `run_id`: the run fetching, recorded in the batch (whether its run ended tells a retry when to come)."""
     declaration = client.declaration
     if endpoint not in declaration.names:
         raise ValueError(
             f"unknown endpoint {endpoint!r} of source {declaration.name}; known: {', '.join(declaration.names)}"
         )
     resource = declaration.resource(endpoint)
-    batch = raw.start_batch(declaration.name, endpoint, day)
+    batch = raw.start_batch(declaration.name, endpoint, day, run_id=run_id)
     files, records = [], 0
     with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix=f"raw-{endpoint}") as writers:
         writing: collections.deque[Future] = collections.deque()

@@ -129,22 +129,26 @@ class BatchManifest:
 
 
 @dataclasses.dataclass(frozen=True)
-class StaleBatch:
+class OpenBatch:
     batch: Batch
     sealed: bool  # False: the download never finished, the day must be fetched again
     age: dt.timedelta
+    run_id: str | None = None  # the run that started it (the Dagster run id its fetch was given), if recorded
 
 
 class RawZone:
     def __init__(self, storage: RawStorage):
         self.storage = storage
 
-    def start_batch(self, source: str, endpoint: str, day: dt.date, now: dt.datetime | None = None) -> Batch:
+    def start_batch(
+        self, source: str, endpoint: str, day: dt.date, now: dt.datetime | None = None, run_id: str | None = None
+    ) -> Batch:
+        """A new pending batch of `day`; `run_id`: the run fetching it, recorded in `.pending` (see `open_batches`)."""
         now = now or dt.datetime.now(dt.UTC)
         batch = Batch(source, endpoint, f"{day.isoformat()}_{now:%Y%m%dT%H%M%S%fZ}_{secrets.token_hex(3)}")
         # Indexed before anything of it exists: a crash leaves a batch `pending()` finds, or nothing at all.
         self.storage.touch(_index_key(batch))
-        marker = {"started_at": now.isoformat(), "day": day.isoformat()}
+        marker = {"started_at": now.isoformat(), "day": day.isoformat(), **({"run_id": run_id} if run_id else {})}
         self.storage.write_bytes(f"{batch.key}/{PENDING}", json.dumps(marker).encode())
         return batch
 
@@ -218,16 +222,37 @@ class RawZone:
         self.storage.write_bytes(f"{_index_folder(source, endpoint)}/{INDEX_BUILT}", json.dumps(built).encode())
         return len(open_batches)
 
-    def stale(self, source: str, endpoint: str, now: dt.datetime, older_than: dt.timedelta) -> list[StaleBatch]:
+    def open_batches(
+        self, source: str, endpoint: str, now: dt.datetime, older_than: dt.timedelta = dt.timedelta(0)
+    ) -> list[OpenBatch]:
+        """Pending batches started at least `older_than` ago, oldest first: whether each one's download finished,
+        its age and the run that started it (read from the index and each open batch's markers)."""
+        found = []
+        for batch in self.pending(source, endpoint):
+            marker = self._marker(batch)
+            age, run_id = now - self._started_at(batch, marker), marker.get("run_id") or None
+            if age >= older_than:
+                found.append(OpenBatch(batch, sealed=self.manifest(batch) is not None, age=age, run_id=run_id))
+        return found
+
+    def stale(self, source: str, endpoint: str, now: dt.datetime, older_than: dt.timedelta) -> list[OpenBatch]:
         """Pending batches started longer ago than `older_than`: a load that failed or never ran."""
-        aged = [(batch, now - self.started_at(batch)) for batch in self.pending(source, endpoint)]
-        return [StaleBatch(b, sealed=self.manifest(b) is not None, age=age) for b, age in aged if age >= older_than]
+        return self.open_batches(source, endpoint, now, older_than)
 
     def started_at(self, batch: Batch) -> dt.datetime:
         """When the batch started: from its .pending marker, else from its id (a crash can precede the marker)."""
-        if self.storage.exists(f"{batch.key}/{PENDING}"):
-            raw = json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))
-            return dt.datetime.fromisoformat(raw["started_at"])
+        return self._started_at(batch, self._marker(batch))
+
+    def _marker(self, batch: Batch) -> dict:
+        """The batch's .pending marker ({} when a crash came before it was written)."""
+        if not self.storage.exists(f"{batch.key}/{PENDING}"):
+            return {}
+        return json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))
+
+    @staticmethod
+    def _started_at(batch: Batch, marker: dict) -> dt.datetime:
+        if "started_at" in marker:
+            return dt.datetime.fromisoformat(marker["started_at"])
         return dt.datetime.strptime(batch.batch_id.split("_")[1], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.UTC)
 
     def batches(self, source: str, endpoint: str, day: dt.date | None = None) -> list[Batch]:
