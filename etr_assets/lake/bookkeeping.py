@@ -1,16 +1,27 @@
 """Bookkeeping tables any pipeline on this library keeps about itself: the GDPR audit trail, table changes (rollbacks,
-abandoned batches), data-quality metrics and the maintenance log."""
+abandoned batches), data-quality metrics and the maintenance log. Each is an append-only log partitioned by day that
+keeps every row, and keeps itself small in files without a maintenance run (`record_rows`)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING
 
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import local_frame, spark_schema
-from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
+from etr_assets.lake.retry import run_with_retries
+from etr_assets.lake.session import java_class
+from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, TRANSFORM, Column, TableSpec
+from etr_assets.lake.writes import iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# A day's partition of a bookkeeping table holds at most this many data files: the write that would leave more
+# compacts that day into one file, and the first write of a day compacts the day before into one. So a table written
+# by every run holds one file per past day and at most this many for the day being written, and a write costs at
+# most one rewrite of a day (kilobytes), never of the table.
+MAX_FILES_PER_DAY = 8
 
 
 def _bookkeeping(namespace: str, name: str, description: str, day_column: str, *columns: Column) -> TableSpec:
@@ -106,8 +117,66 @@ TABLE_MAINTENANCE_LOG = _bookkeeping(
 
 
 def record_rows(spark: SparkSession, catalog: str, spec: TableSpec, rows: list[dict]) -> None:
-    """Append `rows` to the bookkeeping table `spec` (created or evolved first): one small file, one commit."""
+    """Append `rows` to the bookkeeping table `spec` (created or evolved first): one small file, one commit; then
+    compact, each into one file, a written day holding more than MAX_FILES_PER_DAY files and the day before a written
+    day holding more than one. Compaction keeps every row and commits a `replace` apart, which concurrent appends do
+    not conflict with (a compaction that loses to another is re-run, and finds the day compacted)."""
     if not rows:
         return
     ensure_table(spark, catalog, spec)
     local_frame(spark, rows, spark_schema(spec.columns)).writeTo(spec.qualified(catalog)).append()
+    if (column := day_column(spec)) is None:
+        return
+    written = {day for row in rows if (day := _day_of(row.get(column))) is not None}
+    for day in sorted(written | {day - dt.timedelta(days=1) for day in written}):
+        most = MAX_FILES_PER_DAY if day in written else 1  # the day before a written day is done with
+        if data_files_of_day(spark, spec.qualified(catalog), column, day) > most:
+            compact_day(spark, catalog, spec, column, day)
+
+
+def day_column(spec: TableSpec) -> str | None:
+    """The column a table is partitioned by the day of (`days(column)`), if it is."""
+    for transform in spec.partition_by:
+        if (match := TRANSFORM.match(transform)) and match.group(1) == "days":
+            return match.group(2)
+    return None
+
+
+def _day_of(value) -> dt.date | None:
+    if isinstance(value, dt.datetime):  # naive: UTC, as the session reads it
+        return (value.astimezone(dt.UTC) if value.tzinfo else value).date()
+    return value if isinstance(value, dt.date) else None
+
+
+def _day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    return start, start + dt.timedelta(days=1)
+
+
+def data_files_of_day(spark: SparkSession, qualified: str, column: str, day: dt.date) -> int:
+    """Live data files of `day`'s partition, from the table's manifests (no Spark job)."""
+    table = iceberg_table(spark, qualified)
+    if table.currentSnapshot() is None:
+        return 0
+    expressions = java_class(spark, "org.apache.iceberg.expressions.Expressions")
+    start, end = (int(moment.timestamp() * 1_000_000) for moment in _day_bounds(day))
+    within = getattr(expressions, "and")(
+        expressions.greaterThanOrEqual(column, start), expressions.lessThan(column, end)
+    )
+    tasks = table.newScan().filter(within).planFiles()  # one task per file: files are planned whole
+    try:
+        return int(java_class(spark, "org.apache.iceberg.relocated.com.google.common.collect.Iterables").size(tasks))
+    finally:
+        tasks.close()
+
+
+def compact_day(spark: SparkSession, catalog: str, spec: TableSpec, column: str, day: dt.date) -> None:
+    """rewrite_data_files on `day`'s partition alone: its small files become one (every row kept)."""
+    start, end = (f"TIMESTAMP '{moment:%Y-%m-%d %H:%M:%S}+00:00'" for moment in _day_bounds(day))
+    where = f"{column} >= {start} AND {column} < {end}"
+    options = f"map('min-input-files', '2', 'target-file-size-bytes', '{spec.target_file_size_bytes}')"
+    call = (
+        f"CALL {catalog}.system.rewrite_data_files(table => '{spec.identifier}', where => \"{where}\", "
+        f"options => {options})"
+    )
+    run_with_retries(lambda: spark.sql(call).collect(), f"compacting {day} of {spec.qualified(catalog)}")
