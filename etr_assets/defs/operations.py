@@ -47,6 +47,19 @@ def rollback_table_op(context: dg.OpExecutionContext, config: RollbackConfig, la
     context.log.info(
         f"{spec.identifier}: snapshot {record['from_snapshot_id']} -> {record['to_snapshot_id']} ({config.reason})"
     )
+    if context.instance.has_asset_key(key := table_key(spec)):  # a table asset (quarantine, bookkeeping: none)
+        # Its page shows the rollback, and commits_outside_dagster knows this move of main as Dagster's.
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=key,
+                description=f"rolled back to snapshot {record['to_snapshot_id']}: {config.reason}",
+                metadata={
+                    "snapshot_id": record["to_snapshot_id"],
+                    "rolled_back_from": record["from_snapshot_id"] or "none",
+                    "reason": config.reason,
+                },
+            )
+        )
 
 
 @dg.job(

@@ -283,3 +283,90 @@ def unknown_tables(settings: Settings, query: str) -> list[tuple[str, list[str]]
         if name not in known and name not in missing:
             missing[name] = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
     return list(missing.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class MainChange:
+    """One move of a table's main branch, as its snapshot log records it: `snapshot_id` became current `at_ms`. A
+    commit to main moves it to the snapshot it makes; publishing a branch (a fast-forward) to the branch's head, the
+    commits made on the branch coming with it; a rollback back to a snapshot committed before the one it left."""
+
+    snapshot_id: int
+    at_ms: int
+    operation: str  # of the snapshot: append, overwrite, delete, replace
+    committed_ms: int
+    added_rows: int = 0
+    removed_rows: int = 0  # rows its deletes remove: deleted-records and position deletes
+    equality_deletes: int = 0  # delete records that remove the rows they match (which, only reading tells)
+    rollback: bool = False
+    records_before: int | None = None  # total-records of the snapshot main left, and of this one (for a rollback)
+    records_after: int | None = None
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return self.at_ms, self.snapshot_id
+
+    def describe(self) -> str:
+        when = f"at {utc_text(self.at_ms)}"
+        if self.rollback:
+            records = (
+                f" (records {self.records_before:,} -> {self.records_after:,})"
+                if None not in (self.records_before, self.records_after)
+                else ""
+            )
+            return f"rollback to {self.operation} {self.snapshot_id} of {utc_text(self.committed_ms)} {when}{records}"
+        rows = f"+{self.added_rows}/-{self.removed_rows} rows"
+        if self.added_rows and self.removed_rows:  # an overwrite rewrites whole files: what it changed is the net
+            rows += f", net {self.added_rows - self.removed_rows:+d}"
+        if self.equality_deletes:
+            rows += f", {self.equality_deletes} equality deletes"
+        return f"{self.operation} {self.snapshot_id} {when} ({rows})"
+
+
+def utc_text(ms: int) -> str:
+    return f"{dt.datetime.fromtimestamp(ms / 1000, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def main_changes(table, since: tuple[int, int] | None, first_look: int) -> list[MainChange]:
+    """The moves of main after `since` (a change's `position`: when, and to which snapshot), oldest first, read from
+    the end of the snapshot log back to `since` (or, if expiry dropped that entry, to its time): what is new, never
+    the whole history. `since` None: the last `first_look` moves. Entries whose snapshot expiry removed are left out
+    (nothing is left to describe)."""
+    metadata = table.metadata
+    log = metadata.snapshot_log
+    new = []
+    for index in range(len(log) - 1, -1, -1):
+        entry = log[index]
+        if since is None and len(new) == first_look:
+            break
+        if since is not None and (entry.timestamp_ms < since[0] or (entry.timestamp_ms, entry.snapshot_id) == since):
+            break
+        new.append(index)
+    changes = []
+    for index in reversed(new):
+        entry = log[index]
+        snapshot = metadata.snapshot_by_id(entry.snapshot_id)
+        if snapshot is None:
+            continue
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        num = lambda key, summary=summary: int(summary.get(key, 0) or 0)
+        left = metadata.snapshot_by_id(log[index - 1].snapshot_id) if index else None
+        rollback = left is not None and snapshot.timestamp_ms < left.timestamp_ms
+        totals = lambda s: (
+            int(s.summary.additional_properties.get("total-records", 0) or 0) if s and s.summary else None
+        )
+        changes.append(
+            MainChange(
+                snapshot_id=snapshot.snapshot_id,
+                at_ms=entry.timestamp_ms,
+                operation=snapshot.summary.operation.value if snapshot.summary else "unknown",
+                committed_ms=snapshot.timestamp_ms,
+                added_rows=num("added-records"),
+                removed_rows=num("deleted-records") + num("added-position-deletes"),
+                equality_deletes=num("added-equality-deletes"),
+                rollback=rollback,
+                records_before=totals(left) if rollback else None,
+                records_after=totals(snapshot) if rollback else None,
+            )
+        )
+    return changes

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, record_rows
-from etr_assets.lake.metadata import load_table
+from etr_assets.lake.metadata import MainChange
 from etr_assets.lake.specs import CURRENT_VERSIONS, Reference, TableSpec
 
 if TYPE_CHECKING:
@@ -241,30 +241,25 @@ def row_count_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> Ch
     )
 
 
-def commits_after(settings, spec: TableSpec, recorded: set[int]) -> list[str]:
-    """The commits of main's history newer than the newest snapshot of `recorded` (all without one), newest first,
-    in a few words each, from metadata; rewrites that change no rows (`replace`) left out."""
-    from pyiceberg.table.snapshots import ancestors_of
-
-    if (table := load_table(settings, spec)) is None:
-        return []
-    since = max((s.timestamp_ms for s in table.metadata.snapshots if s.snapshot_id in recorded), default=-1)
-    commits = []
-    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-        if snapshot.timestamp_ms <= since:  # a rollback to an older snapshot stops here at once
-            break
-        summary, at = snapshot.summary, dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.UTC)
-        if summary is not None and summary.operation.value != "replace":
-            rows = f"+{summary.get('added-records') or 0}/-{summary.get('deleted-records') or 0} rows"
-            commits.append(f"{summary.operation.value} {snapshot.snapshot_id} at {at:%Y-%m-%d %H:%M} UTC ({rows})")
-    return commits
-
-
-def outside_commits_outcome(commits: list[str]) -> CheckOutcome:
-    """Commits Dagster recorded no event of (another tool wrote them): freshness and figures miss them (WARN)."""
-    shown = "; ".join(commits[:5]) + (f"; and {len(commits) - 5} more" if len(commits) > 5 else "")
-    description = "every commit of the table's current history is one Dagster recorded"
-    return CheckOutcome("commits_outside_dagster", description, not commits, len(commits), shown, Severity.WARN)
+def outside_commits_outcome(
+    outside: list[MainChange], since: str, judged: int, note: str = "", shown: int = 10
+) -> CheckOutcome:
+    """The moves of main since the check last ran that Dagster recorded no event of (another tool committed, or
+    rolled back): each named with its snapshot, time, operation and rows (WARN). `since`: where the check last
+    stopped (or what it first looked at); `judged`: the moves judged; `note`: e.g. why later moves wait."""
+    listed = "; ".join(change.describe() for change in outside[:shown])
+    if len(outside) > shown:
+        listed += f"; and {len(outside) - shown} more"
+    later = f" ({note})" if note else ""
+    if outside:
+        count = f"{len(outside)} commit{'s' if len(outside) > 1 else ''}"
+        description = f"{count} outside Dagster since {since}: {listed}{later}"
+    else:
+        description = f"no commit outside Dagster since {since}: {judged} change(s) of main, all Dagster's{later}"
+    figures = {"changes_judged": float(judged)}
+    return CheckOutcome(
+        "commits_outside_dagster", description, not outside, len(outside), listed, Severity.WARN, figures=figures
+    )
 
 
 def post_write_outcomes(

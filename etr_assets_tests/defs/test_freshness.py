@@ -36,61 +36,117 @@ def test_every_table_asset_declares_its_specs_freshness_window():
         QualityRules(freshness_window=dt.timedelta(seconds=30))
 
 
-def tick(sensor, instance, cursor=None):
-    return sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+def tick(sensor, instance, cursor=None) -> dg.SensorResult:
+    """One tick, its events recorded as the sensor daemon records them (`dagster/_daemon/sensor.py`)."""
+    result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+    return result
 
 
-def verdicts(result) -> dict[str, dg.AssetCheckEvaluation]:
-    return {e.asset_key.to_user_string(): e for e in result.asset_events}
+def current(settings, spec=BRONZE_MERCHANTS):
+    return load_table(settings, spec).current_snapshot()
 
 
-@pytest.mark.slow  # two pipeline materializations: about 40 s here
+@pytest.mark.slow  # two pipeline materializations: about 50 s here
 def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, settings):
     pipeline = build_definitions(settings)
     resources = pipeline.get_repository_def().get_top_level_resources()
     sensor = pipeline.resolve_sensor_def("commits_outside_dagster")
     bronze, qualified = table_key(BRONZE_MERCHANTS).to_user_string(), BRONZE_MERCHANTS.qualified(settings.catalog)
+    key = dg.AssetCheckKey(table_key(BRONZE_MERCHANTS), "commits_outside_dagster")
+    check = next(c for c in pipeline.asset_checks if key in c.check_keys)
     with dg.instance_for_test() as instance:
 
-        def materialize():
+        def materialize() -> int:
             assets = list(pipeline.assets)
             assert dg.materialize(
                 assets, selection=RAW_AND_BRONZE, resources=resources, partition_key=DAY, instance=instance
             ).success
+            return current(settings).snapshot_id
 
-        materialize()
+        def warning(result: dg.SensorResult) -> tuple[dg.AssetCheckEvaluation, str]:
+            (warned,) = result.asset_events
+            assert warned.asset_key.to_user_string() == bronze and not warned.passed
+            assert warned.severity == dg.AssetCheckSeverity.WARN
+            return warned, warned.metadata["detail"].value
+
+        dagsters_first = materialize()
         first = tick(sensor, instance)
-        assert isinstance(first, dg.SensorResult) and len(first.asset_events) == len(table_assets())  # each once
+        assert len(first.asset_events) == len(table_assets())  # a first look records every table once
         assert all(e.passed for e in first.asset_events)  # Dagster's commit, and tables never written
-        assert isinstance(tick(sensor, instance, first.cursor), dg.SkipReason)  # nothing changed
+        again = tick(sensor, instance, first.cursor)
+        assert not again.asset_events and "no commit outside Dagster" in again.skip_reason.skip_message
 
-        # Another tool appends; a manifest rewrite (no rows changed) is not a change of data.
+        # Another tool appends; a manifest rewrite (no rows changed) is not a change of data. The warning says what.
         lake.sql(f"INSERT INTO {qualified} SELECT * FROM {qualified} LIMIT 1")
-        outside = load_table(settings, BRONZE_MERCHANTS).current_snapshot().snapshot_id
+        appended = current(settings).snapshot_id
         lake.sql(f"CALL {settings.catalog}.system.rewrite_manifests('{BRONZE_MERCHANTS.identifier}')")
         second = tick(sensor, instance, first.cursor)
-        (warned,) = second.asset_events
-        assert warned.asset_key.to_user_string() == bronze and not warned.passed
-        assert warned.severity == dg.AssetCheckSeverity.WARN
+        warned, detail = warning(second)
         assert warned.metadata["violations"].value == 1
-        assert (
-            f"append {outside} at " in warned.metadata["detail"].value
-            and "(+1/-0 rows)" in warned.metadata["detail"].value
-        )
+        assert f"append {appended} at " in detail and "(+1/-0 rows)" in detail
+        assert warned.description.startswith("1 commit outside Dagster since ") and detail in warned.description
 
-        # The check run on demand (the UI's Execute) says the same.
-        key = dg.AssetCheckKey(table_key(BRONZE_MERCHANTS), "commits_outside_dagster")
-        check = next(c for c in pipeline.asset_checks if key in c.check_keys)
+        # Two commits between ticks, then Dagster writes the same table: both are reported, Dagster's is not.
+        lake.sql(f"INSERT INTO {qualified} SELECT * FROM {qualified} LIMIT 2")
+        inserted = current(settings).snapshot_id
+        merchant = lake.sql(f"SELECT min(merchant_id) FROM {qualified}").first()[0]
+        lake.sql(f"DELETE FROM {qualified} WHERE merchant_id = {merchant}")
+        deleted = current(settings)
+        dagsters_second = materialize()
+        third = tick(sensor, instance, second.cursor)
+        warned, detail = warning(third)
+        assert warned.metadata["violations"].value == 2, detail
+        assert f"append {inserted} at " in detail and "(+2/-0 rows)" in detail
+        assert f"{deleted.summary.operation.value} {deleted.snapshot_id} at " in detail
+        assert str(dagsters_second) not in detail
+        assert isinstance(tick(sensor, instance, third.cursor).skip_reason, dg.SkipReason)  # each reported once
+
+        # Execute (the UI's button) judges what came since the check's last evaluation: nothing, so the warning
+        # clears; the sensor then judges from there.
         run = dg.materialize([check], selection=dg.AssetSelection.checks(check), instance=instance)
         (evaluation,) = run.get_asset_check_evaluations()
-        assert not evaluation.passed and str(outside) in evaluation.metadata["detail"].value
+        assert evaluation.passed and evaluation.description.startswith("no commit outside Dagster since ")
 
-        # While a run is in progress its commits may not be recorded yet: no verdict.
+        # A commit made while a run that may have made it is in progress waits for the run's end, then is reported.
         busy = instance.add_run(dg.DagsterRun(job_name="etr_pipeline", status=dg.DagsterRunStatus.STARTED))
-        assert "a run is in progress" in tick(sensor, instance, second.cursor).skip_message
+        lake.sql(f"INSERT INTO {qualified} SELECT * FROM {qualified} LIMIT 1")
+        during = current(settings).snapshot_id
+        waiting = tick(sensor, instance, third.cursor)
+        assert not waiting.asset_events and f"wait for run {busy.run_id[:8]}" in waiting.skip_reason.skip_message
         instance.delete_run(busy.run_id)
+        warned, detail = warning(tick(sensor, instance, waiting.cursor))
+        assert f"append {during} at " in detail and warned.metadata["violations"].value == 1
 
-        # Dagster writes the table again: its commit is recorded, the outside one is behind it.
-        materialize()
-        third = tick(sensor, instance, second.cursor)
-        assert [(e.asset_key.to_user_string(), e.passed) for e in third.asset_events] == [(bronze, True)]
+        # Executed by hand before the sensor looks, the check reports it; the sensor does not report it again.
+        lake.sql(f"INSERT INTO {qualified} SELECT * FROM {qualified} LIMIT 1")
+        unseen = current(settings).snapshot_id
+        run = dg.materialize([check], selection=dg.AssetSelection.checks(check), instance=instance)
+        (evaluation,) = run.get_asset_check_evaluations()
+        assert not evaluation.passed and f"append {unseen} at " in evaluation.metadata["detail"].value
+        looked = tick(sensor, instance, waiting.cursor)
+        assert not looked.asset_events, [e.description for e in looked.asset_events]
+
+        # Rollbacks: the rollback_table job's is Dagster's; one made with `etr sql` is reported, naming its target.
+        rolled = pipeline.resolve_job_def("rollback_table").execute_in_process(
+            instance=instance,
+            run_config={
+                "ops": {
+                    "rollback_table_op": {
+                        "config": {
+                            "table": BRONZE_MERCHANTS.identifier,
+                            "snapshot_id": str(dagsters_second),
+                            "reason": "rows inserted by hand",
+                        }
+                    }
+                }
+            },
+        )
+        assert rolled.success and current(settings).snapshot_id == dagsters_second
+        lake.sql(
+            f"CALL {settings.catalog}.system.rollback_to_snapshot('{BRONZE_MERCHANTS.identifier}', {dagsters_first})"
+        )
+        warned, detail = warning(tick(sensor, instance, looked.cursor))
+        assert warned.metadata["violations"].value == 1
+        assert detail.startswith(f"rollback to append {dagsters_first} of "), detail

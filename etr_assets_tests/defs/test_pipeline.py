@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from etr_assets.definitions import build_definitions
@@ -36,8 +36,15 @@ def counts_by_day(lake, settings, spec):
 
 def test_daily_partitions_fill_every_layer_and_describe_their_commits(pipeline_defs, settings, lake):
     instance = DagsterInstance.ephemeral()
+    outside = pipeline_defs.resolve_sensor_def("commits_outside_dagster")
+    cursor = None
     for day in DAYS:
         metadata = materialize_day(pipeline_defs, day, instance)
+        # Every commit of every layer (SCD2 branches, audit branches published, overwrites) is one Dagster recorded.
+        tick = outside(build_sensor_context(instance=instance, cursor=cursor))
+        assert all(e.passed for e in tick.asset_events), [e.description for e in tick.asset_events if not e.passed]
+        assert bool(tick.asset_events) == (cursor is None)  # a first look records each table; later, nothing new
+        cursor = tick.cursor
 
     per_day = settings.api_transactions_per_day
     assert counts_by_day(lake, settings, SILVER_TRANSACTIONS) == {d: per_day for d in DAYS}
