@@ -8,8 +8,9 @@ from etr_assets.defs.api_source import declared_definitions
 from etr_assets.defs.assets import PIPELINE_JOB, PIPELINE_SOURCE, build_assets, build_pending_batches_sensor
 from etr_assets.defs.common import table_key
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
-from etr_assets.defs.maintenance import build_maintenance, outside_check, outside_commits_sensor
+from etr_assets.defs.maintenance import build_maintenance
 from etr_assets.defs.operations import abandon_raw_batch, build_bootstrap_job, rollback_table, silver_daily_growth
+from etr_assets.defs.outside_commits import outside_check, outside_commits_sensor
 from etr_assets.defs.propagation import build_propagation_sensor
 from etr_assets.defs.resources import build_resources
 from etr_assets.defs.run_guard import dead_runs_sensor, in_process_executor

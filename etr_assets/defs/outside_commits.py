@@ -1,0 +1,208 @@
+"""`commits_outside_dagster`: a check per table, from its Iceberg metadata and Dagster's events (no JVM), of each
+commit another tool made, and the sensor that judges what is new every minute."""
+
+import json
+
+import dagster as dg
+
+from etr_assets.defs.common import check_results, table_key
+from etr_assets.defs.maintenance import JOB_NAME
+from etr_assets.lake.metadata import load_table, main_changes, utc_text
+from etr_assets.lake.quality import CheckOutcome, outside_commits_outcome
+from etr_assets.lake.specs import TableSpec
+from etr_assets.settings import Settings
+
+OUTSIDE = "commits_outside_dagster"
+FIRST_LOOK = 20  # moves of main a check with no earlier position judges: the newest ones
+# An event names a commit after it is made, by Dagster's clock; the commit's time is the writer's (a remote Spark
+# job's), which may be behind by up to this much: events are read from this long before the first move judged.
+CLOCK_SKEW_MS = 5 * 60 * 1000
+# A rollback moves main back to a snapshot an event may have named long before: it is Dagster's only if an event
+# recorded it after the move (the rollback job's observation; its Spark driver shares the run's clock).
+ROLLBACK_SLACK_MS = 1000
+# Runs that may be committing now: a commit precedes the event that names it.
+WRITING = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def writers_in_flight(
+    instance: dg.DagsterInstance, exclude_run: str | None = None
+) -> list[tuple[float, dg.DagsterRun]]:
+    """(when it started, run) of each run in progress, `exclude_run` left out."""
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=WRITING))
+    return [
+        (record.start_time or record.create_timestamp.timestamp(), record.dagster_run)
+        for record in records
+        if record.dagster_run.run_id != exclude_run
+    ]
+
+
+def may_write(run: dg.DagsterRun, key: dg.AssetKey) -> bool:
+    """Whether `run` may commit rows to the asset's table: an asset run of it, or an op job (erasure, rollback);
+    maintenance only rewrites (`replace`, never judged)."""
+    if run.job_name == JOB_NAME:
+        return False
+    return run.asset_selection is None or key in run.asset_selection
+
+
+def recorded_position(instance: dg.DagsterInstance, spec: TableSpec) -> tuple[int, int] | None:
+    """The move of main the check's newest evaluation judged through (its metadata); None before any."""
+    check_key = dg.AssetCheckKey(table_key(spec), OUTSIDE)
+    # Newest first; a run executing the check has recorded a planned execution first: not an evaluation.
+    for record in instance.event_log_storage.get_asset_check_execution_history(check_key, limit=5):
+        if isinstance(evaluation := record.evaluation, dg.AssetCheckEvaluation):
+            at, snapshot = evaluation.metadata.get("judged_through_ms"), evaluation.metadata.get("judged_through")
+            if at is not None and snapshot is not None and str(snapshot.value).lstrip("-").isdigit():
+                return int(at.value), int(snapshot.value)
+            return None
+    return None
+
+
+def _dagster_events(instance: dg.DagsterInstance, key: dg.AssetKey, after_ms: int) -> dict[int, int]:
+    """{snapshot id: when the newest event naming it was recorded (ms)}, from the asset's materializations and
+    observations (maintenance's, erasure's, rollback's) recorded after `after_ms`."""
+    named: dict[int, int] = {}
+    for fetch in (instance.fetch_materializations, instance.fetch_observations):
+        cursor = None
+        while True:
+            found = fetch(
+                dg.AssetRecordsFilter(asset_key=key, after_timestamp=after_ms / 1000), limit=500, cursor=cursor
+            )
+            for record in found.records:
+                value = str(getattr(record.asset_event.metadata.get("snapshot_id"), "value", ""))
+                if value.lstrip("-").isdigit():
+                    named[int(value)] = max(named.get(int(value), 0), int(record.timestamp * 1000))
+            if not found.has_more:
+                break
+            cursor = found.cursor
+    return named
+
+
+def judge_outside(
+    settings: Settings,
+    spec: TableSpec,
+    instance: dg.DagsterInstance,
+    since: tuple[int, int] | None,
+    writers: list[tuple[float, dg.DagsterRun]],
+) -> tuple[CheckOutcome, tuple[int, int], str]:
+    """The moves of main after `since` (None: a first look) judged one by one, oldest first: Dagster's when an event
+    of the asset names the snapshot it moved to (a materialization's `snapshot_id`, the observation of a maintenance,
+    erasure or rollback; for a rollback, an event recorded after it); a rewrite that changes no rows (`replace`) is
+    not judged; any other is outside Dagster, whatever came after it. A move no event names yet while a run that may
+    have made it is in progress waits, with every later one, for a later look. Returns the outcome, the position
+    judged through ((0, 0) for a table with no move yet: its first ones are all new) and what waits, if anything."""
+    key = table_key(spec)
+    if since is None:
+        since_text = f"its newest {FIRST_LOOK} changes (the check's first look)"
+    else:
+        since_text = utc_text(since[0]) if since[0] else "the table's first commit"
+    table = load_table(settings, spec)
+    changes = main_changes(table, since, FIRST_LOOK) if table is not None else []
+    if not changes:
+        note = "" if table is not None else f"{spec.identifier} has not been created yet"
+        return outside_commits_outcome([], since_text, 0, note), since or (0, 0), ""
+    named = _dagster_events(instance, key, changes[0].at_ms - CLOCK_SKEW_MS)
+    # Judged through so far: `since`, or on a first look just before its oldest change.
+    through, judged = since or (changes[0].at_ms - 1, 0), len(changes)
+    outside, waiting = [], ""
+    for index, change in enumerate(changes):
+        recorded = named.get(change.snapshot_id)
+        if change.rollback:
+            dagsters = recorded is not None and recorded >= change.at_ms - ROLLBACK_SLACK_MS
+        else:  # a new snapshot: any event naming it came after it
+            dagsters = recorded is not None or change.operation == "replace"  # a replace changes no rows
+        if not dagsters:
+            started = [run for at, run in writers if may_write(run, key) and at * 1000 <= change.at_ms + CLOCK_SKEW_MS]
+            if started:
+                run = started[0]
+                waiting = (
+                    f"{len(changes) - index} later change(s) from {utc_text(change.at_ms)} wait for run "
+                    f"{run.run_id[:8]} of {run.job_name}, which may have made them, to end"
+                )
+                judged = index
+                break
+            outside.append(change)
+        through = change.position
+    return outside_commits_outcome(outside, since_text, judged, waiting), through, waiting
+
+
+def outside_result(outcome: CheckOutcome, through: tuple[int, int]) -> dg.AssetCheckResult:
+    """The check's result, with the position it judged through (where its next evaluation starts)."""
+    result = check_results([outcome])[0]
+    position = {"judged_through_ms": through[0], "judged_through": str(through[1])}
+    return dg.AssetCheckResult(
+        passed=result.passed,
+        severity=result.severity,
+        description=result.description,
+        metadata={**result.metadata, **position},
+    )
+
+
+def outside_check(settings: Settings, spec: TableSpec) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=table_key(spec),
+        name=OUTSIDE,
+        description=f"Warns of each commit to {spec.identifier} Dagster recorded no event of (another tool wrote or "
+        "rolled back the table), naming its snapshot, time, operation and rows; Dagster's freshness and figures do "
+        f"not see them. From metadata (no JVM): the {OUTSIDE} sensor judges what is new each minute; Execute "
+        "judges what came since the check's last evaluation, and so clears a warning once read.",
+    )
+    def commits_outside_dagster(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        instance = context.instance
+        writers = writers_in_flight(instance, exclude_run=context.run.run_id)
+        outcome, through, _ = judge_outside(settings, spec, instance, recorded_position(instance, spec), writers)
+        return outside_result(outcome, through)
+
+    return commits_outside_dagster
+
+
+def _later(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
+    return max((p for p in (a, b) if p is not None), key=lambda p: p[0], default=None)
+
+
+def outside_commits_sensor(settings: Settings, specs: list[TableSpec]) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=OUTSIDE,
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description=f"Every minute, judges the commits made to each table since the last look (no run, no JVM: "
+        f"table metadata and Dagster's events) and records its {OUTSIDE} check as failed, naming them, when any "
+        "was made outside Dagster; a commit a run in progress may have made waits for the run's end.",
+    )
+    def commits_outside_dagster(context: dg.SensorEvaluationContext):
+        try:
+            looked = {k: tuple(v) for k, v in json.loads(context.cursor or "{}").get("judged_through", {}).items()}
+        except (AttributeError, TypeError, ValueError):  # an earlier version's cursor: a first look
+            looked = {}
+        writers = writers_in_flight(context.instance)
+        events, reported, waiting = [], [], []
+        for spec in specs:
+            # Where this sensor, or the check run by hand since, left off.
+            since = _later(looked.get(spec.identifier), recorded_position(context.instance, spec))
+            outcome, through, waits = judge_outside(settings, spec, context.instance, since, writers)
+            looked[spec.identifier] = through
+            if waits:
+                waiting.append(f"{spec.identifier}: {waits}")
+            if since is not None and outcome.passed:
+                continue  # nothing new outside Dagster: the check's last verdict stands
+            result = outside_result(outcome, through)
+            events.append(
+                dg.AssetCheckEvaluation(
+                    asset_key=table_key(spec),
+                    check_name=OUTSIDE,
+                    passed=result.passed,
+                    metadata=result.metadata,
+                    severity=result.severity,
+                    description=result.description,
+                )
+            )
+            if not outcome.passed:
+                reported.append(f"{spec.identifier}: {outcome.description}")
+        cursor = json.dumps({"judged_through": {k: list(v) for k, v in sorted(looked.items())}})
+        if not events:
+            skip = f"no commit outside Dagster since the last look ({len(specs)} tables)"
+            return dg.SensorResult(skip_reason="; ".join([skip, *waiting]), cursor=cursor)
+        if reported:
+            context.log.warning("; ".join(reported))
+        return dg.SensorResult(asset_events=events, cursor=cursor)
+
+    return commits_outside_dagster
