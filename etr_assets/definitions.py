@@ -10,7 +10,7 @@ from etr_assets.defs.common import table_key
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
 from etr_assets.defs.maintenance import build_maintenance
 from etr_assets.defs.operations import abandon_raw_batch, build_bootstrap_job, rollback_table, silver_daily_growth
-from etr_assets.defs.outside_commits import outside_check, outside_commits_sensor
+from etr_assets.defs.outside_commits import outside_check, outside_commits_job, outside_commits_sensor
 from etr_assets.defs.propagation import build_propagation_sensor
 from etr_assets.defs.resources import build_resources
 from etr_assets.defs.run_guard import dead_runs_sensor, in_process_executor
@@ -52,6 +52,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             erasure,
             maintenance.job,
             *propagation_jobs,
+            outside_commits_job(outside),
         ],
         schedules=[daily, *sources.schedules, maintenance.schedule],
         sensors=[

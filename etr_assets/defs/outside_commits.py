@@ -1,6 +1,7 @@
 """`commits_outside_dagster`: a check per table, from its Iceberg metadata and Dagster's events (no JVM), of each
 commit another tool made, and the sensor that judges what is new every minute."""
 
+import hashlib
 import json
 
 import dagster as dg
@@ -149,24 +150,46 @@ def outside_check(settings: Settings, spec: TableSpec) -> dg.AssetChecksDefiniti
     def commits_outside_dagster(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         instance = context.instance
         writers = writers_in_flight(instance, exclude_run=context.run.run_id)
-        outcome, through, _ = judge_outside(settings, spec, instance, recorded_position(instance, spec), writers)
+        since = judge_from(context.run.tags, spec) or recorded_position(instance, spec)
+        outcome, through, _ = judge_outside(settings, spec, instance, since, writers)
         return outside_result(outcome, through)
 
     return commits_outside_dagster
+
+
+JUDGE_FROM_TAG = "etr/judge_outside_from"  # {table: position} the sensor judged from, on the run it launches
+JOB = "judge_commits_outside_dagster"
+
+
+def judge_from(tags: dict[str, str], spec: TableSpec) -> tuple[int, int] | None:
+    """Where the sensor that launched this run judged `spec`'s table from, so the run reports what it found."""
+    position = json.loads(tags.get(JUDGE_FROM_TAG, "{}")).get(spec.identifier)
+    return tuple(position) if position else None
 
 
 def _later(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
     return max((p for p in (a, b) if p is not None), key=lambda p: p[0], default=None)
 
 
+def outside_commits_job(checks: list[dg.AssetChecksDefinition]):
+    """The checks alone: a run of it reads metadata and Dagster's events (no JVM, no table written)."""
+    return dg.define_asset_job(
+        name=JOB,
+        selection=dg.AssetSelection.checks(*checks),
+        description=f"Judges the {OUTSIDE} check of the tables the {OUTSIDE} sensor found commits outside Dagster "
+        "in (or of every table, launched by hand).",
+    )
+
+
 def outside_commits_sensor(settings: Settings, specs: list[TableSpec]) -> dg.SensorDefinition:
     @dg.sensor(
         name=OUTSIDE,
+        job_name=JOB,
         minimum_interval_seconds=60,
         default_status=dg.DefaultSensorStatus.STOPPED,
-        description=f"Every minute, judges the commits made to each table since the last look (no run, no JVM: "
-        f"table metadata and Dagster's events) and records its {OUTSIDE} check as failed, naming them, when any "
-        "was made outside Dagster; a commit a run in progress may have made waits for the run's end.",
+        description=f"Every minute, judges the commits made to each table since the last look (table metadata and "
+        f"Dagster's events: no JVM) and, when any was made outside Dagster, launches a {JOB} run whose {OUTSIDE} "
+        "checks fail naming them; a commit a run in progress may have made waits for the run's end.",
     )
     def commits_outside_dagster(context: dg.SensorEvaluationContext):
         try:
@@ -174,35 +197,31 @@ def outside_commits_sensor(settings: Settings, specs: list[TableSpec]) -> dg.Sen
         except (AttributeError, TypeError, ValueError):  # an earlier version's cursor: a first look
             looked = {}
         writers = writers_in_flight(context.instance)
-        events, reported, waiting = [], [], []
+        found, reported, waiting = {}, [], []
         for spec in specs:
-            # Where this sensor, or the check run by hand since, left off.
+            # Where this sensor, or the check run since, left off.
             since = _later(looked.get(spec.identifier), recorded_position(context.instance, spec))
             outcome, through, waits = judge_outside(settings, spec, context.instance, since, writers)
             looked[spec.identifier] = through
             if waits:
                 waiting.append(f"{spec.identifier}: {waits}")
-            if since is not None and outcome.passed:
-                continue  # nothing new outside Dagster: the check's last verdict stands
-            result = outside_result(outcome, through)
-            events.append(
-                dg.AssetCheckEvaluation(
-                    asset_key=table_key(spec),
-                    check_name=OUTSIDE,
-                    passed=result.passed,
-                    metadata=result.metadata,
-                    severity=result.severity,
-                    description=result.description,
-                )
-            )
             if not outcome.passed:
+                found[spec.identifier] = (table_key(spec), since, through)
                 reported.append(f"{spec.identifier}: {outcome.description}")
         cursor = json.dumps({"judged_through": {k: list(v) for k, v in sorted(looked.items())}})
-        if not events:
+        if not found:
             skip = f"no commit outside Dagster since the last look ({len(specs)} tables)"
             return dg.SensorResult(skip_reason="; ".join([skip, *waiting]), cursor=cursor)
-        if reported:
-            context.log.warning("; ".join(reported))
-        return dg.SensorResult(asset_events=events, cursor=cursor)
+        context.log.warning("; ".join(reported))  # the sensor's log reaches the console (the code server's output)
+        start = {table: list(since) for table, (_, since, _) in found.items() if since is not None}
+        # One run per finding: the key names where each table's judging starts and ends.
+        key = ",".join(f"{table}@{since}..{through}" for table, (_, since, through) in found.items())
+        request = dg.RunRequest(
+            run_key=f"{OUTSIDE}:{hashlib.sha1(key.encode()).hexdigest()[:16]}",
+            asset_selection=[],
+            asset_check_keys=[dg.AssetCheckKey(asset, OUTSIDE) for asset, _, _ in found.values()],
+            tags={JUDGE_FROM_TAG: json.dumps(start, sort_keys=True)},
+        )
+        return dg.SensorResult(run_requests=[request], cursor=cursor)
 
     return commits_outside_dagster

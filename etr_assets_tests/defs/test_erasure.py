@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterInvalidConfigError, build_sensor_context
+from dagster import DagsterInstance, DagsterInvalidConfigError
 from pyspark.sql import functions as F
 
 from etr_assets import cli
@@ -25,6 +25,7 @@ from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables import personal_data_specs
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
+from etr_assets_tests.defs.outside_ticks import outside_tick
 from etr_assets_tests.sources.clients import bnpl_client
 
 DAY = dt.date(2025, 1, 3)
@@ -137,16 +138,12 @@ def test_the_job_erases_a_customer_records_it_and_puts_the_proof_on_the_run(
         assert "2 customer(s)" in told and '"request_reference": "GDPR-TEST-1"' in told and str(ERASED) not in told
         # The layers were loaded without Dagster (the library called directly): commits outside it. The erasure's
         # own commits (deletes, compactions, history expired) are Dagster's.
-        outside = defs.resolve_sensor_def("commits_outside_dagster")
-        before = outside(build_sensor_context(instance=instance))
-        assert {e.asset_key.to_user_string() for e in before.asset_events if not e.passed} >= {
-            "silver/bnpl_transactions_clean",
-            "landing/customers",
-        }
+        before = outside_tick(defs, instance)
+        assert set(before.failed()) >= {"silver/bnpl_transactions_clean", "landing/customers"}
         result = run_erasure(defs, instance)
         assert result.success
-        after = outside(build_sensor_context(instance=instance, cursor=before.cursor))
-        assert not after.asset_events, [e.description for e in after.asset_events]
+        after = outside_tick(defs, instance, before.cursor)
+        assert not after.result.run_requests, [e.description for e in after.evaluations]
         assert spark.table(silver).count() == total - counts[customer]
         assert spark.table(silver).where(f"customer_id = {customer}").count() == 0
         assert spark.table(silver).where(f"customer_id = {KEPT}").count() == counts[KEPT]

@@ -14,6 +14,7 @@ from etr_assets.lake.metadata import load_table
 from etr_assets.lake.specs import QualityRules, SpecError
 from etr_assets.tables import ALL_SPECS
 from etr_assets.tables.entities import BRONZE_MERCHANTS
+from etr_assets_tests.defs.outside_ticks import OutsideTick, outside_tick
 
 DAY = "2025-01-02"
 
@@ -36,14 +37,6 @@ def test_every_table_asset_declares_its_specs_freshness_window():
         QualityRules(freshness_window=dt.timedelta(seconds=30))
 
 
-def tick(sensor, instance, cursor=None) -> dg.SensorResult:
-    """One tick, its events recorded as the sensor daemon records them (`dagster/_daemon/sensor.py`)."""
-    result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
-    for event in result.asset_events:
-        instance.report_runless_asset_event(event)
-    return result
-
-
 def current(settings, spec=BRONZE_MERCHANTS):
     return load_table(settings, spec).current_snapshot()
 
@@ -52,7 +45,6 @@ def current(settings, spec=BRONZE_MERCHANTS):
 def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, settings):
     pipeline = build_definitions(settings)
     resources = pipeline.get_repository_def().get_top_level_resources()
-    sensor = pipeline.resolve_sensor_def("commits_outside_dagster")
     bronze, qualified = table_key(BRONZE_MERCHANTS).to_user_string(), BRONZE_MERCHANTS.qualified(settings.catalog)
     key = dg.AssetCheckKey(table_key(BRONZE_MERCHANTS), "commits_outside_dagster")
     check = next(c for c in pipeline.asset_checks if key in c.check_keys)
@@ -65,24 +57,30 @@ def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, set
             ).success
             return current(settings).snapshot_id
 
-        def warning(result: dg.SensorResult) -> tuple[dg.AssetCheckEvaluation, str]:
-            (warned,) = result.asset_events
+        def tick(cursor: str | None = None) -> OutsideTick:
+            return outside_tick(pipeline, instance, cursor)
+
+        def skipped(looked: OutsideTick) -> str:
+            assert not looked.result.run_requests and not looked.evaluations, looked.result.run_requests
+            return looked.result.skip_reason.skip_message
+
+        def warning(looked: OutsideTick) -> tuple[dg.AssetCheckEvaluation, str]:
+            (request,) = looked.result.run_requests  # the tick launched a run: the daemon lists it as a success
+            (warned,) = looked.evaluations
             assert warned.asset_key.to_user_string() == bronze and not warned.passed
             assert warned.severity == dg.AssetCheckSeverity.WARN
             return warned, warned.metadata["detail"].value
 
         dagsters_first = materialize()
-        first = tick(sensor, instance)
-        assert len(first.asset_events) == len(table_assets())  # a first look records every table once
-        assert all(e.passed for e in first.asset_events)  # Dagster's commit, and tables never written
-        again = tick(sensor, instance, first.cursor)
-        assert not again.asset_events and "no commit outside Dagster" in again.skip_reason.skip_message
+        first = tick()  # a first look: Dagster's commit, and tables never written
+        assert "no commit outside Dagster" in skipped(first)
+        assert "no commit outside Dagster" in skipped(tick(first.cursor))
 
         # Another tool appends; a manifest rewrite (no rows changed) is not a change of data. The warning says what.
         lake.sql(f"INSERT INTO {qualified} SELECT * FROM {qualified} LIMIT 1")
         appended = current(settings).snapshot_id
         lake.sql(f"CALL {settings.catalog}.system.rewrite_manifests('{BRONZE_MERCHANTS.identifier}')")
-        second = tick(sensor, instance, first.cursor)
+        second = tick(first.cursor)
         warned, detail = warning(second)
         assert warned.metadata["violations"].value == 1
         assert f"append {appended} at " in detail and "(+1/-0 rows)" in detail
@@ -95,13 +93,13 @@ def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, set
         lake.sql(f"DELETE FROM {qualified} WHERE merchant_id = {merchant}")
         deleted = current(settings)
         dagsters_second = materialize()
-        third = tick(sensor, instance, second.cursor)
+        third = tick(second.cursor)
         warned, detail = warning(third)
         assert warned.metadata["violations"].value == 2, detail
         assert f"append {inserted} at " in detail and "(+2/-0 rows)" in detail
         assert f"{deleted.summary.operation.value} {deleted.snapshot_id} at " in detail
         assert str(dagsters_second) not in detail
-        assert isinstance(tick(sensor, instance, third.cursor).skip_reason, dg.SkipReason)  # each reported once
+        assert "no commit outside Dagster" in skipped(tick(third.cursor))  # each reported once
 
         # Execute (the UI's button) judges what came since the check's last evaluation: nothing, so the warning
         # clears; the sensor then judges from there.
@@ -113,10 +111,10 @@ def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, set
         busy = instance.add_run(dg.DagsterRun(job_name="etr_pipeline", status=dg.DagsterRunStatus.STARTED))
         lake.sql(f"INSERT INTO {qualified} SELECT * FROM {qualified} LIMIT 1")
         during = current(settings).snapshot_id
-        waiting = tick(sensor, instance, third.cursor)
-        assert not waiting.asset_events and f"wait for run {busy.run_id[:8]}" in waiting.skip_reason.skip_message
+        waiting = tick(third.cursor)
+        assert f"wait for run {busy.run_id[:8]}" in skipped(waiting)
         instance.delete_run(busy.run_id)
-        warned, detail = warning(tick(sensor, instance, waiting.cursor))
+        warned, detail = warning(tick(waiting.cursor))
         assert f"append {during} at " in detail and warned.metadata["violations"].value == 1
 
         # Executed by hand before the sensor looks, the check reports it; the sensor does not report it again.
@@ -125,8 +123,8 @@ def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, set
         run = dg.materialize([check], selection=dg.AssetSelection.checks(check), instance=instance)
         (evaluation,) = run.get_asset_check_evaluations()
         assert not evaluation.passed and f"append {unseen} at " in evaluation.metadata["detail"].value
-        looked = tick(sensor, instance, waiting.cursor)
-        assert not looked.asset_events, [e.description for e in looked.asset_events]
+        looked = tick(waiting.cursor)
+        assert "no commit outside Dagster" in skipped(looked)
 
         # Rollbacks: the rollback_table job's is Dagster's; one made with `etr sql` is reported, naming its target.
         rolled = pipeline.resolve_job_def("rollback_table").execute_in_process(
@@ -147,6 +145,6 @@ def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, set
         lake.sql(
             f"CALL {settings.catalog}.system.rollback_to_snapshot('{BRONZE_MERCHANTS.identifier}', {dagsters_first})"
         )
-        warned, detail = warning(tick(sensor, instance, looked.cursor))
+        warned, detail = warning(tick(looked.cursor))
         assert warned.metadata["violations"].value == 1
         assert detail.startswith(f"rollback to append {dagsters_first} of "), detail

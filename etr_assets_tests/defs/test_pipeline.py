@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
+from dagster import AssetKey, DagsterInstance, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from etr_assets.definitions import build_definitions
 from etr_assets.pipeline.layers import layer_name
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+from etr_assets_tests.defs.outside_ticks import outside_tick
 
 pytestmark = pytest.mark.slow  # whole-pipeline runs: CI and ./dev test, not the fast tier
 DAYS = ["2025-01-01", "2025-01-02"]  # two days: the second extends history
@@ -36,14 +37,12 @@ def counts_by_day(lake, settings, spec):
 
 def test_daily_partitions_fill_every_layer_and_describe_their_commits(pipeline_defs, settings, lake):
     instance = DagsterInstance.ephemeral()
-    outside = pipeline_defs.resolve_sensor_def("commits_outside_dagster")
     cursor = None
     for day in DAYS:
         metadata = materialize_day(pipeline_defs, day, instance)
         # Every commit of every layer (SCD2 branches, audit branches published, overwrites) is one Dagster recorded.
-        tick = outside(build_sensor_context(instance=instance, cursor=cursor))
-        assert all(e.passed for e in tick.asset_events), [e.description for e in tick.asset_events if not e.passed]
-        assert bool(tick.asset_events) == (cursor is None)  # a first look records each table; later, nothing new
+        tick = outside_tick(pipeline_defs, instance, cursor)
+        assert not tick.result.run_requests, [e.description for e in tick.evaluations if not e.passed]
         cursor = tick.cursor
 
     per_day = settings.api_transactions_per_day
