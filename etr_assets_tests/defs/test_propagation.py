@@ -161,3 +161,88 @@ def test_a_correction_40_days_back_leaves_the_gold_a_build_in_order_gives(settin
         launch(defs, instance, gold, days[0], days[-1])  # gold built in order from the corrected silver
         in_order = gold_rows(lake, settings.catalog)
     assert propagated == in_order and all(propagated.values())
+
+
+def up_to_date_verdicts(instance, layer: str) -> dict[str, list[dg.AssetCheckEvaluation]]:
+    """Every evaluation of the layer's per-day up_to_date check, oldest first, by day."""
+    key = dg.AssetCheckKey(table_key(LAYERS[layer].spec), "up_to_date")
+    verdicts: dict[str, list] = {}
+    for record in reversed(instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)):
+        evaluation = record.event.dagster_event.event_specific_data
+        verdicts.setdefault(evaluation.partition, []).append(evaluation)
+    return verdicts
+
+
+@pytest.mark.slow  # six days, a late day, two corrections and their runs, and gold again: about 2 minutes
+def test_a_late_day_and_two_corrections_in_a_row_leave_the_gold_a_build_in_order_gives(settings, lake, monkeypatch):
+    from etr_assets.definitions import build_definitions
+    from etr_assets.defs.resources import SourceApiResource
+    from etr_assets.sources.synthetic_api import ApiConfig, serve
+
+    days, defs = DAYS[:6], build_definitions(settings)
+    path = [
+        dg.AssetKey(["raw", "bnpl_transactions"]),
+        *(table_key(LAYERS[t].spec) for t in ("bronze/bnpl_transactions_raw", SILVER)),
+    ]
+    gold = [table_key(LAYERS[t].spec) for t in (SUMMARY, ACTIVITY, PROFILES)]
+
+    def propagate(*cursors_and_results) -> str | None:
+        """Each tick's re-derivation runs, launched once each (the daemon skips a run key it has launched), then
+        ticks until nothing is out of date; returns the last cursor."""
+        launched, cursor = set(), None
+        pending = list(cursors_and_results)
+        for _ in range(4):
+            for result in pending:
+                for request in rederive_runs(result):
+                    if request.run_key in launched:
+                        continue
+                    launched.add(request.run_key)
+                    span = request.partition_key_range
+                    first, last = (span.start, span.end) if span else (request.partition_key, request.partition_key)
+                    launch(defs, instance, list(request.asset_selection), first, last)
+                cursor = result.cursor
+            result = tick(instance, cursor)
+            if not rederive_runs(result):
+                return result.cursor
+            pending = [result]
+        raise AssertionError(f"still out of date after 4 rounds: {[r.tags for r in rederive_runs(result)]}")
+
+    with (
+        serve(ApiConfig(seed=99, transactions_per_day=settings.api_transactions_per_day)) as api,
+        dg.instance_for_test() as instance,
+    ):
+        monkeypatch.setenv("ETR_API_TOKEN", api.config.token)
+        corrected = {"bnpl_api": SourceApiResource(source="bnpl", base_url=api.url, page_size=1000)}
+        everything = defs.resolve_job_def("etr_pipeline").asset_layer.selected_asset_keys
+        derived_from = [k for k in everything if "merchants" not in k.path[-1]]
+
+        # The API was down on the third day: the days after it ran, then the third, late, as the README says.
+        late = days[2]
+        launch(defs, instance, derived_from, days[0], days[1])
+        launch(defs, instance, derived_from, days[3], days[5])
+        (warned,) = up_to_date_verdicts(instance, ACTIVITY)[days[3]]
+        assert not warned.passed and f"{days[3]} (no {late})" in warned.description
+        launch(defs, instance, derived_from, late, late)
+        result = tick(instance)
+        assert {r.tags["etr/propagates"] for r in rederive_runs(result)} == {
+            f"{ACTIVITY}, {PROFILES} {days[3]}...{days[5]}"
+        }
+        cursor = propagate(result)
+        assert up_to_date_verdicts(instance, ACTIVITY)[days[3]][-1].passed  # built again, from every day it needs
+
+        # Two corrections in a row: the second arrives before the first's runs have started.
+        launch(defs, instance, path, days[1], days[1], corrected)
+        first = tick(instance, cursor)
+        launch(defs, instance, path, days[4], days[4], corrected)
+        second = tick(instance, first.cursor)
+        assert {r.tags["etr/propagates"] for r in rederive_runs(second)} == {
+            f"{SUMMARY} {days[1]}...{days[1]}",
+            f"{SUMMARY} {days[4]}...{days[4]}",
+            f"{ACTIVITY}, {PROFILES} {days[1]}...{days[5]}",
+        }
+        propagate(first, second)
+        propagated = gold_rows(lake, settings.catalog)
+
+        launch(defs, instance, gold, days[0], days[-1])  # gold built in order from the corrected silver
+        in_order = gold_rows(lake, settings.catalog)
+    assert propagated == in_order and all(propagated.values())
