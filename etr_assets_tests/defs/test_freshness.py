@@ -148,3 +148,45 @@ def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, set
         warned, detail = warning(tick(looked.cursor))
         assert warned.metadata["violations"].value == 1
         assert detail.startswith(f"rollback to append {dagsters_first} of "), detail
+
+
+# A launched run executes at once, in this process (a code server would start a process of its own).
+IN_THIS_PROCESS = {"module": "dagster._core.launcher.sync_in_memory_run_launcher", "class": "SyncInMemoryRunLauncher"}
+
+
+def test_under_the_daemon_a_tick_that_finds_outside_commits_is_a_success_with_its_run(lake, settings, monkeypatch):
+    """What the on-call engineer sees in the sensor's tick history: a tick that found commits launched a run (a
+    success naming it) whose check fails naming them; the next tick, with nothing new, is skipped saying so."""
+    from dagster._core.scheduler.instigation import TickStatus
+
+    from etr_assets.lake.evolve import ensure_table
+    from etr_assets_tests.daemon import launch_queued, workspace
+    from etr_assets_tests.daemon import tick as daemon_tick
+
+    monkeypatch.setenv("ETR_HOME", str(settings.home))
+    monkeypatch.setenv("ETR_CATALOG", settings.catalog)
+    qualified = BRONZE_MERCHANTS.qualified(settings.catalog)
+    ensure_table(lake, settings.catalog, BRONZE_MERCHANTS)
+    value = {"bigint": "1", "string": "'x'", "timestamp": "current_timestamp()", "date": "current_date()"}
+    columns = ", ".join(f"{value[c.type]} AS {c.name}" for c in BRONZE_MERCHANTS.columns)
+    lake.sql(f"INSERT INTO {qualified} SELECT {columns}")  # another tool's first commit: Dagster wrote nothing
+    appended = current(settings).snapshot_id
+    with (
+        dg.instance_for_test(overrides={"run_launcher": IN_THIS_PROCESS}) as instance,
+        workspace(instance, module="etr_assets_tests.defs.location_from_env") as context,
+    ):
+        first = daemon_tick(context, "commits_outside_dagster")
+        assert first.status == TickStatus.SUCCESS, (first.status, first.skip_reason, first.error)
+        (run_id,) = first.run_ids
+        assert launch_queued(context) == [run_id]  # as the daemon's run queue does
+        run = instance.get_run_by_id(run_id)
+        assert run.job_name == "judge_commits_outside_dagster" and run.status == dg.DagsterRunStatus.SUCCESS
+        (record,) = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(table_key(BRONZE_MERCHANTS), "commits_outside_dagster"), limit=1
+        )
+        evaluation = record.event.dagster_event.event_specific_data
+        assert record.run_id == run_id and not evaluation.passed
+        assert f"append {appended} at " in evaluation.description
+
+        second = daemon_tick(context, "commits_outside_dagster")
+        assert second.status == TickStatus.SKIPPED and "no commit outside Dagster" in second.skip_reason
