@@ -144,8 +144,8 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_run_summary(settings: Settings, args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
+    from etr_assets.defs.run_summary import summarize_run
     from etr_assets.run_request import dagster_home
-    from etr_assets.run_summary import summarize_run
 
     home = dagster_home(settings.home)  # one line when neither $DAGSTER_HOME nor ./dev's instance is there
     with DagsterInstance.from_config(str(home)) as instance:

@@ -18,13 +18,10 @@ from typing import TextIO
 from dagster import DagsterEventType as Kind
 from dagster import DagsterInstance, EventLogEntry, RunsFilter, build_reconstructable_job, execute_job
 
+from etr_assets.defs.announcements import ANNOUNCED
 from etr_assets.defs.run_guard import PID_TAG
-from etr_assets.run_summary import RunSummary, failure_reason, summarize_run
+from etr_assets.defs.run_summary import RunSummary, failure_reason, summarize_run
 
-# What a run's resources log as they start (`defs/resources.py`): shown, as a step's own log lines are not.
-API_STARTED = "started the synthetic BNPL API"
-SPARK_STARTING, SPARK_STARTED = "starting Spark (a JVM) for this run", "Spark started"
-ANNOUNCED = (API_STARTED, SPARK_STARTING, SPARK_STARTED)
 ABANDONED = "Dependencies for step {}"  # how Dagster logs a step it does not run: an upstream step failed
 SAID_ELSEWHERE = {Kind.STEP_FAILURE, Kind.RUN_FAILURE}  # errors the step's line or the summary gives
 POLL_SECONDS = 0.5

@@ -27,10 +27,10 @@ from dagster import (
     reconstructable,
 )
 
+from etr_assets.defs.announcements import API_STARTED, SPARK_STARTING
 from etr_assets.defs.resources import SourceApiResource
-from etr_assets.run_progress import API_STARTED, SPARK_STARTING
-from etr_assets.run_request import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, last_complete_day
-from etr_assets.run_summary import summarize_run
+from etr_assets.defs.run_summary import summarize_run
+from etr_assets.run_days import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, last_complete_day
 from etr_assets_tests.test_cli_subprocess import (
     BIN,
     MATERIALIZE_TIMEOUT_S,

@@ -316,7 +316,7 @@ def test_rerunning_a_day_replaces_it_without_duplicates(
     # before left; written, what the run's commits added: each day table's day again, no history version.
     from dagster import DagsterInstance
 
-    from etr_assets.run_summary import summarize_run
+    from etr_assets.defs.run_summary import summarize_run
 
     with DagsterInstance.from_config(lake_env["DAGSTER_HOME"]) as instance:
         summary = summarize_run(instance)

@@ -24,7 +24,7 @@ from dagster import DagsterInstance, DagsterRunStatus
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
 from etr_assets.defs.run_guard import OOM_TAG, PID_TAG, oom_kills
-from etr_assets.run_summary import summarize_run
+from etr_assets.defs.run_summary import summarize_run
 from etr_assets_tests.test_cli_subprocess import isolated_env
 from etr_assets_tests.test_dagster_dev import stop_group, tail
 

@@ -25,7 +25,7 @@ from dagster import (
 )
 
 from etr_assets.defs.run_guard import in_process_executor
-from etr_assets.run_summary import summarize_run
+from etr_assets.defs.run_summary import summarize_run
 from etr_assets_tests.test_cli_subprocess import isolated_env
 
 ETR = str(Path(sys.executable).parent / "etr")

@@ -1,6 +1,7 @@
-"""The import structure has no arrow pointing back up: the library (`lake/`, `sources/`) knows no pipeline, no
-Dagster layer and no table of this project; `defs/` never imports `definitions.py`; nothing is hidden in a deferred
-import (this test reads every import, top level or inside a function)."""
+"""The import structure has no arrow pointing back up and no circle: the layers below, in order, each import only
+their own and those under them; the library (`lake/`, `sources/`) knows no pipeline, no Dagster layer and no table of
+this project; `defs/` never imports `definitions.py`; nothing is hidden in a deferred import (this test reads every
+import, top level or inside a function)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,87 @@ ABOVE_THE_LIBRARY = (
     "etr_assets.cli",
     "etr_assets.instance",
 )
+
+
+REPO = PACKAGE.parent
+# Lowest first. The last: what drives Dagster from outside (the `etr` command, its runs, the instance it prepares).
+LAYERS = (
+    ("errors",),
+    ("settings", "run_days"),
+    ("sources",),
+    ("lake",),
+    ("tables",),
+    ("pipeline",),
+    ("remote",),
+    ("defs",),
+    ("definitions",),
+    ("instance", "run_progress", "run_request", "cli"),
+)
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def internal_imports(folder: Path) -> dict[str, set[str]]:
+    """{module: the modules of the same package it imports}, each import resolved to the module holding the name."""
+    modules = {module_name(path): path for path in folder.rglob("*.py")}
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    return {
+        name: {m for i in imports_of(path) if (m := owner(i)) is not None and m != name}
+        for name, path in modules.items()
+    }
+
+
+def layer_of(module: str) -> int:
+    part = module.split(".")[1] if "." in module else ""
+    return next(i for i, layer in enumerate(LAYERS) if part in layer) if part else -1
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import graph's strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while (popped := stack.pop()) != module:
+                component.append(popped)
+            if component:
+                found.append(sorted([module, *component]))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_runs_up_the_layers():
+    graph = internal_imports(PACKAGE)
+    assert {layer_of(m) for m in graph} >= set(range(len(LAYERS))), "a layer names a module that is gone"
+    upward = {f"{m} -> {i}" for m, imported in graph.items() for i in imported if layer_of(i) > layer_of(m)}
+    assert sorted(upward) == []
+
+
+def test_no_import_circle_in_the_package():
+    assert circles(internal_imports(PACKAGE)) == []
 
 
 def imports_of(path: Path) -> set[str]:

@@ -27,7 +27,7 @@ from etr_assets.defs.run_guard import REFUSED
 from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.feeds import EntityFeed, RawFeed
 from etr_assets.lake.figures import Tagged
-from etr_assets.run_request import RunRequestError, days_of_run
+from etr_assets.run_days import RunRequestError, days_of_run
 from etr_assets.settings import Settings
 from etr_assets.sources.declaration import Resource, ResourceKind, declaration_files
 from etr_assets.sources.fetch import fetch_day

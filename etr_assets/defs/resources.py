@@ -15,13 +15,13 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
+from etr_assets.defs.announcements import API_STARTED, SPARK_STARTED, SPARK_STARTING
 from etr_assets.defs.common import as_metadata, check_results, on_partitions, record_days
 from etr_assets.defs.dagster_private import spark_started
 from etr_assets.lake.session import catalog_conf, spark_conf
 from etr_assets.lake.wap import branch_name
 from etr_assets.pipeline.layers import LayerRequest, Report, report_layer
 from etr_assets.remote import jobs
-from etr_assets.run_progress import API_STARTED, SPARK_STARTED, SPARK_STARTING
 from etr_assets.settings import Compute, Settings
 from etr_assets.sources.declaration import FromEnv
 from etr_assets.sources.raw_zone import RawZone

@@ -16,11 +16,11 @@ from pyspark.sql import functions as F
 
 from etr_assets import cli
 from etr_assets.definitions import build_definitions
+from etr_assets.defs.run_summary import summarize_run
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.erasure import LOCAL_AUDIT_KEY, subject_hash
 from etr_assets.lake.erasure.store import DONE, open_request_store
 from etr_assets.pipeline import entities, transactions
-from etr_assets.run_summary import summarize_run
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables import personal_data_specs

@@ -13,7 +13,7 @@ import pytest
 from dagster import DagsterInstance
 
 from etr_assets.definitions import build_definitions
-from etr_assets.run_summary import summarize_run
+from etr_assets.defs.run_summary import summarize_run
 from etr_assets.settings import Settings
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables import ALL_SPECS

@@ -29,7 +29,7 @@ from etr_assets.defs.run_guard import (
     reap_dead_runs,
     worker_tags,
 )
-from etr_assets.run_summary import summarize_run
+from etr_assets.defs.run_summary import summarize_run
 from etr_assets_tests.daemon import tick, workspace
 
 POOL = "iceberg_bronze_example"
