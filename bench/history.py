@@ -16,8 +16,8 @@ once. Targets: the whole day within 2.5x the floor times the number of layers, n
 Every day is built the way a daily run builds it: the project's synthetic API on loopback, its three endpoints
 fetched into the raw zone (`fetch_day`), then each table layer through `etr_assets.pipeline.layers.run_layer` in
 the asset graph's order, with the run's audit branch and the raw zone's policy, as `LayerRunner` does in process.
-Silver gets no cursors: a real run reads them from the day's last materialization, and a day never built has none,
-so it is read whole either way.
+Silver finds each day's cursor in its own table, as a real run does: a day never built has none, so it is read
+whole.
 """
 
 from __future__ import annotations
@@ -102,10 +102,14 @@ class Pipeline:
 
     def build(self, layer: str, days: list[dt.date], run_id: str) -> dict:
         from etr_assets.lake.wap import branch_name
-        from etr_assets.pipeline.layers import LayerRequest, run_layer
+        from etr_assets.pipeline.contract import BronzeRequest
+        from etr_assets.pipeline.layers import LAYERS, run_layer
 
         options = {"max_reject_rate": self.settings.max_reject_rate, "max_day_shrink": self.settings.max_day_shrink}
-        request = LayerRequest(layer, [d.isoformat() for d in days], branch_name(run_id), options)
+        bronze = issubclass(LAYERS[layer].request_type, BronzeRequest)  # the limits are bronze's alone
+        request = LAYERS[layer].request(
+            [d.isoformat() for d in days], branch_name(run_id), **(options if bronze else {})
+        )
         figures = run_layer(self.spark, self.settings.catalog, lambda: self.raw, request, run_id).figures
         return {"rows_written": figures.get("rows_written"), "table_rows": figures.get("dagster/row_count")}
 

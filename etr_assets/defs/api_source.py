@@ -200,7 +200,7 @@ def _table_assets(settings: Settings, declared: DeclaredSource, resource: Resour
     def history(
         context: dg.AssetExecutionContext, config: HistoryConfig, lake: LakeResource, layer_runner: LayerRunner
     ):
-        yield from layer_runner.run(context, lake, options={"full_refresh": config.full_refresh})
+        yield from layer_runner.run(context, lake, full_refresh=config.full_refresh)
 
     return [load, history]
 

@@ -33,8 +33,7 @@ def build_assets(settings: Settings) -> list[dg.AssetsDefinition]:
     def silver_bnpl_transactions_clean(
         context: dg.AssetExecutionContext, config: SilverConfig, lake: LakeResource, layer_runner: LayerRunner
     ):
-        options = {"cursors": silver_cursors(context), "full_refresh": config.full_refresh}
-        yield from layer_runner.run(context, lake, options=options)
+        yield from layer_runner.run(context, lake, full_refresh=config.full_refresh)
 
     @table_asset(
         settings,
@@ -190,21 +189,3 @@ class SilverConfig(dg.Config):
     full_refresh: bool = Field(
         default=False, description="Read every bronze row of the days instead of only what was appended since"
     )
-
-
-def silver_cursors(context: dg.AssetExecutionContext) -> dict[str, list[int | None] | None]:
-    """Per day, the bronze and silver snapshots its latest materialization recorded (JSON: it may go remote)."""
-    cursors = {}
-    for day in context.partition_keys:
-        records = context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[day]), limit=1
-        ).records
-        metadata = records[0].asset_materialization.metadata if records else {}
-        upstream = _snapshot_id(metadata.get("bronze_snapshot_id"))
-        cursors[day] = [upstream, _snapshot_id(metadata.get("silver_snapshot_id"))] if upstream else None
-    return cursors
-
-
-def _snapshot_id(value) -> int | None:
-    text = str(getattr(value, "value", "") or "")
-    return int(text) if text.isdigit() else None

@@ -3,7 +3,6 @@ Spark, as a Glue / EMR Serverless job through Pipes, or (tests) in a child proce
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -20,7 +19,8 @@ from etr_assets.defs.common import as_metadata, check_results, on_partitions, re
 from etr_assets.defs.dagster_private import spark_started
 from etr_assets.lake.session import catalog_conf, spark_conf
 from etr_assets.lake.wap import branch_name
-from etr_assets.pipeline.layers import LayerRequest, Report, report_layer
+from etr_assets.pipeline.contract import Report
+from etr_assets.pipeline.layers import LAYERS, report_layer
 from etr_assets.remote import jobs
 from etr_assets.settings import Compute, Settings
 from etr_assets.sources.declaration import FromEnv
@@ -154,18 +154,19 @@ class LayerRunner(dg.ConfigurableResource):
         context: dg.AssetExecutionContext,
         lake: LakeResource,
         raw_zone: RawZoneResource | None = None,
-        options: dict | None = None,
+        **options,
     ):
-        """Build and finish the asset's layer for the run's days, here or remotely; yields what the run records."""
+        """Build and finish the asset's layer for the run's days, here or remotely; yields what the run records.
+        `options`: what its request type takes beyond the days (bronze's limits come from `raw_zone`)."""
         layer = context.asset_key.to_user_string()
         policy = raw_zone.policy() if raw_zone else {}
-        request = LayerRequest(layer, context.partition_keys, branch_name(context.run.run_id), policy | (options or {}))
+        request = LAYERS[layer].request(context.partition_keys, branch_name(context.run.run_id), **policy, **options)
         if self.compute == Compute.LOCAL:
             spark, conf = lake.session(), lake.spark.spark_config or {}
             zone, root = (raw_zone.zone, raw_zone.root) if raw_zone else (None, "")
             yield from show(context, report_layer(spark, lake.catalog, zone, request, context.run.run_id, conf, root))
             return
-        extras = dataclasses.asdict(request) | {"settings": self.settings_env, "platform": self.compute.value}
+        extras = request.to_extras() | {"settings": self.settings_env, "platform": self.compute.value}
         context.log.info(f"running {layer} on {self.compute} for {', '.join(request.days)}")
         if self.compute == Compute.SUBPROCESS:
             from dagster import PipesSubprocessClient

@@ -10,13 +10,14 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from etr_assets.errors import EtrError
-from etr_assets.lake.evolve import TableChanges, ensure_table
+from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import RawFeed
+from etr_assets.lake.figures import WriteResult
 from etr_assets.lake.frames import conform
 from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.timetravel import record_change
 from etr_assets.lake.validate import Validated, read_validated
-from etr_assets.lake.writes import CommitInfo, append, current_snapshot_id, replace_days
+from etr_assets.lake.writes import append, current_snapshot_id, replace_days
 from etr_assets.sources.raw_zone import Batch, RawZone
 
 if TYPE_CHECKING:
@@ -31,21 +32,6 @@ DEFAULT_MAX_DAY_SHRINK = 0.5
 
 class BadInputError(EtrError, ValueError):
     """Input that cannot be loaded as declared; the message names the batch, the file and the problem."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LayerResult:
-    commit: CommitInfo
-    changes: TableChanges
-    rows_by_day: dict[str, int]
-    extra: dict[str, int | str | float] = dataclasses.field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-    checks: tuple = ()  # CheckOutcomes measured while building (blocking ones on the audit branch)
-    written_rows: str | None = None  # a table without days: a filter selecting the rows the build wrote
-
-    @property
-    def rows(self) -> int:
-        return sum(self.rows_by_day.values())
 
 
 def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated, frozenset[int]]:
@@ -83,7 +69,7 @@ def load_bronze_days(
     max_reject_rate: float = DEFAULT_MAX_REJECT_RATE,
     finish_pending: bool = False,
     max_day_shrink: float = DEFAULT_MAX_DAY_SHRINK,
-) -> LayerResult:
+) -> WriteResult:
     """Load `days` (and, with `finish_pending`, every other day with a downloaded batch still pending). A refused
     batch fails a requested day before anything is written; an earlier pending one is skipped, never blocking."""
     from pyspark.sql import functions as F
@@ -225,7 +211,7 @@ def load_bronze_days(
         by_day={d.isoformat(): round(r.reject_rate, 6) for d, r in checked.items()},
         figures={"reject_rate": reject_rate},
     )
-    return LayerResult(
+    return WriteResult(
         commit,
         changes,
         {day.isoformat(): checked[day].accepted_count for day in chosen},

@@ -1,13 +1,15 @@
-"""What a materialization reports about a table write, as plain values (no Dagster import), so a local run and a
-remote one (through Dagster Pipes) report the same; `Tagged` marks values rendered as a path, JSON or Markdown."""
+"""What a table write did (`WriteResult`) and what a materialization reports about it, as plain values (no Dagster
+import), so a local run and a remote one (through Dagster Pipes) report the same; `Tagged` marks values rendered as
+a path, JSON or Markdown."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from etr_assets.lake.bronze import LayerResult
+from etr_assets.lake.evolve import TableChanges
 from etr_assets.lake.metadata import RowCount
 from etr_assets.lake.quality import CheckOutcome
+from etr_assets.lake.writes import CommitInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,7 +18,25 @@ class Tagged:
     value: object
 
 
-def layer_figures(result: LayerResult, location: str, unchanged_rows: RowCount | None = None) -> dict[str, object]:
+@dataclasses.dataclass(frozen=True)
+class WriteResult:
+    """What one build wrote: its commit (none when nothing changed), the table's evolution, its rows by day and the
+    figures, warnings and checks it measured on the way; `layer_figures` makes the materialization's metadata."""
+
+    commit: CommitInfo
+    changes: TableChanges
+    rows_by_day: dict[str, int]
+    extra: dict[str, int | str | float] = dataclasses.field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    checks: tuple = ()  # CheckOutcomes measured while building (blocking ones on the audit branch)
+    written_rows: str | None = None  # a table without days: a filter selecting the rows the build wrote
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_by_day.values())
+
+
+def layer_figures(result: WriteResult, location: str, unchanged_rows: RowCount | None = None) -> dict[str, object]:
     """Figures of one write (ids as strings: over 32 bits); `unchanged_rows`: the rows when nothing committed."""
     commit = result.commit
     rows = commit.table_rows if commit.snapshot_id is not None else (unchanged_rows or RowCount(0))

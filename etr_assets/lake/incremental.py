@@ -1,5 +1,7 @@
 """Incremental reads of a day-partitioned table: per day, only what was appended since a cursor snapshot; a day a
-non-append snapshot changed is read whole, as Iceberg's incremental scan skips those (docs/lifecycle.md)."""
+non-append snapshot changed is read whole, as Iceberg's incremental scan skips those (docs/lifecycle.md). A day's
+cursor lives in the downstream table itself: each commit that rebuilds days is stamped with them and with the
+upstream snapshot it read (`cursor_stamp`), so a lake goes on incrementally whatever orchestrates it."""
 
 from __future__ import annotations
 
@@ -30,6 +32,40 @@ class Cursor:
 
     upstream_snapshot_id: int
     downstream_snapshot_id: int | None = None
+
+
+# Snapshot properties of a downstream commit that rebuilt days: which days, and the upstream snapshot it read them at.
+DAYS_BUILT, READ_FROM = "etr.days-built", "etr.read-from-snapshot-id"
+
+
+def cursor_stamp(upstream_snapshot_id: int | None, days: list[dt.date]) -> dict[str, str]:
+    """The write options that stamp a commit rebuilding `days` from `upstream_snapshot_id` (its days' next cursor)."""
+    if upstream_snapshot_id is None:  # read from an empty upstream: no cursor (the next build reads whole)
+        return {}
+    built = ",".join(sorted(day.isoformat() for day in days))
+    return {f"snapshot-property.{DAYS_BUILT}": built, f"snapshot-property.{READ_FROM}": str(upstream_snapshot_id)}
+
+
+def stamped_cursors(spark: SparkSession, downstream: str, days: list[dt.date]) -> dict[dt.date, Cursor | None]:
+    """Per day, the cursor of the newest commit in main's history that rebuilt it (see `cursor_stamp`), None when
+    no kept commit did (never built, or expired). Walks main's snapshots on metadata, newest first, until every day
+    is found: a commit that did not rebuild a day (a compaction, an erasure's delete) is passed over, and after a
+    rollback the walk starts from the snapshot main went back to, whose stamps describe what it holds."""
+    found: dict[dt.date, Cursor] = {}
+    if not spark.catalog.tableExists(downstream):
+        return dict.fromkeys(days)
+    table = iceberg_table(spark, downstream)
+    main, wanted = table.refs().get("main"), set(days)
+    snapshot = None if main is None else table.snapshot(main.snapshotId())
+    while snapshot is not None and len(found) < len(wanted):
+        summary = snapshot.summary()
+        if (read_from := summary.get(READ_FROM)) is not None:
+            for text in str(summary.get(DAYS_BUILT) or "").split(","):
+                if text and (day := dt.date.fromisoformat(text)) in wanted and day not in found:
+                    found[day] = Cursor(int(read_from), int(snapshot.snapshotId()))
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else table.snapshot(parent)
+    return {day: found.get(day) for day in days}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +200,7 @@ def plan_reads(
         if full_refresh:
             return whole("full refresh requested")
         if cursor is None:
-            return whole("first build of the day (no cursor)")
+            return whole(f"no cursor: no kept commit of {downstream} rebuilt the day (its first build, or expired)")
         if head is None:
             return whole("upstream table has no snapshot")
         built, since = cursor.downstream_snapshot_id, cursor.upstream_snapshot_id

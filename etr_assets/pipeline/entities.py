@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 
-from etr_assets.lake.bronze import LayerResult, load_bronze_days
+from etr_assets.lake.bronze import load_bronze_days
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import EntityFeed, FeedMode
+from etr_assets.lake.figures import WriteResult
 from etr_assets.lake.frames import conform, local_frame, spark_type
-from etr_assets.lake.scd2 import Scd2Result
-from etr_assets.lake.scd2_log import apply_log, read_cursor
+from etr_assets.lake.scd2 import ObservationLog, Scd2Result, apply_log, read_cursor
 from etr_assets.pipeline.transactions import write_days
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.declared import OBSERVED_AT
@@ -22,7 +22,7 @@ from etr_assets.tables.transactions import SILVER_TRANSACTIONS
 SUMMED_FROM_ALL_OF_SILVER = "days_summed_from_all_of_silver"
 
 
-def load_bronze(spark, catalog: str, raw: RawZone, feed: EntityFeed, days: list[dt.date], **policy) -> LayerResult:
+def load_bronze(spark, catalog: str, raw: RawZone, feed: EntityFeed, days: list[dt.date], **policy) -> WriteResult:
     # History depends on every observation: batches an earlier failed run left pending are finished first.
     return load_bronze_days(spark, catalog, raw, feed.raw, days, finish_pending=True, **policy)
 
@@ -45,9 +45,8 @@ def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], fu
     ensure_table(spark, catalog, feed.landing)
     bronze = feed.raw.bronze.qualified(catalog)
     to_records, held = functools.partial(scd2_records, feed=feed), held_keys(spark, catalog, feed)
-    return apply_log(
-        spark, catalog, feed.landing, bronze, to_records, feed.mode, full_refresh, held, feed.raw.day_column
-    )
+    log = ObservationLog(bronze, to_records, feed.mode, held, feed.raw.day_column)
+    return apply_log(spark, catalog, feed.landing, log, full_refresh)
 
 
 def days_to_apply(spark, catalog: str, feed: EntityFeed, full_refresh: bool = False) -> list[dt.date]:
@@ -142,7 +141,7 @@ def customer_activity(spark, catalog: str, days: list[dt.date]):
     return conform(rows, GOLD_CUSTOMER_ACTIVITY), started_over
 
 
-def build_customer_activity(spark, catalog: str, days: list[dt.date]) -> LayerResult:
+def build_customer_activity(spark, catalog: str, days: list[dt.date]) -> WriteResult:
     changes = ensure_table(spark, catalog, GOLD_CUSTOMER_ACTIVITY)
     activity, started_over = customer_activity(spark, catalog, days)
     warnings = tuple(
@@ -186,7 +185,7 @@ def customer_profiles(spark, catalog: str, days: list[dt.date]):
     return conform(profiles, GOLD_CUSTOMER_PROFILES)
 
 
-def build_customer_profiles(spark, catalog: str, days: list[dt.date]) -> LayerResult:
+def build_customer_profiles(spark, catalog: str, days: list[dt.date]) -> WriteResult:
     changes = ensure_table(spark, catalog, GOLD_CUSTOMER_PROFILES)
     ensure_table(spark, catalog, GOLD_CUSTOMER_ACTIVITY)  # read even before its first build
     profiles = customer_profiles(spark, catalog, days)

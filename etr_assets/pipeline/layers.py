@@ -8,66 +8,48 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from etr_assets.lake.bronze import DEFAULT_MAX_DAY_SHRINK, DEFAULT_MAX_REJECT_RATE, LayerResult, load_bronze_days
+from etr_assets.lake.bronze import load_bronze_days
 from etr_assets.lake.evolve import TableChanges
 from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.feeds import EntityFeed, RawFeed
-from etr_assets.lake.figures import Tagged, layer_figures
-from etr_assets.lake.incremental import Cursor
+from etr_assets.lake.figures import Tagged, WriteResult, layer_figures
 from etr_assets.lake.quality import CheckOutcome, Severity, metrics_of, post_write_outcomes, record_metrics
 from etr_assets.lake.specs import CURRENT_VERSIONS, TableSpec
 from etr_assets.lake.wap import AuditFailed
 from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, table_location
-from etr_assets.pipeline import entities, transactions
+from etr_assets.pipeline import contract, entities, transactions
+from etr_assets.pipeline.contract import BronzeRequest, FinishedLayer, LayerRequest, RebuildRequest, Report
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES
 from etr_assets.tables.feeds import ENTITY_FEEDS, RAW_FEEDS
 from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
-
-@dataclasses.dataclass(frozen=True)
-class LayerRequest:
-    """What to build: plain JSON, so it travels in the Pipes context's extras to a remote job unchanged."""
-
-    layer: str  # layer_name(spec) of the table it builds
-    days: list[str]
-    audit_branch: str | None = None
-    # Per layer: bronze's max_reject_rate and max_day_shrink, silver's cursors, full_refresh.
-    options: dict = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_extras(cls, extras: dict) -> LayerRequest:
-        if missing := [k for k in ("layer", "days") if k not in extras]:
-            raise ValueError(f"the Pipes extras lack {', '.join(missing)}: got keys {sorted(extras)}")
-        if extras["layer"] not in LAYERS:
-            raise ValueError(f"unknown layer {extras['layer']!r}; a layer is one of {', '.join(LAYERS)}")
-        return cls(extras["layer"], list(extras["days"]), extras.get("audit_branch"), dict(extras.get("options") or {}))
-
-    @property
-    def dates(self) -> list[dt.date]:
-        return [dt.date.fromisoformat(day) for day in self.days]
-
-    def option(self, name: str, default=None):
-        value = self.options.get(name)
-        return default if value is None else value
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
-# A build: (spark, catalog, the raw zone (opened only by layers that read it), the request) -> what it wrote.
-Build = Callable[[object, str, Callable[[], RawZone], LayerRequest], LayerResult]
+# A build: (spark, catalog, the raw zone (opened only by layers that read it), its request) -> what it wrote.
+Build = Callable[["SparkSession", str, Callable[[], RawZone], Any], WriteResult]
 
 
 @dataclasses.dataclass(frozen=True)
 class Layer:
     spec: TableSpec
     build: Build
+    request_type: type[LayerRequest] = LayerRequest  # what it takes beyond its days
+
+    def request(self, days: list[str], audit_branch: str | None = None, **options) -> LayerRequest:
+        """This layer's request; an option it does not take is a TypeError naming it."""
+        return self.request_type(layer_name(self.spec), list(days), audit_branch, **options)
 
 
-@dataclasses.dataclass(frozen=True)
-class FinishedLayer:
-    figures: dict[str, object]  # lake.figures: the materialization's metadata, plain values
-    outcomes: list[CheckOutcome]  # every check of the write, blocking ones from the audit branch included
-    warnings: tuple[str, ...] = ()  # for the run's log (fields the source added, records quarantined...)
+def request_from_extras(extras: dict) -> LayerRequest:
+    """The request a remote job was sent (its Pipes extras), typed as its layer takes it."""
+    if extras.get("layer") not in LAYERS:
+        raise ValueError(f"unknown layer {extras.get('layer')!r}; a layer is one of {', '.join(LAYERS)}")
+    return contract.request_from_extras(extras, LAYERS[extras["layer"]].request_type)
 
 
 def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerRequest, run_id: str) -> FinishedLayer:
@@ -88,27 +70,6 @@ def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerReq
         unchanged_rows = commit_of(spark, table, head).table_rows  # nothing committed: the table as it stands
     figures = layer_figures(result, table_location(spark, table), unchanged_rows)
     return FinishedLayer(figures, outcomes, result.warnings)
-
-
-@dataclasses.dataclass(frozen=True)
-class Report:
-    figures: dict[str, object]  # the materialization's metadata (lake.figures); none when the layer failed
-    outcomes: list[CheckOutcome]  # every check of the write, a failed audit's included
-    logs: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (level, message) for the run's log
-    failure: str | None = None  # why the run fails, after its checks are recorded
-    failure_figures: dict[str, object] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, data: dict) -> Report:
-        """The report again from `dataclasses.asdict(report)`, the JSON a remote job sends through Pipes."""
-
-        def tagged(figures: dict) -> dict:
-            return {
-                k: Tagged(**v) if isinstance(v, dict) and set(v) == {"kind", "value"} else v for k, v in figures.items()
-            }
-
-        outcomes = [CheckOutcome(**o | {"severity": Severity(o["severity"])}) for o in data["outcomes"]]
-        return cls(tagged(data["figures"]), outcomes, data["logs"], data["failure"], tagged(data["failure_figures"]))
 
 
 def report_layer(
@@ -142,33 +103,37 @@ def report_layer(
     return Report(f, list(finished.outcomes), logs)
 
 
-def _policy(request: LayerRequest) -> dict[str, float]:
-    return {
-        "max_reject_rate": float(request.option("max_reject_rate", DEFAULT_MAX_REJECT_RATE)),
-        "max_day_shrink": float(request.option("max_day_shrink", DEFAULT_MAX_DAY_SHRINK)),
-    }
+def _policy(request: BronzeRequest) -> dict[str, float]:
+    return {"max_reject_rate": request.max_reject_rate, "max_day_shrink": request.max_day_shrink}
 
 
-def _silver_transactions(spark, catalog, raw, request) -> LayerResult:
-    cursors = {
-        dt.date.fromisoformat(day): Cursor(*c) if c else None for day, c in request.option("cursors", {}).items()
-    }
-    return transactions.build_silver(
-        spark, catalog, request.dates, request.audit_branch, cursors or None, bool(request.option("full_refresh"))
-    )
-
-
-def _events_bronze(feed: RawFeed, spark, catalog, raw, request) -> LayerResult:
+def _events_bronze(feed: RawFeed, spark, catalog, raw, request: BronzeRequest) -> WriteResult:
     """Replace each day of bronze with its newest downloaded raw batch, then mark it complete."""
     return load_bronze_days(spark, catalog, raw(), feed, request.dates, **_policy(request))
 
 
-def _entity_bronze(feed: EntityFeed, spark, catalog, raw, request) -> LayerResult:
+def _entity_bronze(feed: EntityFeed, spark, catalog, raw, request: BronzeRequest) -> WriteResult:
     return entities.load_bronze(spark, catalog, raw(), feed, request.dates, **_policy(request))
 
 
-def _entity_history(feed: EntityFeed, spark, catalog, raw, request) -> LayerResult:
-    full_refresh = bool(request.option("full_refresh"))
+def _silver_transactions(spark, catalog, raw, request: RebuildRequest) -> WriteResult:
+    return transactions.build_silver(spark, catalog, request.dates, request.audit_branch, request.full_refresh)
+
+
+def _daily_summary(spark, catalog, raw, request: LayerRequest) -> WriteResult:
+    return transactions.build_gold(spark, catalog, request.dates, request.audit_branch)
+
+
+def _customer_activity(spark, catalog, raw, request: LayerRequest) -> WriteResult:
+    return entities.build_customer_activity(spark, catalog, request.dates)
+
+
+def _customer_profiles(spark, catalog, raw, request: LayerRequest) -> WriteResult:
+    return entities.build_customer_profiles(spark, catalog, request.dates)
+
+
+def _entity_history(feed: EntityFeed, spark, catalog, raw, request: RebuildRequest) -> WriteResult:
+    full_refresh = request.full_refresh
     applied = entities.days_to_apply(spark, catalog, feed, full_refresh)
     started = time.time_ns() // 1000  # every version the apply writes carries a later `_ingested_at`
     result = entities.build_landing(spark, catalog, feed, request.dates, full_refresh)
@@ -189,7 +154,7 @@ def _entity_history(feed: EntityFeed, spark, catalog, raw, request) -> LayerResu
     }
     # A history has no days: its row rules are checked on the versions this apply wrote (a filter files skip by).
     written = f"_ingested_at >= timestamp_micros({started})"
-    return LayerResult(commit, TableChanges(table), {}, extra, written_rows=written)
+    return WriteResult(commit, TableChanges(table), {}, extra, written_rows=written)
 
 
 # The gold tables built from other tables' days or from their own day before: each day's check `up_to_date` says,
@@ -230,21 +195,16 @@ LAYERS: dict[str, Layer] = {
     layer_name(layer.spec): layer
     for layer in (
         # Every declared source's: bronze of each endpoint, the history of each entity list.
-        *(Layer(feed.bronze, partial(_events_bronze, feed)) for feed in RAW_FEEDS if not _is_entity(feed)),
-        *(Layer(feed.raw.bronze, partial(_entity_bronze, feed)) for feed in ENTITY_FEEDS),
-        *(Layer(feed.landing, partial(_entity_history, feed)) for feed in ENTITY_FEEDS),
-        Layer(SILVER_TRANSACTIONS, _silver_transactions),
-        Layer(
-            GOLD_DAILY_SUMMARY,
-            lambda spark, catalog, raw, r: transactions.build_gold(spark, catalog, r.dates, r.audit_branch),
+        *(
+            Layer(feed.bronze, partial(_events_bronze, feed), BronzeRequest)
+            for feed in RAW_FEEDS
+            if not _is_entity(feed)
         ),
-        Layer(
-            GOLD_CUSTOMER_ACTIVITY,
-            lambda spark, catalog, raw, r: entities.build_customer_activity(spark, catalog, r.dates),
-        ),
-        Layer(
-            GOLD_CUSTOMER_PROFILES,
-            lambda spark, catalog, raw, r: entities.build_customer_profiles(spark, catalog, r.dates),
-        ),
+        *(Layer(feed.raw.bronze, partial(_entity_bronze, feed), BronzeRequest) for feed in ENTITY_FEEDS),
+        *(Layer(feed.landing, partial(_entity_history, feed), RebuildRequest) for feed in ENTITY_FEEDS),
+        Layer(SILVER_TRANSACTIONS, _silver_transactions, RebuildRequest),
+        Layer(GOLD_DAILY_SUMMARY, _daily_summary),
+        Layer(GOLD_CUSTOMER_ACTIVITY, _customer_activity),
+        Layer(GOLD_CUSTOMER_PROFILES, _customer_profiles),
     )
 }

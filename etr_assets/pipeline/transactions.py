@@ -6,10 +6,11 @@ from __future__ import annotations
 import datetime as dt
 import functools
 
-from etr_assets.lake.bronze import BadInputError, LayerResult, load_bronze_days
+from etr_assets.lake.bronze import BadInputError, load_bronze_days
 from etr_assets.lake.evolve import ensure_table
+from etr_assets.lake.figures import WriteResult
 from etr_assets.lake.frames import conform, count_by_day
-from etr_assets.lake.incremental import Cursor, ReadMode, plan_reads, read_plan
+from etr_assets.lake.incremental import ReadMode, cursor_stamp, plan_reads, read_plan, stamped_cursors
 from etr_assets.lake.quality import CheckOutcome, record_quarantine_outcome, split_by_record_rules
 from etr_assets.lake.wap import evaluate, write_audit_publish
 from etr_assets.lake.writes import CommitInfo, current_snapshot_id, replace_days
@@ -17,10 +18,10 @@ from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.feeds import SILVER_QUARANTINE_TRANSACTIONS, TRANSACTIONS
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS, STATUSES
 
-__all__ = ["TRANSACTIONS", "BadInputError", "LayerResult", "build_gold", "build_silver", "load_bronze"]
+__all__ = ["TRANSACTIONS", "BadInputError", "build_gold", "build_silver", "load_bronze"]
 
 
-def load_bronze(spark, catalog: str, raw: RawZone, days: list[dt.date], **policy) -> LayerResult:
+def load_bronze(spark, catalog: str, raw: RawZone, days: list[dt.date], **policy) -> WriteResult:
     """Replace each day of bronze with its newest downloaded raw batch, then mark it complete."""
     return load_bronze_days(spark, catalog, raw, TRANSACTIONS, days, **policy)
 
@@ -60,22 +61,23 @@ def clean_transactions(bronze_df):
     return latest.withColumn("_processed_at", F.current_timestamp())
 
 
-def _replace(spark, catalog: str, spec, df, days, audit_branch: str | None, day_column="transaction_date"):
-    """Replace the days directly, or through write-audit-publish on `audit_branch` (raises AuditFailed)."""
-    write = functools.partial(replace_days, spark, spec.qualified(catalog), df, day_column, days)  # write(branch)
+def _replace(spark, catalog: str, spec, df, days, audit_branch: str | None, day_column="transaction_date", stamp=None):
+    """Replace the days directly, or through write-audit-publish on `audit_branch` (raises AuditFailed); `stamp`:
+    snapshot properties of the commit (write options)."""
+    write = functools.partial(replace_days, spark, spec.qualified(catalog), df, day_column, days, options=stamp)
     return write_audit_publish(spark, catalog, spec, audit_branch, days, write) if audit_branch else (write(), ())
 
 
 def write_days(spark, catalog: str, spec, rows, days, day_column: str, changes, audit_branch=None, **result):
     """A layer's result of replacing `days` of `spec` with `rows` (cached while counted and written), directly or
-    through write-audit-publish on `audit_branch`; `result`: more LayerResult fields."""
+    through write-audit-publish on `audit_branch`; `result`: more WriteResult fields."""
     rows = rows.cache()
     try:
         counts = count_by_day(rows, days, day_column)
         commit, checks = _replace(spark, catalog, spec, rows, days, audit_branch, day_column)
     finally:
         rows.unpersist()
-    return LayerResult(commit, changes, counts, checks=tuple(checks), **result)
+    return WriteResult(commit, changes, counts, checks=tuple(checks), **result)
 
 
 def build_silver(
@@ -83,20 +85,19 @@ def build_silver(
     catalog: str,
     days: list[dt.date],
     audit_branch: str | None = None,
-    cursors: dict[dt.date, Cursor | None] | None = None,
     full_refresh: bool = False,
-) -> LayerResult:
-    """Rebuild `days` of silver, reading only the bronze rows each day needs (docs/lifecycle.md#incremental-silver;
-    without `cursors`, every day whole); `extra["bronze_snapshot_id"]` is the next build's cursor."""
+) -> WriteResult:
+    """Rebuild `days` of silver, reading only the bronze rows each day needs since it was last built: its cursor,
+    stamped on the silver commit that last rebuilt it, as this one stamps the days it rebuilds
+    (docs/lifecycle.md#incremental-silver)."""
     from pyspark.sql import functions as F
 
     bronze_table, silver_table = BRONZE_TRANSACTIONS.qualified(catalog), SILVER_TRANSACTIONS.qualified(catalog)
     quarantine_table = SILVER_QUARANTINE_TRANSACTIONS.qualified(catalog)
     changes = ensure_table(spark, catalog, SILVER_TRANSACTIONS)
     ensure_table(spark, catalog, SILVER_QUARANTINE_TRANSACTIONS)
-    plan = plan_reads(
-        spark, bronze_table, silver_table, "transaction_date", cursors or dict.fromkeys(days), full_refresh
-    )
+    cursors = dict.fromkeys(days) if full_refresh else stamped_cursors(spark, silver_table, days)
+    plan = plan_reads(spark, bronze_table, silver_table, "transaction_date", cursors, full_refresh)
     full, appended = read_plan(spark, bronze_table, plan, "transaction_date")
     read = [df for df in (full, appended) if df is not None]
     bronze_read = functools.reduce(lambda a, b: a.unionByName(b), read) if read else None
@@ -124,7 +125,7 @@ def build_silver(
         in_days = spark.table(silver_table).where(F.col("transaction_date").isin(sorted(days)))
         counts = count_by_day(in_days, days, "transaction_date")
         extra["silver_snapshot_id"] = str(current_snapshot_id(spark, silver_table))
-        return LayerResult(CommitInfo(silver_table, None, None), changes, counts, extra, checks=(*checks, held_back()))
+        return WriteResult(CommitInfo(silver_table, None, None), changes, counts, extra, checks=(*checks, held_back()))
 
     cleaned = conform(clean_transactions(full), SILVER_TRANSACTIONS) if full is not None else None
     if appended_days:
@@ -145,7 +146,8 @@ def build_silver(
             replace_days(
                 spark, quarantine_table, conform(held, SILVER_QUARANTINE_TRANSACTIONS), "transaction_date", rebuild
             )
-        commit, checks = _replace(spark, catalog, SILVER_TRANSACTIONS, kept, rebuild, audit_branch)
+        stamp = cursor_stamp(plan.upstream_snapshot_id, rebuild)
+        commit, checks = _replace(spark, catalog, SILVER_TRANSACTIONS, kept, rebuild, audit_branch, stamp=stamp)
     finally:
         cleaned.unpersist()
     checks = (*checks, held_back())
@@ -158,7 +160,7 @@ def build_silver(
     extra |= {"bronze_rows": received, "duplicates_removed": received - distinct_ids}
     if not appended_days:  # every rebuilt day was read whole: what did not reach silver was refused
         extra["rejected"] = distinct_ids - sum(counts[d.isoformat()] for d in rebuild)
-    return LayerResult(commit, changes, counts, extra, checks=tuple(checks))
+    return WriteResult(commit, changes, counts, extra, checks=tuple(checks))
 
 
 def merge_latest(current_silver, new_rows):
@@ -193,7 +195,7 @@ def daily_summary(silver_df):
     )
 
 
-def build_gold(spark, catalog: str, days: list[dt.date], audit_branch: str | None = None) -> LayerResult:
+def build_gold(spark, catalog: str, days: list[dt.date], audit_branch: str | None = None) -> WriteResult:
     from pyspark.sql import functions as F
 
     silver = spark.table(SILVER_TRANSACTIONS.qualified(catalog)).where(F.col("transaction_date").isin(sorted(days)))

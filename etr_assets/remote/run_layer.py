@@ -8,7 +8,7 @@ import os
 import sys
 from functools import partial
 
-from etr_assets.pipeline.layers import LayerRequest, report_layer
+from etr_assets.pipeline.layers import report_layer, request_from_extras
 from etr_assets.settings import Settings
 from etr_assets.sources.s3_storage import open_raw_zone
 
@@ -50,7 +50,7 @@ def session(settings: Settings, platform: str):
 def main() -> None:
     with open_pipes() as pipes:
         extras = dict(pipes.extras)
-        request = LayerRequest.from_extras(extras)
+        request = request_from_extras(extras)
         settings = Settings.from_env({**os.environ, **(extras.get("settings") or {}), "ETR_COMPUTE": "local"})
         spark = session(settings, extras.get("platform", "local"))
         pipes.log.info(

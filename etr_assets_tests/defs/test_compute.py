@@ -17,7 +17,6 @@ from etr_assets.defs.resources import LayerRunner
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS
 from etr_assets.lake.wap import branch_name
 from etr_assets.pipeline import layers
-from etr_assets.pipeline.layers import LayerRequest
 from etr_assets.remote import jobs
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
 
@@ -29,7 +28,7 @@ def test_a_layer_out_of_heap_fails_with_one_line_naming_the_setting(spark, monke
         jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.Byte.TYPE, 2**31 - 1)
 
     monkeypatch.setattr(layers, "run_layer", out_of_heap)
-    request = LayerRequest("bronze/bnpl_transactions_raw", ["2025-01-01", "2025-01-02"])
+    request = layers.LAYERS["bronze/bnpl_transactions_raw"].request(["2025-01-01", "2025-01-02"])
 
     failed = layers.report_layer(spark, "etr", None, request, "r1", {"spark.driver.memory": "1g"}, "/lake/raw")
 
@@ -46,7 +45,7 @@ def test_other_layer_failures_pass_through_unchanged(spark, monkeypatch):
         raise ValueError("raw batch x: 3 of 4 records refused")
 
     monkeypatch.setattr(layers, "run_layer", bad_input)
-    request = LayerRequest("bronze/bnpl_transactions_raw", ["2025-01-01"])
+    request = layers.LAYERS["bronze/bnpl_transactions_raw"].request(["2025-01-01"])
 
     with pytest.raises(ValueError, match="3 of 4 records refused"):
         layers.report_layer(spark, "etr", None, request, "r1", {}, "/lake/raw")

@@ -1,4 +1,5 @@
-"""Incremental silver: per day, read only the bronze rows appended since the day was built, else the whole day."""
+"""Incremental silver: per day, read only the bronze rows appended since the day was built, else the whole day; the
+day's cursor stamped on the silver commit that last rebuilt it."""
 
 from __future__ import annotations
 
@@ -36,12 +37,12 @@ def modes(result) -> dict[str, str]:
 def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(lake, settings, raw):  # noqa: F811
     bronze_first = pipeline.load_bronze(lake, settings.catalog, raw, [D0])
     assert bronze_first.commit.operation == "append"  # a first load: downstream can read it incrementally
-    built = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: None})
+    built = pipeline.build_silver(lake, settings.catalog, [D0])
     assert modes(built) == {str(D0): ReadMode.WHOLE_DAY}
     silver_snapshot = current_snapshot_id(lake, SILVER_TRANSACTIONS.qualified(settings.catalog))
 
     assert pipeline.load_bronze(lake, settings.catalog, raw, [D1]).commit.operation == "append"
-    again = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: cursor_of(built)})
+    again = pipeline.build_silver(lake, settings.catalog, [D0])
 
     assert modes(again) == {str(D0): ReadMode.UNCHANGED}
     assert again.extra["bronze_rows_read"] == 0 and again.commit.snapshot_id is None
@@ -50,21 +51,23 @@ def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(l
 
 
 def test_a_read_plan_walks_lineage_on_metadata_without_a_spark_job(lake, settings, raw):  # noqa: F811
-    """Planning reads no metadata table (`.snapshots` is every snapshot a table keeps, a job that grows with its
-    history): a day without a cursor needs no lineage at all, one with a cursor walks back to it on metadata."""
+    """Neither finding the cursors nor planning reads a metadata table (`.snapshots` is every snapshot a table
+    keeps, a job that grows with its history): both walk snapshots on metadata."""
     import uuid
 
-    from etr_assets.lake.incremental import plan_reads
+    from etr_assets.lake.incremental import plan_reads, stamped_cursors
 
     pipeline.load_bronze(lake, settings.catalog, raw, [D0])
-    built = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: None})
+    built = pipeline.build_silver(lake, settings.catalog, [D0])
     bronze, silver = BRONZE_TRANSACTIONS.qualified(settings.catalog), SILVER_TRANSACTIONS.qualified(settings.catalog)
     group = f"plan-{uuid.uuid4().hex}"
     lake.sparkContext.setJobGroup(group, group)
     try:
-        plan = plan_reads(lake, bronze, silver, "transaction_date", {D0: cursor_of(built), D1: None})
+        cursors = stamped_cursors(lake, silver, [D0, D1])
+        plan = plan_reads(lake, bronze, silver, "transaction_date", cursors)
     finally:
         lake.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert cursors == {D0: cursor_of(built), D1: None}  # D1 never built
     assert [d.mode for d in plan.days] == [ReadMode.UNCHANGED, ReadMode.WHOLE_DAY]
     assert lake.sparkContext.statusTracker().getJobIdsForGroup(group) == []
 
@@ -78,7 +81,7 @@ def test_the_days_a_snapshot_changed_are_read_from_its_own_manifests(lake, setti
 
     bronze, silver = BRONZE_TRANSACTIONS.qualified(settings.catalog), SILVER_TRANSACTIONS.qualified(settings.catalog)
     pipeline.load_bronze(lake, settings.catalog, raw, [D0])
-    built = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: None})
+    built = pipeline.build_silver(lake, settings.catalog, [D0])
     pipeline.load_bronze(lake, settings.catalog, raw, [D1])
     older = lake.sql(
         f"SELECT path FROM {bronze}.manifests WHERE added_snapshot_id = {cursor_of(built).upstream_snapshot_id}"
@@ -111,8 +114,7 @@ def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, 
     )
     assert append(lake, bronze, late.localCheckpoint()).operation == "append"
 
-    cursor = cursor_of(built)
-    merged = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
+    merged = pipeline.build_silver(lake, settings.catalog, DAYS)
 
     assert modes(merged) == {str(D0): ReadMode.APPENDED, str(D1): ReadMode.UNCHANGED}  # D1 got nothing appended
     assert merged.extra["bronze_rows_read"] == 5  # only the late rows, not the day
@@ -122,7 +124,7 @@ def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, 
     refunded = {r[0] for r in incremental_result if r[7] == "REFUNDED" and r[11] == "late-batch"}
     assert len(refunded) == 3
 
-    pipeline.build_silver(lake, settings.catalog, [D0], full_refresh=True, cursors={D0: cursor_of(merged)})
+    pipeline.build_silver(lake, settings.catalog, [D0], full_refresh=True)
     assert silver_rows(lake, settings, D0) == incremental_result
 
 
@@ -134,8 +136,7 @@ def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw
     reload = pipeline.load_bronze(lake, settings.catalog, raw, [D0])
     assert reload.commit.operation == "overwrite"
 
-    cursor = cursor_of(built)
-    rebuilt = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
+    rebuilt = pipeline.build_silver(lake, settings.catalog, DAYS)
 
     plan = modes(rebuilt)
     assert plan == {str(D0): ReadMode.WHOLE_DAY, str(D1): ReadMode.UNCHANGED}
@@ -145,23 +146,32 @@ def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw
 
 
 @pytest.mark.slow
-def test_a_lost_cursor_or_a_rolled_back_silver_falls_back_to_full_reads(lake, settings, raw):  # noqa: F811
+def test_after_a_rollback_the_cursor_is_the_restored_commits_and_a_lost_one_reads_whole(lake, settings, raw):  # noqa: F811
     pipeline.load_bronze(lake, settings.catalog, raw, [D0])
     built = pipeline.build_silver(lake, settings.catalog, [D0])
-    unknown = Cursor(upstream_snapshot_id=123, downstream_snapshot_id=cursor_of(built).downstream_snapshot_id)
-    assert modes(pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: unknown})) == {
-        str(D0): ReadMode.WHOLE_DAY
-    }
-
     silver = SILVER_TRANSACTIONS.qualified(settings.catalog)
-    newer = pipeline.build_silver(lake, settings.catalog, [D0], full_refresh=True)
+    rows = silver_rows(lake, settings, D0)
+
+    # Silver rolled back past a newer build: the day's cursor is the one of the commit main went back to.
+    pipeline.build_silver(lake, settings.catalog, [D0], full_refresh=True)
+    restored = cursor_of(built).downstream_snapshot_id
+    lake.sql(f"CALL {settings.catalog}.system.rollback_to_snapshot('{silver.split('.', 1)[1]}', {restored})")
+    result = pipeline.build_silver(lake, settings.catalog, [D0])
+    assert modes(result) == {str(D0): ReadMode.UNCHANGED} and silver_rows(lake, settings, D0) == rows
+    assert f"no snapshot since {cursor_of(built).upstream_snapshot_id} changed the day" in result.extra["read_plan"]
+
+    # The silver commit that stamped the day's cursor expired: the day is read whole.
+    pipeline.load_bronze(lake, settings.catalog, raw, [D1])
+    pipeline.build_silver(lake, settings.catalog, [D1])
     lake.sql(
-        f"CALL {settings.catalog}.system.rollback_to_snapshot('{silver.split('.', 1)[1]}', "
-        f"{cursor_of(built).downstream_snapshot_id})"
+        f"CALL {settings.catalog}.system.expire_snapshots(table => '{silver.split('.', 1)[1]}', "
+        "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)"
     )
-    # The newer build's silver snapshot is no longer in silver's history: its cursor cannot be trusted.
-    result = pipeline.build_silver(lake, settings.catalog, [D0], cursors={D0: cursor_of(newer)})
-    assert modes(result) == {str(D0): ReadMode.WHOLE_DAY} and "rolled back" in result.extra["read_plan"]
+    lost = pipeline.build_silver(lake, settings.catalog, [D0])
+    assert modes(lost) == {str(D0): ReadMode.WHOLE_DAY} and "no kept commit" in lost.extra["read_plan"]
+    assert silver_rows(lake, settings, D0) == rows
+    bronze = lake.table(BRONZE_TRANSACTIONS.qualified(settings.catalog))
+    assert lost.extra["bronze_rows_read"] == bronze.where(F.col("transaction_date") == D0).count()
 
 
 def test_compaction_snapshots_do_not_force_full_reads(lake, settings, raw):  # noqa: F811
@@ -177,14 +187,21 @@ def test_compaction_snapshots_do_not_force_full_reads(lake, settings, raw):  # n
         lake.sql(f"SELECT operation FROM {bronze}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0] == "replace"
     )
 
-    cursor = cursor_of(built)
-    result = pipeline.build_silver(lake, settings.catalog, DAYS, cursors={D0: cursor, D1: cursor})
+    silver = SILVER_TRANSACTIONS.qualified(settings.catalog)  # silver compacted too: its stamps are passed over
+    lake.sql(
+        f"CALL {settings.catalog}.system.rewrite_data_files(table => '{silver.split('.', 1)[1]}', "
+        "options => map('rewrite-all', 'true'))"
+    )
+    result = pipeline.build_silver(lake, settings.catalog, DAYS)
     assert modes(result) == {str(D0): ReadMode.UNCHANGED, str(D1): ReadMode.UNCHANGED}
+    assert result.extra["bronze_snapshot_id"] != built.extra["bronze_snapshot_id"]
     assert dt.date.fromisoformat(str(D0)) == D0
 
 
 @pytest.mark.slow
-def test_through_dagster_the_cursor_lives_in_each_partitions_materialization(lake, settings):
+def test_a_lake_restored_without_dagsters_database_goes_on_incrementally(lake, settings):
+    """The cursor is the table's: a new Dagster instance (its database lost, or another orchestrator) plans the
+    same reads as the one that built the day."""
     from dagster import AssetKey, DagsterInstance, materialize
 
     from etr_assets.definitions import build_definitions
@@ -192,9 +209,8 @@ def test_through_dagster_the_cursor_lives_in_each_partitions_materialization(lak
     defs = build_definitions(settings)
     resources = defs.get_repository_def().get_top_level_resources()
     silver = AssetKey(["silver", "bnpl_transactions_clean"])
-    instance = DagsterInstance.ephemeral()
 
-    def run(selection, day, run_config=None):
+    def run(selection, day, instance, run_config=None):
         result = materialize(
             list(defs.assets),
             selection=selection,
@@ -206,15 +222,18 @@ def test_through_dagster_the_cursor_lives_in_each_partitions_materialization(lak
         assert result.success
         return result.asset_materializations_for_node("silver__bnpl_transactions_clean")[0].metadata
 
-    first = run(
-        [AssetKey(["raw", "bnpl_transactions"]), AssetKey(["bronze", "bnpl_transactions_raw"]), silver], "2025-01-01"
-    )
+    raw_and_bronze = [AssetKey(["raw", "bnpl_transactions"]), AssetKey(["bronze", "bnpl_transactions_raw"])]
+    first = run([*raw_and_bronze, silver], "2025-01-01", DagsterInstance.ephemeral())
     assert first["read_mode"].value == "1 full" and first["bronze_rows_read"].value > 0
-    again = run([silver], "2025-01-01")
+    restored = DagsterInstance.ephemeral()  # nothing of the first instance's history
+    again = run([silver], "2025-01-01", restored)
     assert again["read_mode"].value == "1 unchanged" and again["bronze_rows_read"].value == 0
     assert again["bronze_snapshot_id"].value == first["bronze_snapshot_id"].value
     assert again["dagster/row_count"].value == first["dagster/row_count"].value
     refreshed = run(
-        [silver], "2025-01-01", {"ops": {"silver__bnpl_transactions_clean": {"config": {"full_refresh": True}}}}
+        [silver],
+        "2025-01-01",
+        restored,
+        {"ops": {"silver__bnpl_transactions_clean": {"config": {"full_refresh": True}}}},
     )
     assert refreshed["read_mode"].value == "1 full" and "full refresh requested" in refreshed["read_plan"].value

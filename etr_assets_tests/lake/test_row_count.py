@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from etr_assets.lake.bronze import LayerResult
 from etr_assets.lake.evolve import TableChanges, ensure_table
-from etr_assets.lake.figures import layer_figures
+from etr_assets.lake.figures import WriteResult, layer_figures
 from etr_assets.lake.health import table_health
 from etr_assets.lake.metadata import (
     EQUALITY_DELETES_UNKNOWN,
@@ -51,7 +50,7 @@ def every_figure(lake, settings, monkeypatch, capsys, spec: TableSpec) -> dict[s
     table = spec.qualified(settings.catalog)
     commit = commit_of(lake, table, current_snapshot_id(lake, table))
     _, tables, _ = listing(monkeypatch, capsys, settings)
-    figures = layer_figures(LayerResult(commit, TableChanges(table), {}), "")
+    figures = layer_figures(WriteResult(commit, TableChanges(table), {}), "")
     return {
         "row_count": snapshot_row_count(load_table(settings, spec)).rows,
         "commit": commit.table_rows.rows,
@@ -157,7 +156,7 @@ def test_equality_deletes_make_the_count_unknown_with_the_reason(lake, settings,
     figures = every_figure(lake, settings, monkeypatch, capsys, spec)
     assert set(figures.values()) == {None}, figures
     commit = commit_of(lake, table, current_snapshot_id(lake, table))
-    figures = layer_figures(LayerResult(commit, TableChanges(table), {}), "")
+    figures = layer_figures(WriteResult(commit, TableChanges(table), {}), "")
     assert "table_rows" not in figures and figures["table_rows_unknown"] == EQUALITY_DELETES_UNKNOWN
     health = table_health(settings, spec)
     assert health.rows_unknown == EQUALITY_DELETES_UNKNOWN and "rows" not in health.figures()

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from etr_assets.lake.metadata import load_table
-from etr_assets.pipeline.layers import LayerRequest, run_layer
+from etr_assets.pipeline.layers import LAYERS, run_layer
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables.entities import LANDING_CUSTOMERS
@@ -26,7 +26,7 @@ def test_an_scd2_step_reports_the_versions_it_wrote_and_the_rows_count_star_retu
     def load(day: dt.date) -> dict[str, object]:
         fetch_day(client, raw, "customers", day)
         for layer in ("bronze/bnpl_customers_raw", "landing/customers"):
-            finished = run_layer(lake, settings.catalog, lambda: raw, LayerRequest(layer, [day.isoformat()]), "run")
+            finished = run_layer(lake, settings.catalog, lambda: raw, LAYERS[layer].request([day.isoformat()]), "run")
         return finished.figures
 
     first = load(DAYS[0])

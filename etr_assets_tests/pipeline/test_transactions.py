@@ -273,7 +273,6 @@ def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodab
 
 @pytest.mark.slow
 def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and_its_day_publishes(lake, settings, raw):
-    from etr_assets.lake.incremental import Cursor
 
     day = dt.date(2025, 3, 4)
     lines = [json.dumps({**GOOD, "transaction_id": i, "amount": f"{i}.00"}) for i in range(1, 41)]
@@ -298,7 +297,6 @@ def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and
     assert gold.rows == 1
 
     # An incremental rebuild of the day (a new transaction appended to bronze) keeps the held-back one held back.
-    cursor = Cursor(int(silver.extra["bronze_snapshot_id"]), int(silver.extra["silver_snapshot_id"]))
     from etr_assets.lake.writes import append
 
     late = (
@@ -309,7 +307,7 @@ def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and
         )
     )
     append(lake, BRONZE_TRANSACTIONS.qualified(settings.catalog), late)
-    again = pipeline.build_silver(lake, settings.catalog, [day], "audit_test2", cursors={day: cursor})
+    again = pipeline.build_silver(lake, settings.catalog, [day], "audit_test2")
     assert again.extra["days_read_incrementally"] == 1 and again.rows_by_day == {day.isoformat(): 41}
     assert lake.sql(f"SELECT count(*) FROM {settings.catalog}.silver.quarantine_transactions").first()[0] == 1
 

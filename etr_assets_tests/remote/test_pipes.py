@@ -10,7 +10,8 @@ from dagster import AssetKey, DagsterInstance, materialize
 
 from etr_assets.definitions import build_definitions
 from etr_assets.defs.resources import LayerRunner
-from etr_assets.pipeline.layers import LayerRequest
+from etr_assets.pipeline.contract import BronzeRequest, RebuildRequest
+from etr_assets.pipeline.layers import LAYERS, request_from_extras
 from etr_assets.remote import jobs
 from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
@@ -155,11 +156,18 @@ def test_the_shipped_package_loads_its_declared_sources_from_inside_the_zip(tmp_
     assert where.startswith(str(package)) and "bronze/bnpl_transactions_raw" in layers and "landing/customers" in layers
 
 
-def test_a_request_without_a_known_layer_is_refused_by_name():
+def test_a_request_travels_typed_and_one_without_a_known_layer_is_refused_by_name():
+    silver = LAYERS["silver/bnpl_transactions_clean"].request([DAY], "audit_x", full_refresh=True)
+    extras = silver.to_extras() | {"settings": {"ETR_PROFILE": "s3"}, "platform": "glue"}
+    assert request_from_extras(extras) == silver and isinstance(silver, RebuildRequest)
+    bronze = LAYERS["bronze/bnpl_transactions_raw"].request([DAY], max_reject_rate=0.2)
+    assert request_from_extras(bronze.to_extras()) == bronze and isinstance(bronze, BronzeRequest)
+    with pytest.raises(TypeError, match="full_refresh"):  # gold takes nothing beyond its days
+        LAYERS["gold/bnpl_daily_summary"].request([DAY], full_refresh=True)
     with pytest.raises(ValueError, match="unknown layer 'silver/nope'"):
-        LayerRequest.from_extras({"layer": "silver/nope", "days": [DAY]})
+        request_from_extras({"layer": "silver/nope", "days": [DAY]})
     with pytest.raises(ValueError, match="lack days"):
-        LayerRequest.from_extras({"layer": "gold/bnpl_daily_summary"})
+        request_from_extras({"layer": "gold/bnpl_daily_summary"})
 
 
 @pytest.mark.parametrize(
