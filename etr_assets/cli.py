@@ -185,8 +185,9 @@ def cmd_lift_suppression(settings: Settings, args: argparse.Namespace) -> int:
     import getpass
     import socket
 
+    from etr_assets.errors import ErasureError
     from etr_assets.lake.bookkeeping import GDPR_ACTIONS
-    from etr_assets.lake.erasure import ErasureError, audit_key, validate_customer_ids
+    from etr_assets.lake.erasure import audit_key, validate_customer_ids
     from etr_assets.lake.erasure.suppression import lift_suppression
     from etr_assets.lake.session import get_spark
 
@@ -211,7 +212,8 @@ def cmd_lift_suppression(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_draft_source(settings: Settings, args: argparse.Namespace) -> int:
     """The drafted declaration on stdout; a sample it cannot use is one line naming the file, exit 2."""
-    from etr_assets.sources.draft import DraftError, draft_source
+    from etr_assets.errors import DraftError
+    from etr_assets.sources.draft import draft_source
 
     try:
         text = draft_source(args.sample, args.name, args.resource, path=args.path)

@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from collections.abc import Mapping
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import RunRequestError
 
 JOB = "etr_pipeline"
 FORMAT = "give YYYY-MM-DD or FIRST..LAST"
@@ -18,10 +18,6 @@ PARTITION_TAG = "dagster/partition"
 RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 RANGE = re.compile(r"(.*?)\.{2,3}(.*)")  # FIRST..LAST, or FIRST...LAST as `dg launch --partition-range` takes it
-
-
-class RunRequestError(EtrError, ValueError):
-    """A day or range that etr_pipeline has no partitions for; the message is the one line to show."""
 
 
 @dataclasses.dataclass(frozen=True)

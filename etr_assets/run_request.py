@@ -14,8 +14,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from etr_assets.errors import EtrError
-from etr_assets.run_days import JOB, RunRequestError, parse_request
+from etr_assets.errors import EtrError, RunRequestError
+from etr_assets.run_days import JOB, parse_request
 
 REQUEST_EXIT = 2  # a mistake in the request (as argparse's usage errors); a failed run exits 1
 

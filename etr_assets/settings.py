@@ -9,7 +9,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import SettingsError
 
 
 class Profile(StrEnum):
@@ -31,10 +31,6 @@ class Compute(StrEnum):
 
 PROFILES = tuple(Profile)
 COMPUTES = tuple(c for c in Compute if c != Compute.SUBPROCESS)  # what ETR_COMPUTE accepts
-
-
-class SettingsError(EtrError, ValueError):
-    """A setting is missing or malformed; the message names the variable."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -218,7 +218,8 @@ def psycopg2_connect(jdbc_url: str, user: str = PG_USER):
 # --- the s3 profile's jars ---------------------------------------------------------------------------------
 def require_s3_profile_jars() -> list[str]:
     """The S3A jars and the PostgreSQL JDBC driver (setup fetches them); skip or fail as `missing_or_skip` says."""
-    from etr_assets.lake.session import JarNotFound, s3_profile_jars
+    from etr_assets.errors import JarNotFound
+    from etr_assets.lake.session import s3_profile_jars
 
     try:
         return s3_profile_jars()

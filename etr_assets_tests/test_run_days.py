@@ -7,12 +7,12 @@ import datetime as dt
 
 import pytest
 
+from etr_assets.errors import RunRequestError
 from etr_assets.run_days import (
     PARTITION_TAG,
     RANGE_END_TAG,
     RANGE_START_TAG,
     Days,
-    RunRequestError,
     days_of_run,
     last_complete_day,
     parse_request,

@@ -24,14 +24,14 @@ from etr_assets.defs.common import (
 )
 from etr_assets.defs.resources import LakeResource, LayerRunner, RawZoneResource, SourceApiResource
 from etr_assets.defs.run_guard import REFUSED
+from etr_assets.errors import RunRequestError, SourceConfigError
 from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.feeds import EntityFeed, RawFeed
 from etr_assets.lake.figures import Tagged
-from etr_assets.run_days import RunRequestError, days_of_run
+from etr_assets.run_days import days_of_run
 from etr_assets.settings import Settings
 from etr_assets.sources.declaration import Resource, ResourceKind, declaration_files
 from etr_assets.sources.fetch import fetch_day
-from etr_assets.sources.http_fetch import SourceConfigError
 from etr_assets.tables.declared import SHIPPED_SOURCES, SOURCES, DeclaredSource, source
 
 # The settings the components of one `build_definitions` call build with (a Component is loaded without arguments).

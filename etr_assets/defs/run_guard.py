@@ -26,7 +26,8 @@ import dagster as dg
 
 from etr_assets.defs.dagster_private import refused_step, report_engine_event, run_reaction
 from etr_assets.defs.run_summary import GONE_DURING, WORKER_GONE, summarize_run
-from etr_assets.run_days import RunRequestError, days_of_run
+from etr_assets.errors import RunRequestError
+from etr_assets.run_days import days_of_run
 
 HOST_TAG, PID_TAG, STARTED_TAG = "etr/worker_host", "etr/worker_pid", "etr/worker_started"
 OOM_TAG = "etr/worker_oom_kills"  # the host's count of processes the kernel killed for memory, when the run started

@@ -9,7 +9,7 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import BadInputError
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import RawFeed
 from etr_assets.lake.figures import WriteResult
@@ -28,10 +28,6 @@ DEFAULT_MAX_REJECT_RATE = 0.05
 ROWS_PER_WRITER = 500_000
 # A reload shrinking a loaded day by more is a glitch (an empty or truncated reply) until a run says 1.0.
 DEFAULT_MAX_DAY_SHRINK = 0.5
-
-
-class BadInputError(EtrError, ValueError):
-    """Input that cannot be loaded as declared; the message names the batch, the file and the problem."""
 
 
 def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated, frozenset[int]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import UnsafeEvolution
 from etr_assets.lake.specs import STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec, decimal_type
 from etr_assets.lake.writes import iceberg_table
 
@@ -16,10 +16,6 @@ if TYPE_CHECKING:
 _WIDENINGS = {("int", "bigint"), ("float", "double")}
 # Tables this process brought to a spec, with their layout: unchanged, one metadata read instead of five statements.
 _MATCHED: dict[tuple[str, int], tuple[TableSpec, tuple]] = {}
-
-
-class UnsafeEvolution(EtrError, ValueError):
-    """The spec asks for a change that would lose or reinterpret data; nothing was altered."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import ResourceExhausted
 
 # Java's heap (GC overhead, ...), or Spark's own when a task cannot get execution memory.
 OUT_OF_MEMORY = re.compile(r"(?:java\.lang\.|org\.apache\.spark\.memory\.Spark)OutOfMemoryError(?::[^\n]*)?")
@@ -22,10 +22,6 @@ WAREHOUSE_KEY = re.compile(r"spark\.sql\.catalog\.[^.]+\.warehouse")
 SCRATCH = "Spark's scratch folder"
 JVM_OUT_OF_MEMORY_EXIT = 52  # SparkExitCode.OOM: how an executor's JVM (the driver's, in local mode) ends on one
 JVM_EXIT_WAIT_SECONDS = 5.0  # a JVM that hung up on Python may still be running its shutdown hooks
-
-
-class ResourceExhausted(EtrError, RuntimeError):
-    """The Spark driver ran out of heap, or a disk it writes to filled up; one line naming what to raise."""
 
 
 def exhaustion(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 from urllib.parse import urlparse
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import MetadataUnreadable
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Profile, Settings
 
@@ -134,10 +134,6 @@ class TableName(NamedTuple):
     @property
     def identifier(self) -> str:
         return f"{self.namespace}.{self.name}"
-
-
-class MetadataUnreadable(EtrError, RuntimeError):
-    """The table exists but its current metadata cannot be read; the message says which file and why."""
 
 
 _VERSION_FILE = re.compile(r"^v(\d+)\.metadata\.json$")

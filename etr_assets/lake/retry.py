@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import CommitConflictError
 
 T = TypeVar("T")
 
@@ -22,10 +22,6 @@ CONFLICT_MARKERS = (
     "Requirement failed: branch main has changed",
     "Cannot fast-forward: main is not an ancestor",  # main moved while a branch was written (scd2_incremental)
 )
-
-
-class CommitConflictError(EtrError, RuntimeError):
-    """Every attempt lost to a concurrent writer."""
 
 
 def _error_text(error: BaseException) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import JarNotFound, NotAnIcebergSession
 from etr_assets.settings import Profile, Settings
 
 if TYPE_CHECKING:
@@ -31,14 +31,6 @@ HOT_CLASSES = (
     "org.apache.spark.sql.SparkSession$",
 )
 _IMPORTED: set[int] = set()  # gateways (by id) that have them
-
-
-class JarNotFound(EtrError, RuntimeError):
-    """A jar the profile needs is missing; the message says how to get it."""
-
-
-class NotAnIcebergSession(EtrError, RuntimeError):
-    """A live Spark session made without the Iceberg SQL extensions; the message says how to make one."""
 
 
 def iceberg_runtime_jar() -> str:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import SpecError
 
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 
@@ -89,10 +89,6 @@ DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
         "history.expire.min-snapshots-to-keep": "10",
     }
 )
-
-
-class SpecError(EtrError, ValueError):
-    """A table spec is malformed; the message names the table and the field."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,20 +6,12 @@ import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import NoSuchSnapshot, NotAnAncestor
 from etr_assets.lake.bookkeeping import TABLE_CHANGES, record_rows
 from etr_assets.lake.writes import current_snapshot_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-
-class NoSuchSnapshot(EtrError, LookupError):
-    """The table has no snapshot matching the request; the message names the table and what was asked."""
-
-
-class NotAnAncestor(EtrError, ValueError):
-    """A rollback target that is not in the current snapshot's history; the message names both snapshots."""
 
 
 def naive_utc(when: dt.datetime) -> dt.datetime:

@@ -7,20 +7,12 @@ import datetime as dt
 import re
 from typing import TYPE_CHECKING
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import AuditFailed
 from etr_assets.lake.quality import CheckOutcome, expectation_outcomes, uniqueness_outcome
 from etr_assets.lake.specs import TableSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-class AuditFailed(EtrError, RuntimeError):
-    """Blocking checks failed on the audit branch; main was not touched."""
-
-    def __init__(self, message: str, branch: str, results: list[CheckOutcome]):
-        super().__init__(message)
-        self.branch, self.results = branch, results
 
 
 AUDIT_BRANCH_PREFIX = "audit_"

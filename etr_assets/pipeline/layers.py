@@ -10,6 +10,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from etr_assets.errors import AuditFailed
 from etr_assets.lake.bronze import load_bronze_days
 from etr_assets.lake.evolve import TableChanges
 from etr_assets.lake.exhaustion import exhaustion
@@ -17,7 +18,6 @@ from etr_assets.lake.feeds import EntityFeed, RawFeed
 from etr_assets.lake.figures import Tagged, WriteResult, layer_figures
 from etr_assets.lake.quality import CheckOutcome, Severity, metrics_of, post_write_outcomes, record_metrics
 from etr_assets.lake.specs import CURRENT_VERSIONS, TableSpec
-from etr_assets.lake.wap import AuditFailed
 from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, table_location
 from etr_assets.pipeline import contract, entities, transactions
 from etr_assets.pipeline.contract import BronzeRequest, FinishedLayer, LayerRequest, RebuildRequest, Report

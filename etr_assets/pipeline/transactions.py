@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 
-from etr_assets.lake.bronze import BadInputError, load_bronze_days
+from etr_assets.errors import BadInputError
+from etr_assets.lake.bronze import load_bronze_days
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.figures import WriteResult
 from etr_assets.lake.frames import conform, count_by_day

@@ -14,16 +14,12 @@ from pathlib import Path
 
 import yaml
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import DeclarationError
 
 IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]*$")
 SYNTHETIC_APIS = ("bnpl", "stores")  # what `client.synthetic` may name: etr_assets.sources.synthetic_*
 COLUMN_TYPES = ("string", "bigint", "int", "float", "double", "boolean", "date", "timestamp")
 DECIMAL = re.compile(r"^decimal\(\d+,\s*\d+\)$")
-
-
-class DeclarationError(EtrError, ValueError):
-    """A mistake in a source declaration: `file:line: field: what is wrong`."""
 
 
 class AuthType(StrEnum):

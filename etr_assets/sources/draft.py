@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from etr_assets.errors import EtrError
-from etr_assets.sources.declaration import COMPONENT_TYPE, IDENTIFIER, DeclarationError, parse_attributes
+from etr_assets.errors import DeclarationError, DraftError
+from etr_assets.sources.declaration import COMPONENT_TYPE, IDENTIFIER, parse_attributes
 
 KEY_PART = re.compile(r"^[A-Za-z_][\w-]*$")  # one key of a data_selector or a column's path
 # The text bronze reads as a date or a timestamp (etr_assets/lake/frames.py): anything else stays a string.
@@ -38,10 +38,6 @@ SUBJECT_NAME = re.compile(r"^(customer|user|person|member|client|account|subscri
 PAGING_NAME = re.compile(r"next|cursor|page|offset|total|count|link|has_more|continuation", re.IGNORECASE)
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"}
 _PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./-]*$")
-
-
-class DraftError(EtrError, ValueError):
-    """The sample cannot be drafted from: one line naming the file."""
 
 
 @dataclasses.dataclass

@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import ApiError, SourceConfigError
 from etr_assets.sources.declaration import AuthType, FromEnv, PaginatorType, Resource, SourceDeclaration
 
 if TYPE_CHECKING:
@@ -22,18 +22,6 @@ if TYPE_CHECKING:
 
 BACKOFF_SECONDS = 0.5  # the first retry's wait (without a Retry-After); doubles each attempt up to max_delay_seconds
 RETRY_STATUS = (429, *range(500, 600))  # what dlt's session retries
-
-
-class ApiError(EtrError, RuntimeError):
-    """The API refused or failed; the message names the endpoint, the status and the attempts made."""
-
-    def __init__(self, message: str, *, endpoint: str, status: int | None = None):
-        super().__init__(message)
-        self.endpoint, self.status = endpoint, status
-
-
-class SourceConfigError(EtrError, ValueError):
-    """A declared source cannot be connected as configured: `file:line: field: what is missing`."""
 
 
 @dataclasses.dataclass

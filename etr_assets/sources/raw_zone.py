@@ -12,16 +12,12 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import RawZoneError
 
 PENDING, MANIFEST, COMPLETE = ".pending", "_manifest.json", ".complete"
 OPEN_INDEX = "_pending"  # {source}/{endpoint}/_pending/{batch_id}: one empty entry per batch not yet complete
 INDEX_BUILT = "_index.json"  # in OPEN_INDEX: every open batch has its entry (written once, by `rebuild_index`)
 ABANDONED = "abandoned"  # the outcome of a batch closed by hand without loading it
-
-
-class RawZoneError(EtrError, RuntimeError):
-    """A raw-zone read or write failed; the message names the batch or file."""
 
 
 class RawStorage(abc.ABC):

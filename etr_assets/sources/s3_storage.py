@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from etr_assets.sources.raw_zone import RawStorage, RawZone, RawZoneError, local_raw_zone
+from etr_assets.errors import RawZoneError
+from etr_assets.sources.raw_zone import RawStorage, RawZone, local_raw_zone
 
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 _DELETE_HINT = (

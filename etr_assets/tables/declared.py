@@ -10,6 +10,7 @@ import importlib.resources
 import os
 from pathlib import Path
 
+from etr_assets.errors import DeclarationError, SpecError
 from etr_assets.lake.feeds import EntityFeed, FeedMode, RawFeed
 from etr_assets.lake.specs import (
     HISTORY_PARTITIONS,
@@ -23,11 +24,9 @@ from etr_assets.lake.specs import (
     Column,
     QualityRules,
     Scd2,
-    SpecError,
     TableSpec,
 )
 from etr_assets.sources.declaration import (
-    DeclarationError,
     EntityMode,
     Resource,
     ResourceKind,

@@ -10,8 +10,9 @@ import pytest
 
 from etr_assets.definitions import build_definitions, defs
 from etr_assets.defs.common import table_key
+from etr_assets.errors import SpecError
 from etr_assets.lake.metadata import load_table
-from etr_assets.lake.specs import QualityRules, SpecError
+from etr_assets.lake.specs import QualityRules
 from etr_assets.tables import ALL_SPECS
 from etr_assets.tables.entities import BRONZE_MERCHANTS
 from etr_assets_tests.defs.outside_ticks import OutsideTick, outside_tick

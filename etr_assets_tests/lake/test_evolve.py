@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from etr_assets.lake.evolve import UnsafeEvolution, ensure_table, plan
+from etr_assets.errors import UnsafeEvolution
+from etr_assets.lake.evolve import ensure_table, plan
 from etr_assets.lake.specs import Column, TableSpec
 
 V1 = TableSpec(

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from py4j.protocol import Py4JJavaError
 
-from etr_assets.lake.exhaustion import ResourceExhausted, exhaustion
+from etr_assets.errors import ResourceExhausted
+from etr_assets.lake.exhaustion import exhaustion
 from etr_assets_tests.small_disk import small_disk
 
 DOING = "building bronze.bnpl_transactions_raw for 2025-01-01"

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
+from etr_assets.errors import ApiError
 from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.fetch import fetch_day
-from etr_assets.sources.http_fetch import ApiError
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_api import ApiConfig, ApiFaults, serve
 from etr_assets_tests.sources.clients import bnpl_client

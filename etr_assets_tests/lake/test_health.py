@@ -9,10 +9,11 @@ from urllib.parse import urlparse
 
 import pytest
 
+from etr_assets.errors import SpecError
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.health import TableHealth, judge, table_health
 from etr_assets.lake.quality import Severity
-from etr_assets.lake.specs import Column, HealthThresholds, SpecError, TableSpec
+from etr_assets.lake.specs import Column, HealthThresholds, TableSpec
 
 COLUMNS = (Column("id", "bigint"), Column("day", "date"))
 MERGE_ON_READ = {"write.delete.mode": "merge-on-read", "write.update.mode": "merge-on-read"}

@@ -199,7 +199,7 @@ def test_figures_are_recorded_per_table_partition_and_check(lake, settings):
 
 @pytest.mark.parametrize("tolerance", [0.0, -1.0])
 def test_quality_rules_refuse_nonsense(tolerance):
-    from etr_assets.lake.specs import SpecError
+    from etr_assets.errors import SpecError
 
     with pytest.raises(SpecError, match="row_count_tolerance"):
         QualityRules(row_count_tolerance=tolerance)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from etr_assets.lake.retry import CommitConflictError, is_commit_conflict, run_with_retries
+from etr_assets.errors import CommitConflictError
+from etr_assets.lake.retry import is_commit_conflict, run_with_retries
 
 
 class FakeJavaError(Exception):

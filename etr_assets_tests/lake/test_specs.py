@@ -2,7 +2,8 @@
 
 import pytest
 
-from etr_assets.lake.specs import DEFAULT_PROPERTIES, Column, SpecError, TableSpec
+from etr_assets.errors import SpecError
+from etr_assets.lake.specs import DEFAULT_PROPERTIES, Column, TableSpec
 from etr_assets.tables import ALL_SPECS, personal_data_specs, spec_for
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 

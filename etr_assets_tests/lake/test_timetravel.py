@@ -6,9 +6,10 @@ import datetime as dt
 
 import pytest
 
+from etr_assets.errors import NoSuchSnapshot, NotAnAncestor
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.specs import Column, TableSpec
-from etr_assets.lake.timetravel import NoSuchSnapshot, NotAnAncestor, daily_growth, read_as_of, rollback, snapshot_as_of
+from etr_assets.lake.timetravel import daily_growth, read_as_of, rollback, snapshot_as_of
 
 SPEC = TableSpec(
     namespace="silver",

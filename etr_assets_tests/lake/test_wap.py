@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from etr_assets.lake.wap import AuditFailed
+from etr_assets.errors import AuditFailed
 from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.tables.transactions import GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS

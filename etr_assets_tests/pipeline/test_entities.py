@@ -154,7 +154,7 @@ def plant_customers(raw, day, records):
 
 @pytest.mark.slow
 def test_a_refused_batch_waits_without_blocking_later_days_and_lands_in_place_once_fixed(lake, settings, api):
-    from etr_assets.lake.bronze import BadInputError
+    from etr_assets.errors import BadInputError
 
     raw = local_raw_zone(settings.raw_root)
     client = bnpl_client(api.url, api.config.token, page_size=500)
@@ -185,8 +185,9 @@ def test_a_refused_batch_waits_without_blocking_later_days_and_lands_in_place_on
 
 
 def test_abandoning_a_refused_batch_is_audited_and_later_runs_no_longer_wait_for_it(lake, settings, api):
+    from etr_assets.errors import BadInputError
     from etr_assets.lake.bookkeeping import TABLE_CHANGES
-    from etr_assets.lake.bronze import BadInputError, abandon_batch
+    from etr_assets.lake.bronze import abandon_batch
 
     raw = local_raw_zone(settings.raw_root)
     day = dt.date(2024, 6, 1)

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from etr_assets.errors import ErasureError
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.erasure import (
     DELETE,
     NOT_FOUND,
     VERIFIED,
     VERIFY,
-    ErasureError,
     ErasureRequest,
     audit_key,
     matches_by_id,

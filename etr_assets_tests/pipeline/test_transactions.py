@@ -320,7 +320,7 @@ def test_missing_download_is_a_clear_error(lake, settings, raw):
 def test_an_empty_reply_for_a_loaded_day_fails_and_leaves_the_day_until_a_run_says_the_shrink_is_intended(
     lake, settings, raw
 ):
-    from etr_assets.lake.bronze import BadInputError
+    from etr_assets.errors import BadInputError
     from etr_assets.tables.feeds import TRANSACTIONS
 
     day = DAYS[0]

@@ -180,7 +180,8 @@ def test_a_request_travels_typed_and_one_without_a_known_layer_is_refused_by_nam
     ],
 )
 def test_compute_settings_name_what_is_missing(env, message):
-    from etr_assets.settings import Settings, SettingsError
+    from etr_assets.errors import SettingsError
+    from etr_assets.settings import Settings
 
     with pytest.raises(SettingsError, match=message):
         Settings.from_env(env)

@@ -151,10 +151,10 @@ def run_scd2_rounds(spark, settings, writer: int, args: dict) -> dict:
     """Create (writer 0) the SCD2 table, meet the others, then apply each round's observations."""
     from pyspark.sql import functions as F
 
+    from etr_assets.errors import CommitConflictError
     from etr_assets.lake.evolve import ensure_table
     from etr_assets.lake.feeds import FeedMode
     from etr_assets.lake.frames import local_frame
-    from etr_assets.lake.retry import CommitConflictError
     from etr_assets.lake.scd2 import apply_observations
 
     spec = scd2_spec(args["table"])
@@ -218,9 +218,10 @@ def run_merge_with_retries(spark, settings, writer: int, args: dict) -> dict:
     """An upsert MERGE on rows every writer touches, through run_with_retries with `attempts` attempts."""
     from pyspark.sql import functions as F
 
+    from etr_assets.errors import CommitConflictError
     from etr_assets.lake.evolve import ensure_table
     from etr_assets.lake.frames import local_frame
-    from etr_assets.lake.retry import CommitConflictError, run_with_retries
+    from etr_assets.lake.retry import run_with_retries
 
     spec = plain_spec(args["table"])
     target = spec.qualified(settings.catalog)

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from etr_assets.sources.raw_zone import RawZone, RawZoneError
+from etr_assets.errors import RawZoneError
+from etr_assets.sources.raw_zone import RawZone
 from etr_assets.sources.s3_storage import S3Storage, s3_raw_zone
 from etr_assets_tests.infra import AWS_TEST_ENV, create_bucket, list_keys, moto_server, s3_client
 from etr_assets_tests.sources.raw_parts import write_part

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from etr_assets.sources.http_fetch import ApiError
+from etr_assets.errors import ApiError
 from etr_assets.sources.synthetic_api import transactions_for
 from etr_assets_tests.sources.clients import bnpl_client, bnpl_declaration
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from etr_assets.errors import DeclarationError
 from etr_assets.lake.feeds import EntityFeed, FeedMode
-from etr_assets.sources.declaration import DeclarationError, load_declaration
+from etr_assets.sources.declaration import load_declaration
 from etr_assets.tables.declared import OBSERVED_AT, SHIPPED_SOURCES, derive, load_sources
 
 STORES = Path(__file__).parent / "declared" / "stores" / "defs.yaml"

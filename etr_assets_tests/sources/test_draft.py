@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from etr_assets.cli import main
+from etr_assets.errors import DraftError
 from etr_assets.sources.declaration import ResourceKind, SourceDeclaration, load_declaration
-from etr_assets.sources.draft import DraftError, draft_source
+from etr_assets.sources.draft import draft_source
 from etr_assets.sources.synthetic_stores import StoresConfig, encode_cursor, stores_as_of
 from etr_assets.tables.declared import OBSERVED_AT, derive
 

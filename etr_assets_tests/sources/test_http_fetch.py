@@ -18,8 +18,9 @@ from collections.abc import Callable
 import pytest
 import yaml
 
+from etr_assets.errors import ApiError, SourceConfigError
 from etr_assets.sources.declaration import COMPONENT_TYPE, SourceDeclaration, load_declaration
-from etr_assets.sources.http_fetch import ApiError, SourceClient, SourceConfigError, connect, record_texts
+from etr_assets.sources.http_fetch import SourceClient, connect, record_texts
 
 ITEMS = [{"id": n, "name": f"item {n}"} for n in range(1, 13)]
 DAY = "2025-03-04"

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from etr_assets.sources.raw_zone import RawZoneError, local_raw_zone
+from etr_assets.errors import RawZoneError
+from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets_tests.sources.raw_parts import write_part
 
 DAY = dt.date(2025, 1, 5)

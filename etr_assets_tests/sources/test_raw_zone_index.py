@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from etr_assets.errors import RawZoneError
 from etr_assets.sources.raw_zone import (
     COMPLETE,
     INDEX_BUILT,
@@ -23,7 +24,6 @@ from etr_assets.sources.raw_zone import (
     LocalStorage,
     RawStorage,
     RawZone,
-    RawZoneError,
 )
 from etr_assets.sources.s3_storage import S3Storage
 from etr_assets_tests.infra import aws_test_env, create_bucket, moto_server, s3_client

@@ -343,7 +343,7 @@ import dataclasses  # noqa: E402
 import http.client  # noqa: E402
 import time  # noqa: E402
 
-from etr_assets.sources.http_fetch import ApiError  # noqa: E402
+from etr_assets.errors import ApiError  # noqa: E402
 from etr_assets.sources.synthetic_api import ApiFaults  # noqa: E402
 from etr_assets.sources.synthetic_cli import main  # noqa: E402
 from etr_assets.sources.synthetic_faults import MALFORMED_KINDS  # noqa: E402

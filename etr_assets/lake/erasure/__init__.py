@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from etr_assets.errors import ErasureError
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
 from etr_assets.lake.erasure.proof import Proof, erase_raw_zone, prove_erased, scan_raw_zone
 from etr_assets.lake.erasure.request import (
@@ -17,7 +18,6 @@ from etr_assets.lake.erasure.request import (
     NOT_FOUND,
     VERIFIED,
     VERIFY,
-    ErasureError,
     ErasureRequest,
     audit_key,
     audit_row,

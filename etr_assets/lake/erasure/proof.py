@@ -8,6 +8,7 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from etr_assets.errors import NoSuchSnapshot
 from etr_assets.lake.copies import (
     ORPHAN_GRACE,
     bounds_naming,
@@ -27,7 +28,7 @@ from etr_assets.lake.erasure.request import (
 from etr_assets.lake.erasure.tables import orphans_holding
 from etr_assets.lake.feeds import RawFeed
 from etr_assets.lake.specs import TableSpec
-from etr_assets.lake.timetravel import NoSuchSnapshot, read_as_of
+from etr_assets.lake.timetravel import read_as_of
 from etr_assets.sources.raw_erasure import RawErasure, RawFeedSubject, erase_raw_records, find_raw_records
 from etr_assets.sources.raw_zone import RawZone
 

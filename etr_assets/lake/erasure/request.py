@@ -10,7 +10,7 @@ import hmac
 import os
 from typing import TYPE_CHECKING
 
-from etr_assets.errors import EtrError
+from etr_assets.errors import ErasureError
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS
 from etr_assets.lake.frames import local_frame
 from etr_assets.lake.specs import TableSpec, _sql_string
@@ -28,10 +28,6 @@ MAX_ID = 2**63 - 1
 
 DELETE, EXPIRE, VERIFY = "GDPR_DELETE", "GDPR_EXPIRE", "GDPR_VERIFY"
 DONE, NOT_FOUND, VERIFIED, FAILED = "DONE", "NOT_FOUND", "VERIFIED", "FAILED"
-
-
-class ErasureError(EtrError, ValueError):
-    """A request that cannot be carried out as given; the message names the value and where it came from."""
 
 
 def validate_customer_ids(values, where: str = "customer_ids") -> tuple[int, ...]:

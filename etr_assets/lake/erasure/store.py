@@ -9,7 +9,8 @@ import hashlib
 import json
 from urllib.parse import quote
 
-from etr_assets.lake.erasure.request import ErasureError, ErasureRequest, validate_customer_ids, validate_reference
+from etr_assets.errors import ErasureError
+from etr_assets.lake.erasure.request import ErasureRequest, validate_customer_ids, validate_reference
 from etr_assets.sources.raw_zone import RawStorage
 
 REQUESTS_FOLDER = "_gdpr_requests"

@@ -8,10 +8,10 @@ import hashlib
 import os
 from typing import TYPE_CHECKING
 
+from etr_assets.errors import ErasureError
 from etr_assets.lake.bookkeeping import GDPR_ACTIONS, record_rows
 from etr_assets.lake.erasure.request import (
     DONE,
-    ErasureError,
     ErasureRequest,
     audit_key,
     audit_row,

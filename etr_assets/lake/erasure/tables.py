@@ -8,9 +8,9 @@ import datetime as dt
 import uuid
 from typing import TYPE_CHECKING
 
+from etr_assets.errors import ErasureError
 from etr_assets.lake.copies import ORPHAN_GRACE, delete_file, normalized, orphan_files
 from etr_assets.lake.erasure.request import (
-    ErasureError,
     ErasureRequest,
     data_files,
     files_holding,
