@@ -12,7 +12,7 @@ from etr_assets.lake.bronze import abandon_batch
 from etr_assets.lake.metadata import catalog as pyiceberg_catalog
 from etr_assets.lake.quality import Metric, record_metrics
 from etr_assets.lake.timetravel import daily_growth, rollback
-from etr_assets.settings import Settings
+from etr_assets.settings import Profile, Settings
 from etr_assets.tables import ALL_SPECS, spec_for
 from etr_assets.tables.feeds import RAW_FEEDS as FEEDS
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
@@ -136,7 +136,7 @@ def build_bootstrap_job(settings: Settings):
         description="Creates every database and Iceberg table declared in the specs that does not exist yet.",
     )
     def create_databases_and_tables(context: dg.OpExecutionContext, lake: LakeResource) -> None:
-        if settings.profile == "aws":  # pyiceberg: Spark's GlueCatalog needs jars only Glue and EMR ship
+        if settings.profile == Profile.AWS:  # pyiceberg: Spark's GlueCatalog needs jars only Glue and EMR ship
             catalog = pyiceberg_catalog(settings)
             result = bootstrap_catalog(catalog, ALL_SPECS, settings.warehouse, settings.format_version)
         else:
@@ -148,7 +148,7 @@ def build_bootstrap_job(settings: Settings):
                 "tables_created": len(result.created_tables),
                 "tables_existing": len(result.existing_tables),
                 "created": ", ".join(result.created_namespaces + result.created_tables) or "nothing",
-                "catalog": "glue" if settings.profile == "aws" else settings.catalog,
+                "catalog": "glue" if settings.profile == Profile.AWS else settings.catalog,
             }
         )
 

@@ -22,7 +22,7 @@ from etr_assets.lake.wap import branch_name
 from etr_assets.pipeline.contract import Report
 from etr_assets.pipeline.layers import LAYERS, report_layer
 from etr_assets.remote import jobs
-from etr_assets.settings import Compute, Settings
+from etr_assets.settings import Compute, Profile, Settings
 from etr_assets.sources.declaration import FromEnv
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.sources.s3_storage import open_raw_zone
@@ -229,7 +229,7 @@ def source_resources(settings: Settings) -> dict[str, SourceApiResource]:
             source=declared.name,
             base_url=settings.api_url if bnpl else "",
             page_size=settings.api_page_size if bnpl else 0,
-            start_synthetic=settings.profile == "local",
+            start_synthetic=settings.profile == Profile.LOCAL,
             synthetic_seed=settings.api_seed,
             synthetic_transactions_per_day=settings.api_transactions_per_day,
         )
@@ -250,7 +250,7 @@ def build_resources(settings: Settings) -> dict[str, object]:
             max_day_shrink=settings.max_day_shrink,
             s3_endpoint=settings.s3_endpoint,
             region=settings.region,
-            spark_scheme="s3a" if settings.profile == "s3" else "s3",
+            spark_scheme="s3a" if settings.profile == Profile.S3 else "s3",
         ),
         **source_resources(settings),
         "layer_runner": LayerRunner(

@@ -71,7 +71,7 @@ def stamped_cursors(spark: SparkSession, downstream: str, days: list[dt.date]) -
 @dataclasses.dataclass(frozen=True)
 class DayRead:
     day: dt.date
-    mode: str
+    mode: ReadMode
     reason: str
     since: int | None = None  # exclusive start snapshot of an incremental read
 
@@ -81,7 +81,7 @@ class ReadPlan:
     upstream_snapshot_id: int | None  # every read is pinned to this snapshot: the next cursor
     days: tuple[DayRead, ...]
 
-    def of(self, mode: str) -> list[dt.date]:
+    def of(self, mode: ReadMode) -> list[dt.date]:
         return [d.day for d in self.days if d.mode == mode]
 
     def summary(self) -> str:

@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from etr_assets.lake.session import ICEBERG_EXTENSIONS, catalog_conf
-from etr_assets.settings import ENVIRONMENT, Settings
+from etr_assets.settings import ENVIRONMENT, Profile, Settings
 
 PIPES_VERSION = "1.13.27"  # dagster-pipes matching dagster==1.13.27
 SCRIPT_KEY, PACKAGE_KEY = "code/run_layer.py", "code/etr_assets.zip"
@@ -27,9 +27,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The (non-secret) settings the job rebuilds `Settings` from; it never gets a token or a password."""
     fields = ["profile", "catalog", "bucket", "region", "start_date", "max_reject_rate", "max_day_shrink"]
     fields += [f for f in ("s3_endpoint", "glue_endpoint") if getattr(settings, f)]
-    fields += ["home"] if settings.profile == "local" else []
+    fields += ["home"] if settings.profile == Profile.LOCAL else []
     env = {ENVIRONMENT[field][0][0]: str(getattr(settings, field)) for field in fields}
-    if settings.profile == "aws" or settings.provided_iceberg:  # Glue 5.0 / EMR ship Iceberg
+    if settings.profile == Profile.AWS or settings.provided_iceberg:  # Glue 5.0 / EMR ship Iceberg
         env["ETR_ICEBERG_PROVIDED"] = "true"
     return env
 

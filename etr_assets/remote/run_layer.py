@@ -9,7 +9,7 @@ import sys
 from functools import partial
 
 from etr_assets.pipeline.layers import report_layer, request_from_extras
-from etr_assets.settings import Settings
+from etr_assets.settings import Profile, Settings
 from etr_assets.sources.s3_storage import open_raw_zone
 
 MANAGED_PLATFORMS = ("glue", "emr-serverless")  # the extra "platform": on these, the platform configures Spark
@@ -57,7 +57,8 @@ def main() -> None:
             f"building {request.layer} for {', '.join(request.days)} on {settings.profile}/{settings.catalog}"
         )
         s3 = {"s3_endpoint": settings.s3_endpoint, "region": settings.region}
-        raw = partial(open_raw_zone, settings.raw_root, **s3, uri_scheme="s3a" if settings.profile == "s3" else "s3")
+        scheme = "s3a" if settings.profile == Profile.S3 else "s3"
+        raw = partial(open_raw_zone, settings.raw_root, **s3, uri_scheme=scheme)
         conf = dict(spark.sparkContext.getConf().getAll())
         report = report_layer(spark, settings.catalog, raw, request, pipes.run_id, conf, settings.raw_root)
         pipes.report_custom_message(dataclasses.asdict(report))
