@@ -6,13 +6,10 @@ from __future__ import annotations
 import datetime
 import functools
 import hmac
-import http.server
-import json
 import re
-import sys
-import threading
 import urllib.parse
 
+from etr_assets.sources.loopback import JsonHandler, LoopbackServer
 from etr_assets.sources.synthetic_data import (
     EPOCH,
     LAST_DAY,
@@ -59,27 +56,12 @@ def _param_int(params: dict, name: str, default: int, low: int, high: int) -> in
     return int(text)
 
 
-class RunningApi(http.server.ThreadingHTTPServer):
+class RunningApi(LoopbackServer):
     """The server, serving from its own thread once made; ``stop()`` or leaving the ``with`` block shuts it down."""
 
-    daemon_threads = True
-    request_queue_size = 64  # listen backlog; the default 5 drops bursts of parallel clients for a second
-
     def __init__(self, address: tuple[str, int], config: ApiConfig, faults: ApiFaults) -> None:
-        self.config, self.switch, self._lock, self._stopped = config, FaultSwitch(faults), threading.Lock(), False
-        self.stopping = threading.Event()  # wakes requests sleeping for delay_seconds when the server stops
-        super().__init__(address, _Handler)  # bound and listening here: connections queue until served
-        host, port = self.server_address[:2]
-        self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name=f"synthetic-api-{port}", daemon=True
-        )
-        self._thread.start()
-
-    def handle_error(self, request, client_address) -> None:
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return  # the client hung up (e.g. timed out waiting for a delayed answer): nothing to report
-        super().handle_error(request, client_address)
+        self.config, self.switch = config, FaultSwitch(faults)
+        super().__init__(address, _Handler, "synthetic-api")
 
     @property
     def faults(self) -> ApiFaults:
@@ -90,92 +72,67 @@ class RunningApi(http.server.ThreadingHTTPServer):
         """Replace all faults at once (fields left out of ``faults`` are off); takes effect on the next request."""
         self.switch.set(faults)
 
-    def stop(self) -> None:
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            self.stopping.set()
-            self.shutdown()
-            self.server_close()
-            self._thread.join()
 
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     server: RunningApi
     server_version = "EtrSyntheticApi/1.0"
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - quiet: tests and runs read stderr
-        pass
-
-    def _send(self, code: int, body: dict, headers: dict | None = None, cut_off: bool = False) -> None:
-        """``cut_off``: a mid-download failure, the headers promise the whole body, half is sent, the connection
-        closes (the handler's thread lives on)."""
-        payload = json.dumps(body, separators=(",", ":")).encode()
-        self.send_response(code)
-        headers = {"Content-Type": "application/json", "Content-Length": str(len(payload)), **(headers or {})}
-        for name, value in (headers | {"Connection": "close"} if cut_off else headers).items():
-            self.send_header(name, value)  # Connection: close also sets close_connection
-        self.end_headers()
-        self.wfile.write(payload[: len(payload) // 2] if cut_off else payload)
 
     def _authorized(self) -> bool:
         expected = f"Bearer {self.server.config.token}".encode()
         if hmac.compare_digest(self.headers.get("Authorization", "").encode(), expected):
             return True
-        self._send(401, {"error": "missing or invalid bearer token"}, {"WWW-Authenticate": "Bearer"})
+        self.send_json(401, {"error": "missing or invalid bearer token"}, {"WWW-Authenticate": "Bearer"})
         return False
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         url = urllib.parse.urlsplit(self.path)
         if url.path == "/health":
-            return self._send(200, {"status": "ok"})
+            return self.send_json(200, {"status": "ok"})
         if not self._authorized():
             return None
         if url.path == "/admin/faults":
-            return self._send(200, self.server.faults.to_json())
+            return self.send_json(200, self.server.faults.to_json())
         if url.path not in _ROUTES:
-            return self._send(404, {"error": f"unknown path {url.path}"})
+            return self.send_json(404, {"error": f"unknown path {url.path}"})
         config, faults = self.server.config, self.server.faults
         if faults.delay_seconds:
             self.server.stopping.wait(faults.delay_seconds)
         if (failed := self.server.switch.take_failure(url.path)) is not None:
-            return self._send(*failure_response(failed, url.path))
+            return self.send_json(*failure_response(failed, url.path))
         try:
             params = urllib.parse.parse_qs(url.query, keep_blank_values=True)
             day = _param_date(params, _ROUTES[url.path][0])
             page = _param_int(params, "page", 1, 1, 10**9)
             size = _param_int(params, "page_size", min(100, config.max_page_size), 1, config.max_page_size)
         except ValueError as exc:  # a bad parameter
-            return self._send(400, {"error": str(exc)})
+            return self.send_json(400, {"error": str(exc)})
         rows = _served(config, url.path, day, faults.malformed_rate, faults.drift)
         start = (page - 1) * size
         following = page + 1 if start + size < len(rows) else None
         body = dict(data=rows[start : start + size], page=page, page_size=size, total=len(rows), next_page=following)
-        return self._send(200, body, cut_off=truncates(faults, url.path, page))
+        return self.send_json(200, body, cut_off=truncates(faults, url.path, page))
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         url = urllib.parse.urlsplit(self.path)
         length = self.headers.get("Content-Length", "")
         if not re.fullmatch(r"[0-9]{1,5}", length) or int(length) > 65536:
             self.close_connection = True  # the unread body must not be parsed as the next request
-            return self._send(400 if length else 411, {"error": "a JSON body with Content-Length <= 65536 is needed"})
+            return self.send_json(
+                400 if length else 411, {"error": "a JSON body with Content-Length <= 65536 is needed"}
+            )
         raw = self.rfile.read(int(length))
         if not self._authorized():
             return None
         if url.path != "/admin/faults":
             if url.path in _ROUTES or url.path == "/health":
-                return self._send(405, {"error": f"POST is not allowed on {url.path}"}, {"Allow": "GET"})
-            return self._send(404, {"error": f"unknown path {url.path}"})
+                return self.send_json(405, {"error": f"POST is not allowed on {url.path}"}, {"Allow": "GET"})
+            return self.send_json(404, {"error": f"unknown path {url.path}"})
         try:
             faults = ApiFaults.from_json(raw)
         except (TypeError, ValueError) as exc:
-            return self._send(400, {"error": str(exc)})
+            return self.send_json(400, {"error": str(exc)})
         self.server.set_faults(faults)
-        return self._send(200, faults.to_json())
+        return self.send_json(200, faults.to_json())
 
 
 def serve(

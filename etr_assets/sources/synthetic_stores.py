@@ -12,14 +12,12 @@ import datetime
 import functools
 import hashlib
 import hmac
-import http.server
-import json
 import math
 import random
 import re
-import threading
 import urllib.parse
 
+from etr_assets.sources.loopback import JsonHandler, LoopbackServer
 from etr_assets.sources.synthetic_data import EPOCH, LAST_DAY, ApiConfig
 
 FORMATS = ("MALL", "STREET", "KIOSK")
@@ -218,29 +216,24 @@ def _day(text: str, name: str, pattern: str, format_: str) -> datetime.date:
     return day
 
 
-class RunningStoresApi(http.server.ThreadingHTTPServer):
+def _checked(faults: StoresFaults) -> StoresFaults:
+    if not isinstance(faults, StoresFaults):
+        raise TypeError(f"expected StoresFaults, got {type(faults).__name__}")
+    return faults
+
+
+class RunningStoresApi(LoopbackServer):
     """The server, serving from its own thread once made; ``stop()`` or leaving the ``with`` block shuts it down."""
 
-    daemon_threads = True
-    request_queue_size = 64
-
     def __init__(self, address: tuple[str, int], config: StoresConfig, faults: StoresFaults) -> None:
-        self.config, self._lock, self._stopped = config, threading.Lock(), False
+        self.config, self.faults, self._pages = config, _checked(faults), 0
         self.requests_served = 0  # every request answered, /health included: what a client asked, for tests
-        self.stopping = threading.Event()  # wakes requests sleeping for page_delay_seconds when the server stops
-        self.set_faults(faults)
-        super().__init__(address, _Handler)
-        host, port = self.server_address[:2]
-        self.url = f"http://{host}:{port}"
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        super().__init__(address, _Handler, "synthetic-stores")
 
     def set_faults(self, faults: StoresFaults) -> None:
         """Replace the faults; the fail_after_pages count starts again."""
-        if not isinstance(faults, StoresFaults):
-            raise TypeError(f"expected StoresFaults, got {type(faults).__name__}")
         with self._lock:
-            self.faults, self._pages = faults, 0
+            self.faults, self._pages = _checked(faults), 0
 
     def take_page(self) -> bool:
         """Count one data page; False once fail_after_pages pages were served."""
@@ -250,44 +243,21 @@ class RunningStoresApi(http.server.ThreadingHTTPServer):
             self._pages += 1
             return True
 
-    def stop(self) -> None:
-        with self._lock:
-            stopped, self._stopped = self._stopped, True
-        if not stopped:
-            self.stopping.set()
-            self.shutdown()
-            self.server_close()
-            self._thread.join()
 
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     server: RunningStoresApi
     server_version = "EtrSyntheticStores/1.0"
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - quiet: tests and runs read stderr
-        pass
-
-    def _send(self, code: int, body: dict) -> None:
-        payload = json.dumps(body, separators=(",", ":")).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         with self.server._lock:
             self.server.requests_served += 1
         url = urllib.parse.urlsplit(self.path)
         if url.path == "/health":
-            return self._send(200, {"status": "ok"})
+            return self.send_json(200, {"status": "ok"})
         if not hmac.compare_digest(self.headers.get("X-API-Key", "").encode(), self.server.config.api_key.encode()):
-            return self._send(401, {"error": "missing or invalid API key (header X-API-Key)"})
+            return self.send_json(401, {"error": "missing or invalid API key (header X-API-Key)"})
         if url.path not in _ROUTES:
-            return self._send(404, {"error": f"unknown path {url.path}"})
+            return self.send_json(404, {"error": f"unknown path {url.path}"})
         endpoint, name, pattern, format_ = _ROUTES[url.path]
         params = {key: values[-1] for key, values in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         try:
@@ -299,14 +269,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             records = served(self.server.config, endpoint, day, float(faults.malformed_rate))
             start = _decode_cursor(params["cursor"], endpoint, day, len(records)) if "cursor" in params else 0
         except ValueError as exc:
-            return self._send(400, {"error": str(exc)})
+            return self.send_json(400, {"error": str(exc)})
         if faults.page_delay_seconds:
             self.server.stopping.wait(faults.page_delay_seconds)
         if not self.server.take_page():
-            return self._send(503, {"error": f"injected fault: failing every page after {faults.fail_after_pages}"})
+            return self.send_json(503, {"error": f"injected fault: failing every page after {faults.fail_after_pages}"})
         end = start + int(limit)
         following = encode_cursor(endpoint, day, end) if end < len(records) else None
-        return self._send(200, {"result": {"items": records[start:end], "next_cursor": following}})
+        return self.send_json(200, {"result": {"items": records[start:end], "next_cursor": following}})
 
 
 def serve(
