@@ -50,10 +50,10 @@ import uuid
 
 from bench.common import JvmPeak, Lake, measure, ratio, verdict
 from bench.scd2_late import LATE_HISTORY_DAYS, late_against_daily
+from bench.scd2_lists import BUSINESS, HISTORY_DAYS, T0, TRACKED, batch
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.scd2 import Scd2Method, apply_observations
-from etr_assets.lake.scd2_log import apply_log, read_cursor, write_cursor
+from etr_assets.lake.scd2 import ObservationLog, Scd2Method, apply_log, apply_observations, read_cursor, write_cursor
 from etr_assets.tables.entities import LANDING_CUSTOMERS
 
 TITLE = "Benchmark 2 — SCD2: one MERGE against requirement R2's four statements and plain Parquet"
@@ -68,38 +68,6 @@ TARGET_FROM_KEYS = 1_000_000
 FULL_RUN_MAX_KEYS = 3_000_000
 LATE_MAX_KEYS = 1_000_000  # the late day against the daily apply reads a log of 30 days of the list
 REPLAY_SHARE = 10  # replays are timed at this share only (a replay changes nothing whatever the share)
-HISTORY_DAYS = 3  # bronze already holds batch 0 as this many daily snapshots when batch 1 arrives
-T0 = dt.datetime(2025, 1, 1, 12)
-T1 = T0 + dt.timedelta(days=HISTORY_DAYS)  # when batch 1's changes happened: after the last day's snapshot
-BUSINESS = [c.name for c in LANDING_CUSTOMERS.columns if not c.name.startswith("_")]
-TRACKED = LANDING_CUSTOMERS.scd2.tracked
-
-
-def batch(spark, keys: int, changed_percent: int, number: int, changed_at: dt.datetime = T1, salt: str = "moved"):
-    """A full snapshot of `keys` customers; in batch 1, `changed_percent` of them moved city (a tracked column) at
-    `changed_at` (`salt` picks which keys)."""
-    from pyspark.sql import functions as F
-
-    changed = (F.abs(F.xxhash64(F.col("id"), F.lit(salt))) % 100) < changed_percent if number else F.lit(False)
-    id_text = F.col("id").cast("string")
-    return spark.range(keys).select(
-        (F.lit(100_001) + F.col("id")).alias("customer_id"),
-        F.concat(F.lit("First"), id_text).alias("first_name"),
-        F.concat(F.lit("Last"), (F.col("id") % 997).cast("string")).alias("last_name"),
-        F.when(F.col("id") % 50 == 0, F.lit(None)).otherwise(F.concat(id_text, F.lit("@example.com"))).alias("email"),
-        F.concat(F.lit("+6012"), F.lpad(id_text, 7, "0")).alias("phone"),
-        F.date_add(F.lit(dt.date(1960, 1, 1)), (F.col("id") % 15_000).cast("int")).alias("date_of_birth"),
-        F.concat(
-            F.lit("City"), (F.col("id") % 40).cast("string"), F.when(changed, F.lit(f" ({salt})")).otherwise("")
-        ).alias("city"),
-        F.when(F.col("id") % 5 == 0, F.lit("SG")).otherwise(F.lit("MY")).alias("country"),
-        F.element_at(F.array(F.lit("LOW"), F.lit("MEDIUM"), F.lit("HIGH")), (F.col("id") % 3 + 1).cast("int")).alias(
-            "risk_segment"
-        ),
-        ((F.col("id") % 50 + 1) * 100).cast("decimal(12,2)").alias("credit_limit"),
-        F.lit(dt.datetime(2024, 1, 1)).alias("created_at"),
-        F.when(changed, F.lit(changed_at)).otherwise(F.lit(T0)).alias("updated_at"),
-    )
 
 
 def _write_batch(lake: Lake, df, name: str) -> str:
@@ -221,7 +189,7 @@ class _Size:
         seed_statements(spark, size.table("seed"), first)
         # The observation log (bronze's role) for `apply_log`: batch 0's days now, batch 1 appended before each apply.
         observations_of(spark, history_days).writeTo(size.log).using("iceberg").create()
-        apply_log(spark, lake.catalog, specs["extend"], size.log, as_records, FeedMode.FULL)
+        apply_log(spark, lake.catalog, specs["extend"], ObservationLog(size.log, as_records, FeedMode.FULL))
         # Batch 0's history once (the first apply_log recomputes it from the same observations), copied for ours.
         spark.table(size.table("extend")).writeTo(size.table("ours")).append()
         size.starts = {t: _current(spark, t) for t in (*map(size.table, specs), size.log)}
@@ -249,9 +217,8 @@ class _Size:
         observations_of(self.lake.spark, [self.batches[share]], first_number=HISTORY_DAYS).writeTo(self.log).append()
 
     def extend(self):
-        result = apply_log(
-            self.lake.spark, self.lake.catalog, self.specs["extend"], self.log, as_records, FeedMode.FULL
-        )
+        log = ObservationLog(self.log, as_records, FeedMode.FULL)
+        result = apply_log(self.lake.spark, self.lake.catalog, self.specs["extend"], log)
         if result.method != Scd2Method.CURRENT:
             raise AssertionError(f"apply_log did not take the current-rows path: {result.reason}")
         return result
@@ -419,7 +386,7 @@ def replay_daily(spark, lake: Lake, spec, log: str) -> None:
     """The daily path's replay: the same batch again (the log holds nothing new). Fails if it commits anything."""
     table = spec.qualified(lake.catalog)
     before = _current(spark, table)
-    result = apply_log(spark, lake.catalog, spec, log, as_records, FeedMode.FULL)
+    result = apply_log(spark, lake.catalog, spec, ObservationLog(log, as_records, FeedMode.FULL))
     if result.method != Scd2Method.UNCHANGED or _current(spark, table) != before:
         raise AssertionError(f"a replay of the daily batch committed or recomputed: {result.method}, {result.reason}")
 
@@ -437,7 +404,7 @@ def late_day(lake: Lake, keys: int, common: dict, spec, log: str, seed: str) -> 
     late.writeTo(log).append()  # bronze loads the late day (untimed)
 
     def apply_late():
-        result = apply_log(spark, lake.catalog, spec, log, as_records, FeedMode.FULL)
+        result = apply_log(spark, lake.catalog, spec, ObservationLog(log, as_records, FeedMode.FULL))
         if result.method != Scd2Method.WINDOW:
             raise AssertionError(f"a late day took the {result.method} path: {result.reason}")
         return result

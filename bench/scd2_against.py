@@ -2,7 +2,8 @@
 REV [KEYS] [REPEATS] [DAILY_SHARE]`.
 
 The revision's `etr_assets/lake/scd2*.py` are copied into a temporary package (their imports of each other
-renamed; the rest of the library is this tree's), so both applies run in one Spark session on the same tables. From
+renamed; the rest of the library is this tree's), so both applies run in one Spark session on the same tables; a
+revision from before the apply path was one module (issue 54) is called through its `scd2_log.apply_log`. From
 the late-day benchmark's state (bench/scd2_late.py: two days of an unchanged list in a day-partitioned log, one
 version per key) each is timed on the same two cases, in turns, from the same starting snapshots and cursor: the
 daily apply (day 3, DAILY_SHARE % of keys changed) and the late day (day 2 arriving after day 3, 1 % changed),
@@ -23,10 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import scd2
 from bench import scd2_late as late_bench
 from bench.common import measure, open_lake, ratio
-from etr_assets.lake import scd2_log
+from bench.scd2_lists import BUSINESS, batch
+from etr_assets.lake import scd2
 from etr_assets.tables.entities import LANDING_CUSTOMERS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +35,7 @@ PACKAGE = "etr_scd2_then"
 
 
 def load_revision(revision: str, into: Path):
-    """The revision's `scd2_log` module, from its SCD2 modules copied under `into`."""
+    """`apply(spark, catalog, spec, log)` of the revision's SCD2 modules, copied under `into`, on the late-day log."""
     listed = subprocess.run(
         ["git", "ls-tree", "--name-only", revision, "etr_assets/lake/"], cwd=REPO, capture_output=True, text=True
     )
@@ -51,40 +52,47 @@ def load_revision(revision: str, into: Path):
         ).stdout
         (package / f"{name}.py").write_text(own.sub(rf"{PACKAGE}.\1", text))
     sys.path.insert(0, str(into))
-    return importlib.import_module(f"{PACKAGE}.scd2_log")
+    if "scd2_log" in names:  # its apply_log took the log's options one by one
+        then = importlib.import_module(f"{PACKAGE}.scd2_log").apply_log
+        return lambda spark, catalog, spec, log: then(
+            spark, catalog, spec, log, late_bench._records, "full", snapshot_day="_as_of"
+        )
+    then = importlib.import_module(f"{PACKAGE}.scd2")
+    return lambda spark, catalog, spec, log: then.apply_log(
+        spark, catalog, spec, then.ObservationLog(log, late_bench._records, "full", snapshot_day="_as_of")
+    )
 
 
-def compare(lake, then_log, keys: int, repeats: int, daily_share: int) -> dict:
-    spark, business = lake.spark, scd2.BUSINESS
+def apply_now(spark, catalog: str, spec, log: str):
+    return scd2.apply_log(spark, catalog, spec, late_bench.day_log(log))
+
+
+def compare(lake, apply_then, keys: int, repeats: int, daily_share: int) -> dict:
+    spark, business = lake.spark, BUSINESS
     spec = dataclasses.replace(LANDING_CUSTOMERS, name="customers_against")
     log, target = f"{lake.catalog}.landing.customers_against_log", spec.qualified(lake.catalog)
-    unchanged = late_bench._write(lake, scd2.batch(spark, keys, 0, 0), "against_list0")
+    unchanged = late_bench._write(lake, batch(spark, keys, 0, 0), "against_list0")
     late_bench._seed(lake, spec, log, unchanged, 2, business, None)
-    daily = late_bench._write(lake, scd2.batch(spark, keys, daily_share, 1, late_bench._noon(3), "moved"), "d")
-    late = late_bench._write(lake, scd2.batch(spark, keys, 1, 1, late_bench._noon(2), "late"), "l")
-    start = (late_bench._current(spark, target), scd2_log.read_cursor(spark, target))
+    daily = late_bench._write(lake, batch(spark, keys, daily_share, 1, late_bench._noon(3), "moved"), "d")
+    late = late_bench._write(lake, batch(spark, keys, 1, 1, late_bench._noon(2), "late"), "l")
+    start = (late_bench._current(spark, target), scd2.read_cursor(spark, target))
     late_bench.load_days(late_bench._day_rows(spark, daily, business, 3), log)
     daily_log = late_bench._current(spark, log)
-    scd2_log.apply_log(spark, lake.catalog, spec, log, late_bench._records, "full", snapshot_day="_as_of")
-    after_daily = (late_bench._current(spark, target), scd2_log.read_cursor(spark, target))
+    apply_now(spark, lake.catalog, spec, log)
+    after_daily = (late_bench._current(spark, target), scd2.read_cursor(spark, target))
     late_bench.load_days(late_bench._day_rows(spark, late, business, 2), log)
     cases = {"daily": (start, daily_log), "late": (after_daily, late_bench._current(spark, log))}
     runs, sums = {}, {}
-    sides = (("then", then_log), ("now", scd2_log))
+    sides = (("then", apply_then), ("now", apply_now))
     for attempt in range(repeats + 1):
         for case, ((table_at, cursor), log_at) in cases.items():
             # Each side first in every other round: the same code applied twice in a row ran its second apply up to
             # 13% faster (docs/benchmarks.md), so a fixed order would credit that to whichever side runs second.
-            for name, module in sides if attempt % 2 else sides[::-1]:
+            for name, apply in sides if attempt % 2 else sides[::-1]:
                 late_bench._set_current(lake, target, table_at)
                 late_bench._set_current(lake, log, log_at)
-                scd2_log.write_cursor(spark, target, cursor)
-                seconds, _, result = measure(
-                    spark,
-                    lambda m=module: m.apply_log(
-                        spark, lake.catalog, spec, log, late_bench._records, "full", snapshot_day="_as_of"
-                    ),
-                )
+                scd2.write_cursor(spark, target, cursor)
+                seconds, _, result = measure(spark, lambda apply=apply: apply(spark, lake.catalog, spec, log))
                 if attempt:
                     runs.setdefault(f"{case} {name}", []).append(round(seconds, 2))
                 if attempt == repeats:
@@ -115,10 +123,10 @@ def main(argv: list[str] | None = None) -> None:
     defaults = [1_000_000, 3, 10]
     keys, repeats, share = ([int(a) for a in args[1:4]] + defaults[len(args) - 1 :])[:3]
     with tempfile.TemporaryDirectory(prefix="etr-scd2-then-") as folder:
-        then_log = load_revision(revision, Path(folder))
+        apply_then = load_revision(revision, Path(folder))
         load_start = os.getloadavg()
         with open_lake("scd2_against") as lake:
-            found = compare(lake, then_log, keys, repeats, share)
+            found = compare(lake, apply_then, keys, repeats, share)
     found |= {"revision": revision, "keys": keys, "repeats": repeats, "daily_share": share}
     found |= {"load_start": load_start, "load_end": os.getloadavg()}
     print(json.dumps(found, indent=1, default=str))

@@ -21,10 +21,18 @@ import dataclasses
 import datetime as dt
 
 from bench.common import Lake, measure, ratio
+from bench.scd2_lists import BUSINESS, batch
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.scd2 import Scd2Method, apply_observations
-from etr_assets.lake.scd2_log import Scd2Cursor, apply_log, read_cursor, write_cursor
+from etr_assets.lake.scd2 import (
+    ObservationLog,
+    Scd2Cursor,
+    Scd2Method,
+    apply_log,
+    apply_observations,
+    read_cursor,
+    write_cursor,
+)
 from etr_assets.tables.entities import LANDING_CUSTOMERS
 
 LATE_HISTORY_DAYS = (2, 30)
@@ -36,7 +44,7 @@ MICROS = dt.timedelta(microseconds=1)
 
 def late_against_daily(lake: Lake, keys: int, batch, business: list[str], repeats: int = 1) -> tuple[list, dict]:
     """(rows, ratios) for every history length; `batch(spark, keys, share, number, changed_at, salt)` makes a
-    list (scd2.batch)."""
+    list (scd2_lists.batch)."""
     spark = lake.spark
     unchanged = _write(lake, batch(spark, keys, 0, 0), "late_list0")
     rows, ratios, seeded = [], {}, None
@@ -113,6 +121,11 @@ def _records(log_rows):
     return log_rows.drop("_as_of")
 
 
+def day_log(log: str) -> ObservationLog:
+    """The log partitioned by day, of full snapshots, as bronze is to `build_landing`."""
+    return ObservationLog(log, _records, FeedMode.FULL, snapshot_day="_as_of")
+
+
 def _seed(lake: Lake, spec, log: str, unchanged: str, days: int, business: list[str], seeded) -> tuple[str, int]:
     """Days 0..days-1 of the unchanged list in the log, the one version per key it gives, and the cursor: written
     directly. `seeded`: (table, snapshot) already holding those versions, copied instead of recomputed. Returns the
@@ -168,7 +181,7 @@ def _compare(lake: Lake, spec, log: str, daily_rows, late_rows, repeats: int):
 
 
 def _apply(lake: Lake, spec, log: str, expected: Scd2Method):
-    result = apply_log(lake.spark, lake.catalog, spec, log, _records, FeedMode.FULL, snapshot_day="_as_of")
+    result = apply_log(lake.spark, lake.catalog, spec, day_log(log))
     if result.method != expected:
         raise AssertionError(f"expected the {expected} path, took {result.method}: {result.reason}")
     return result
@@ -204,14 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     import sys
     import time
 
-    from bench import scd2
     from bench.common import machine, open_lake
 
     args = sys.argv[1:] if argv is None else argv
     keys, repeats = (int(args[0]) if args else 1_000_000), (int(args[1]) if len(args) > 1 else 3)
     start, started = machine(), time.perf_counter()
     with open_lake("scd2_late") as lake:
-        rows, ratios = late_against_daily(lake, keys, scd2.batch, scd2.BUSINESS, repeats)
+        rows, ratios = late_against_daily(lake, keys, batch, BUSINESS, repeats)
     found = {"keys": keys, "repeats": repeats, "seconds": round(time.perf_counter() - started, 1)}
     found |= {"machine_start": start, "load_average_end": machine()["load_average"], "rows": rows, "ratios": ratios}
     print(json.dumps(found, indent=1, default=str))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG, record_rows
 from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
 from etr_assets.lake.retry import run_with_retries
-from etr_assets.lake.scd2_incremental import BRANCH_PREFIX as SCD2_BRANCH_PREFIX
+from etr_assets.lake.scd2 import BRANCH_PREFIX as SCD2_BRANCH_PREFIX
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.timetravel import naive_utc
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX

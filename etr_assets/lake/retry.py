@@ -20,7 +20,7 @@ CONFLICT_MARKERS = (
     "Cannot commit, found new",
     "Missing required files to delete",  # a compaction whose input files a concurrent overwrite replaced
     "Requirement failed: branch main has changed",
-    "Cannot fast-forward: main is not an ancestor",  # main moved while a branch was written (scd2_incremental)
+    "Cannot fast-forward: main is not an ancestor",  # main moved while a branch was written (scd2)
 )
 
 

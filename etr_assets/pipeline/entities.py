@@ -10,8 +10,7 @@ from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import EntityFeed, FeedMode
 from etr_assets.lake.figures import WriteResult
 from etr_assets.lake.frames import conform, local_frame, spark_type
-from etr_assets.lake.scd2 import Scd2Result
-from etr_assets.lake.scd2_log import apply_log, read_cursor
+from etr_assets.lake.scd2 import ObservationLog, Scd2Result, apply_log, read_cursor
 from etr_assets.pipeline.transactions import write_days
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.tables.declared import OBSERVED_AT
@@ -46,9 +45,8 @@ def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], fu
     ensure_table(spark, catalog, feed.landing)
     bronze = feed.raw.bronze.qualified(catalog)
     to_records, held = functools.partial(scd2_records, feed=feed), held_keys(spark, catalog, feed)
-    return apply_log(
-        spark, catalog, feed.landing, bronze, to_records, feed.mode, full_refresh, held, feed.raw.day_column
-    )
+    log = ObservationLog(bronze, to_records, feed.mode, held, feed.raw.day_column)
+    return apply_log(spark, catalog, feed.landing, log, full_refresh)
 
 
 def days_to_apply(spark, catalog: str, feed: EntityFeed, full_refresh: bool = False) -> list[dt.date]:

@@ -11,8 +11,7 @@ from pyspark.sql import functions as F
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
-from etr_assets.lake.scd2 import Scd2Method
-from etr_assets.lake.scd2_log import apply_log
+from etr_assets.lake.scd2 import ObservationLog, Scd2Method, apply_log
 from etr_assets.lake.specs import SCD2_COLUMNS, Column, Scd2
 from etr_assets_tests.lake.test_scd2 import SPEC, at
 
@@ -54,7 +53,7 @@ def test_the_daily_path_opens_a_version_exactly_when_a_tracked_value_changes(lak
     for day, (seen, sent) in enumerate(((at(1), at(2)), (at(3), at(4)))):
         rows = [(key, *case[day], seen, f"b{day}", f"f{day}", sent) for key, case in CASES.items()]
         local_frame(lake, rows, LOG_SCHEMA).writeTo(log).append()
-        result = apply_log(lake, catalog, TRACKED_SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+        result = apply_log(lake, catalog, TRACKED_SPEC, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL))
     assert result.method == Scd2Method.CURRENT, result.reason  # day 2 compared the stored hashes
 
     opened = {key for key, (_, _, changes) in CASES.items() if changes}

@@ -16,14 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from etr_assets.lake import scd2_incremental, scd2_window
+from etr_assets.lake import scd2, scd2_recompute
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.feeds import FeedMode
 from etr_assets.lake.frames import local_frame
-from etr_assets.lake.scd2 import Scd2Method
-from etr_assets.lake.scd2_incremental import apply_incremental
-from etr_assets.lake.scd2_log import CURSOR_PROPERTY, Scd2Cursor, apply_log, read_cursor
-from etr_assets.lake.scd2_window import LogWindow
+from etr_assets.lake.scd2 import (
+    CURSOR_PROPERTY,
+    Gained,
+    ObservationLog,
+    Scd2Cursor,
+    Scd2Method,
+    apply_incremental,
+    apply_log,
+    read_cursor,
+)
 from etr_assets.lake.specs import MERGE_ON_READ, STATE_HASH_PROPERTY
 from etr_assets.lake.writes import current_snapshot_id, replace_days
 from etr_assets_tests.lake.test_scd2 import (
@@ -78,7 +84,7 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
 
     for number, batch in enumerate(batches):
         append(lake, log, batch)
-        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
+        result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, mode))
         # After the first build each day is one new batch after the watermark: compared with current rows only.
         assert result.method == (Scd2Method.RECOMPUTE if number == 0 else Scd2Method.CURRENT), result.reason
         rows, versions = table_rows(lake, catalog)
@@ -86,19 +92,19 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
         assert versions == model(batches[: number + 1], mode)
         assert wrong_state_hashes(lake, SPEC.qualified(catalog)) == 0
     # Every column, lineage included, is what recomputing from every observation gives.
-    apply_log(lake, catalog, REFERENCE, log, lambda rows: rows, mode, full_refresh=True)
+    apply_log(lake, catalog, REFERENCE, ObservationLog(log, lambda rows: rows, mode), full_refresh=True)
     assert rows_without_ingest_time(lake, SPEC.qualified(catalog)) == rows_without_ingest_time(
         lake, REFERENCE.qualified(catalog)
     )
 
     snapshots = lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0]
-    again = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
+    again = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, mode))
     assert (again.method, again.changed) == (Scd2Method.UNCHANGED, False)
     # The last batch downloaded again: in a full snapshot its time is not after the watermark (a record would beat
     # an absence at the same time), so the versions it changes are looked for; either way it changes nothing and
     # nothing is committed.
     append(lake, log, dict(batches[-1], rows=[r[:4] + ("replay",) + r[5:] for r in batches[-1]["rows"]]))
-    replay = apply_log(lake, catalog, SPEC, log, lambda rows: rows, mode)
+    replay = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, mode))
     assert replay.method in (Scd2Method.CURRENT, Scd2Method.WINDOW) and not replay.changed, replay.reason
     assert lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0] == snapshots
 
@@ -112,10 +118,10 @@ def test_several_new_batches_at_once_extend_from_each_keys_last_version(lake, se
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
     append(lake, log, batches[0])
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     for batch in batches[1:3]:
         append(lake, log, batch)
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.WINDOW and "2 new batch(es)" in result.reason, result.reason
     assert "read the new rows only" in result.reason, result.reason
     rows, versions = table_rows(lake, catalog)
@@ -131,9 +137,9 @@ def test_a_late_batch_rewrites_the_keys_it_changes_and_gives_the_in_order_histor
     log = make_log(lake, catalog)
     for batch in (batches[0], batches[2]):
         append(lake, log, batch)
-        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     append(lake, log, batches[1])  # a backfill of a day older than the watermark
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.WINDOW and "the log since" in result.reason, result.reason
     assert table_rows(lake, catalog)[1] == model(batches[:3], FeedMode.FULL)
 
@@ -150,7 +156,7 @@ def test_the_daily_path_reads_only_the_current_versions_partition(lake, settings
     log = make_log(lake, catalog)
     for batch in batches[:3]:
         append(lake, log, batch)
-        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     table = SPEC.qualified(catalog)
     # Compacted as maintenance does: files are rewritten within their partition, so closed versions stay apart.
     lake.sql(
@@ -163,7 +169,7 @@ def test_the_daily_path_reads_only_the_current_versions_partition(lake, settings
         os.remove(path.removeprefix("file:"))
 
     append(lake, log, batches[3])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.CURRENT, result.reason
     current = lake.table(table).where("_valid_to IS NULL").collect()
     expected = {v for v in model(batches[:4], FeedMode.FULL) if v[4] is None}
@@ -181,7 +187,7 @@ def test_the_daily_path_moves_its_cursor_in_the_commit_that_publishes_it(lake, s
     log = make_log(lake, catalog)
     for batch in scenario(11, FeedMode.FULL):
         append(lake, log, batch)
-        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
         if result.method == Scd2Method.CURRENT and result.changed:
             break
     else:
@@ -204,12 +210,14 @@ def test_a_history_built_unpartitioned_evolves_to_the_partitioned_layout_and_goe
     log = make_log(lake, catalog)
     for batch in batches[:2]:
         append(lake, log, batch)
-        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)  # ensure_table decides the layout
+        apply_log(
+            lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL)
+        )  # ensure_table decides the layout
     changes = ensure_table(lake, catalog, SPEC)
     assert changes.added_partition_fields == ("months(_valid_to)",)
     for batch in batches[2:]:
         append(lake, log, batch)
-        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
         assert result.method == Scd2Method.CURRENT, result.reason
     rows, versions = table_rows(lake, catalog)
     check_invariants(rows)
@@ -236,9 +244,11 @@ def test_a_key_first_sent_after_a_snapshot_that_lacked_it_stays_current(lake, se
     log = make_log(lake, catalog)
     for batch in batches:
         append(lake, log, batch)
-        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert table_rows(lake, catalog)[1] == expected, result.reason
-    recomputed = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL, full_refresh=True)
+    recomputed = apply_log(
+        lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL), full_refresh=True
+    )
     assert not recomputed.changed and table_rows(lake, catalog)[1] == expected
 
 
@@ -250,7 +260,7 @@ def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, 
     log = make_log(lake, catalog)
     for batch in batches[:2]:
         append(lake, log, batch)
-        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
 
     # Compaction of either table changes no rows: history is still extended.
     for table in (log, SPEC.qualified(catalog)):
@@ -259,23 +269,23 @@ def test_a_rewritten_log_or_a_table_written_by_someone_else_is_recomputed(lake, 
             f"options => map('rewrite-all', 'true'))"
         )
     append(lake, log, batches[2])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.CURRENT, result.reason
 
     # A reloaded batch (bronze overwrites a day it loads again): the append scan would not see it.
     lake.sql(f"DELETE FROM {log} WHERE _batch_id = '{batches[1]['id']}'")
     append(lake, log, batches[1])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.RECOMPUTE and "changed rows in place" in result.reason, result.reason
 
     # Someone else changed the history table (here: deleted a version): the cursor no longer describes it.
     lake.sql(f"DELETE FROM {SPEC.qualified(catalog)} WHERE id = 1 AND _is_current")
     append(lake, log, batches[3])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.RECOMPUTE and "written since" in result.reason, result.reason
     assert table_rows(lake, catalog)[1] == model(batches[:4], FeedMode.FULL)
 
-    forced = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL, full_refresh=True)
+    forced = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL), full_refresh=True)
     assert (forced.method, forced.reason, forced.changed) == (Scd2Method.RECOMPUTE, "full refresh requested", False)
 
 
@@ -292,7 +302,7 @@ def test_a_compaction_committed_while_the_daily_path_writes_makes_it_retry_on_th
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
     compactions = []
-    close_on_branch = scd2_incremental._delete_closed
+    close_on_branch = scd2._delete_closed
 
     def close_while_compacting(spark, spec, target, *args):
         close_on_branch(spark, spec, target, *args)
@@ -304,10 +314,10 @@ def test_a_compaction_committed_while_the_daily_path_writes_makes_it_retry_on_th
                 ).first()
             )
 
-    monkeypatch.setattr(scd2_incremental, "_delete_closed", close_while_compacting)
+    monkeypatch.setattr(scd2, "_delete_closed", close_while_compacting)
     for number, batch in enumerate(batches):
         append(lake, log, batch)
-        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
         assert result.method == (Scd2Method.RECOMPUTE if number == 0 else Scd2Method.CURRENT), result.reason
         rows, versions = table_rows(lake, catalog)
         check_invariants(rows)
@@ -326,10 +336,10 @@ def test_a_record_sent_twice_in_the_daily_batch_opens_one_version(lake, settings
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
     append(lake, log, {"rows": [(1, "x", 1, at(1), "b1", "f1", at(2))]})
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL))
     twice = [(1, "y", 1, at(3), "b2", "f2", at(4)), (2, "z", None, at(3), "b2", "f2", at(4))]
     append(lake, log, {"rows": twice + twice})
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL))
     assert (result.method, result.inserted, result.updated) == (Scd2Method.CURRENT, 2, 1), result.reason
     rows, versions = table_rows(lake, catalog)
     check_invariants(rows)
@@ -348,7 +358,7 @@ def test_records_of_one_time_in_several_files_are_picked_by_file_path_as_the_rec
     append(
         lake, log, {"rows": [(1, "x", 1, at(1), "b1", "s3://raw/b1/0", at(2)), (2, "x", 1, at(1), "b1", "0", at(2))]}
     )
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL))
     same_time = [
         (1, "p", 1, at(3), "b2", "s3://raw/b2/part-10", at(4)),
         (1, "q", 1, at(3), "b2", "s3://raw/b2/part-9", at(4)),  # "9" > "1": this path is the greater
@@ -357,11 +367,11 @@ def test_records_of_one_time_in_several_files_are_picked_by_file_path_as_the_rec
         (2, "q", 2, at(3), "b2", "s3://raw/b2/z", at(4)),
     ]
     append(lake, log, {"rows": same_time})
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL))
     assert (result.method, result.inserted, result.updated) == (Scd2Method.CURRENT, 2, 2), result.reason
     _, versions = table_rows(lake, catalog)
     assert {v for v in versions if v[4] is None} == {(1, "q", 1, at(3), None), (2, "p", 2, at(3), None)}
-    apply_log(lake, catalog, REFERENCE, log, lambda rows: rows, FeedMode.INCREMENTAL, full_refresh=True)
+    apply_log(lake, catalog, REFERENCE, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL), full_refresh=True)
     assert rows_without_ingest_time(lake, SPEC.qualified(catalog)) == rows_without_ingest_time(
         lake, REFERENCE.qualified(catalog)
     )
@@ -375,14 +385,20 @@ def test_a_record_without_a_key_stops_every_path_naming_its_file_and_writes_noth
     ensure_table(lake, catalog, SPEC)
     log, table = make_log(lake, catalog), SPEC.qualified(catalog)
     append(lake, log, {"rows": [(1, "x", 1, at(1), "b1", "f", at(2))]})
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL))
     before = (current_snapshot_id(lake, table), read_cursor(lake, table))
     rows = [(1, "y", 1, at(3), "b2", "f", at(4)), (None, "z", 1, at(3), "b2", "s3://raw/b2/part-7", at(4))]
     if path == "two new batches":
         rows.append((2, "w", 1, at(5), "b3", "g", at(6)))
     append(lake, log, {"rows": rows})
     with pytest.raises(ValueError, match=r"^1 record\(s\) new in the log have no id \(from s3://raw/b2/part-7\)"):
-        apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL, full_refresh=path == "recompute")
+        apply_log(
+            lake,
+            catalog,
+            SPEC,
+            ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL),
+            full_refresh=path == "recompute",
+        )
     assert (current_snapshot_id(lake, table), read_cursor(lake, table)) == before
 
 
@@ -393,13 +409,13 @@ def test_an_older_record_inside_a_new_batch_rewrites_its_key_not_appended(lake, 
     log = make_log(lake, catalog)
     first = [(1, "x", 1, at(1), "b1", "f", at(6)), (1, "y", 1, at(5), "b2", "f", at(10))]
     append(lake, log, {"rows": first})
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL))
     cursor = read_cursor(lake, SPEC.qualified(catalog))
     assert cursor.log_snapshot_id and cursor.watermark_micros is not None
 
     # A change list re-sending key 1 at hour 3 with a NULL in `a`: it falls inside history, before the watermark.
     append(lake, log, {"rows": [(1, None, 1, at(3), "b3", "f", at(11)), (2, "z", 2, at(12), "b3", "f", at(11))]})
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.INCREMENTAL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.INCREMENTAL))
     # Key 2 is new (settled by the current versions); key 1 is rewritten from hour 3 on (its version from hour 1 is
     # the anchor).
     assert result.method == Scd2Method.WINDOW and "1 new key(s)" in result.reason, result.reason
@@ -417,7 +433,7 @@ def first_batch_applied(lake, catalog: str) -> tuple[list[dict], str]:
     ensure_table(lake, catalog, SPEC)
     log = make_log(lake, catalog)
     append(lake, log, batches[0])
-    apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     return batches, log
 
 
@@ -435,10 +451,10 @@ def test_a_table_built_before_state_hashes_gets_them_filled_by_evolution_then_ta
     assert lake.table(table).count() > 0 and wrong_state_hashes(lake, table) == 0
 
     append(lake, log, batches[1])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.RECOMPUTE and "written since" in result.reason, result.reason
     append(lake, log, batches[2])
-    result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+    result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.CURRENT, result.reason
     assert table_rows(lake, catalog)[1] == model(batches[:3], FeedMode.FULL)
     assert wrong_state_hashes(lake, table) == 0
@@ -449,9 +465,9 @@ def apply_directly(lake, catalog: str, log: str, batch: dict):
     table = SPEC.qualified(catalog)
     append(lake, log, batch)
     records = local_frame(lake, batch["rows"], RECORD_SCHEMA)
-    window = LogWindow(log, current_snapshot_id(lake, log), lambda rows: rows)
     base, watermark = current_snapshot_id(lake, table), read_cursor(lake, table).watermark_micros
-    return apply_incremental(lake, catalog, SPEC, records, FeedMode.FULL, watermark, base, window).result
+    gained = Gained(records, current_snapshot_id(lake, log), base, watermark)
+    return apply_incremental(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL), gained).result
 
 
 @pytest.mark.slow
@@ -505,7 +521,7 @@ def test_the_daily_paths_merge_broadcasts_its_closes_whatever_the_sessions_join_
     lake.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # a session that never broadcasts by size
     try:
         first = lake._jsparkSession.sharedState().statusStore().executionsList().size()
-        result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+        result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
         assert result.method == Scd2Method.CURRENT and result.updated, result.reason
         (plan,) = merge_plans_since(lake, first)
         # The MERGE's own join is the plan's topmost (the classification's joins show below, in the cached input).
@@ -521,15 +537,15 @@ def test_past_the_heaps_broadcast_limit_every_join_shuffles_and_history_is_the_s
     past it they are shuffled with the rows they join. With no broadcast at all (nor by the session's threshold),
     the daily path and a late day's window give the in-order history."""
     catalog = settings.catalog
-    monkeypatch.setattr(scd2_window, "BROADCAST_ROWS_PER_GIB", 0)
-    assert scd2_window.broadcast_rows(lake) == 0
+    monkeypatch.setattr(scd2_recompute, "BROADCAST_ROWS_PER_GIB", 0)
+    assert scd2_recompute.broadcast_rows(lake) == 0
     batches, log = first_batch_applied(lake, catalog)
     lake.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
     try:
         first = lake._jsparkSession.sharedState().statusStore().executionsList().size()
         for batch in (batches[2], batches[1]):  # the daily path, then a late day through the window
             append(lake, log, batch)
-            result = apply_log(lake, catalog, SPEC, log, lambda rows: rows, FeedMode.FULL)
+            result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
         assert result.method == Scd2Method.WINDOW and "the log since" in result.reason, result.reason
         plans = "\n".join(queries_since(lake, first))
     finally:
@@ -563,13 +579,13 @@ def test_the_daily_path_on_a_merge_on_read_table_gives_the_models_history(lake, 
     batches = scenario(11, FeedMode.FULL, (12, 30, 45, 59))
     for number, batch in enumerate(batches):
         append(lake, log, batch)
-        result = apply_log(lake, catalog, MERGE_ON_READ_SPEC, log, lambda rows: rows, FeedMode.FULL)
+        result = apply_log(lake, catalog, MERGE_ON_READ_SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
         assert result.method == (Scd2Method.RECOMPUTE if number == 0 else Scd2Method.CURRENT), result.reason
         rows = [r.asDict() for r in lake.table(table).collect()]
         check_invariants(rows)
         got = {(r["id"], r["a"], r["b"], r["_valid_from"], r["_valid_to"]) for r in rows}
         assert got == model(batches[: number + 1], FeedMode.FULL)
-    apply_log(lake, catalog, reference, log, lambda rows: rows, FeedMode.FULL, full_refresh=True)
+    apply_log(lake, catalog, reference, ObservationLog(log, lambda rows: rows, FeedMode.FULL), full_refresh=True)
     assert rows_without_ingest_time(lake, table) == rows_without_ingest_time(lake, reference.qualified(catalog))
     assert [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()] == ["main"]
 
@@ -605,7 +621,7 @@ def test_late_and_redelivered_batches_rewrite_what_they_change_and_equal_the_mod
     applied, late = [], 0
     for number, batch in enumerate(order):
         append(lake, log, batch)
-        result = apply_log(lake, settings.catalog, SPEC, log, lambda rows: rows, mode)
+        result = apply_log(lake, settings.catalog, SPEC, ObservationLog(log, lambda rows: rows, mode))
         is_late = bool(applied) and batch["t"] <= max(b["t"] for b in applied)
         applied.append(batch)
         if number == 0:
@@ -620,7 +636,7 @@ def test_late_and_redelivered_batches_rewrite_what_they_change_and_equal_the_mod
         assert versions == model(applied, mode), f"after {batch['id']} ({result.method}: {result.reason})"
         assert wrong_state_hashes(lake, SPEC.qualified(settings.catalog)) == 0
     assert late >= 3
-    apply_log(lake, settings.catalog, REFERENCE, log, lambda rows: rows, mode, full_refresh=True)
+    apply_log(lake, settings.catalog, REFERENCE, ObservationLog(log, lambda rows: rows, mode), full_refresh=True)
     assert versions_of(lake, SPEC.qualified(settings.catalog)) == versions_of(
         lake, REFERENCE.qualified(settings.catalog)
     )
@@ -668,7 +684,7 @@ def test_a_late_day_splits_versions_resumes_re_sent_records_closes_absent_keys_a
 
     def deliver(day: int, batch_id: str | None = None):
         local_frame(lake, snapshot_of_day(day, days[day], batch_id), DAY_LOG_SCHEMA).writeTo(log).append()
-        return apply_log(lake, catalog, SPEC, log, without_day, FeedMode.FULL, held=held, snapshot_day="_as_of")
+        return apply_log(lake, catalog, SPEC, ObservationLog(log, without_day, FeedMode.FULL, held, "_as_of"))
 
     for day in (1, 3, 4):
         deliver(day)
@@ -693,7 +709,7 @@ def test_a_late_day_splits_versions_resumes_re_sent_records_closes_absent_keys_a
     }
     resumed = next(r for r in rows if r["id"] == 2 and r["_valid_from"] == at(60))
     assert (resumed["updated_at"], resumed["_batch_id"]) == (at(60), "d3")
-    apply_log(lake, catalog, REFERENCE, log, without_day, FeedMode.FULL, full_refresh=True, held=held)
+    apply_log(lake, catalog, REFERENCE, ObservationLog(log, without_day, FeedMode.FULL, held), full_refresh=True)
     assert rows_without_ingest_time(lake, table) == rows_without_ingest_time(lake, REFERENCE.qualified(catalog))
 
     snapshots = lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
@@ -744,7 +760,9 @@ def test_reloaded_days_rewrite_what_they_change_and_equal_the_model_and_the_reco
     without_day = lambda rows: rows.drop("_as_of")  # noqa: E731
 
     def build(spec=SPEC, full_refresh=False):
-        return apply_log(lake, catalog, spec, log, without_day, mode, full_refresh, snapshot_day="_as_of")
+        return apply_log(
+            lake, catalog, spec, ObservationLog(log, without_day, mode, snapshot_day="_as_of"), full_refresh
+        )
 
     def reload(batch: dict):
         frame = local_frame(lake, batch["rows"], DAY_LOG_SCHEMA)
@@ -796,7 +814,9 @@ def test_a_reloaded_day_keeps_held_keys_closes_left_out_ones_and_an_expired_curs
     days = {1: [(1, "x", 1), *steady], 2: [(1, "y", 27), *steady], 3: [(1, "y", 27), *steady]}
 
     def build(spec=SPEC, full_refresh=False):
-        return apply_log(lake, catalog, spec, log, without_day, FeedMode.FULL, full_refresh, held, "_as_of")
+        return apply_log(
+            lake, catalog, spec, ObservationLog(log, without_day, FeedMode.FULL, held, "_as_of"), full_refresh
+        )
 
     def reload(day: int, records: list[tuple], batch_id: str):
         frame = local_frame(lake, snapshot_of_day(day, records, batch_id), DAY_LOG_SCHEMA)

@@ -8,7 +8,7 @@ import pytest
 
 from etr_assets import settings as settings_module
 from etr_assets.errors import JarNotFound, NotAnIcebergSession, SettingsError
-from etr_assets.lake.scd2_incremental import ADAPTIVE
+from etr_assets.lake.scd2 import ADAPTIVE
 from etr_assets.lake.session import ICEBERG_EXTENSIONS, attach_catalog, iceberg_runtime_jar, session_conf, spark_conf
 from etr_assets.settings import Compute, Profile, Settings, driver_memory_for
 
