@@ -110,7 +110,7 @@ def judge_outside(
         if change.rollback:
             dagsters = recorded is not None and recorded >= change.at_ms - ROLLBACK_SLACK_MS
         else:  # a new snapshot: any event naming it came after it
-            dagsters = recorded is not None or change.operation == "replace"  # a replace changes no rows
+            dagsters = recorded is not None or change.rewrite_only
         if not dagsters:
             started = [run for at, run in writers if may_write(run, key) and at * 1000 <= change.at_ms + CLOCK_SKEW_MS]
             if started:

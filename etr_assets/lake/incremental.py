@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from etr_assets.lake.writes import iceberg_table
 
 if TYPE_CHECKING:
+    from pyiceberg.table.snapshots import Operation
     from pyspark.sql import SparkSession
 
 
@@ -95,8 +96,8 @@ class ReadPlan:
 
 
 def lineage_since(
-    parent_of: Callable[[int], tuple[int | None, str] | None], head: int, since: int
-) -> list[tuple[int, str]] | None:
+    parent_of: Callable[[int], tuple[int | None, Operation] | None], head: int, since: int
+) -> list[tuple[int, Operation]] | None:
     """The snapshots after `since` up to `head` (newest first), or None if `since` is not an ancestor of `head`.
     `parent_of(snapshot id)`: (parent id, operation), None for a snapshot not kept."""
     chain, current = [], head
@@ -109,14 +110,16 @@ def lineage_since(
     return chain if current == since else None
 
 
-def snapshot_in_metadata(table) -> Callable[[int], tuple[int | None, str] | None]:
+def snapshot_in_metadata(table) -> Callable[[int], tuple[int | None, Operation] | None]:
     """`lineage_since`'s lookup on the table's own metadata: a few Java calls, not a Spark job over its snapshots."""
 
-    def parent_of(snapshot_id: int) -> tuple[int | None, str] | None:
+    from pyiceberg.table.snapshots import Operation  # here: pyiceberg.table costs the definitions' load a second
+
+    def parent_of(snapshot_id: int) -> tuple[int | None, Operation] | None:
         if (snapshot := table.snapshot(snapshot_id)) is None:
             return None
         parent = snapshot.parentId()
-        return (None if parent is None else int(parent)), snapshot.operation()
+        return (None if parent is None else int(parent)), Operation(snapshot.operation())
 
     return parent_of
 
@@ -129,7 +132,7 @@ def _head_and_lineage(spark: SparkSession, qualified: str):
 
 
 def changed_only_by(
-    spark: SparkSession, qualified: str, since: int, operations: tuple[str, ...]
+    spark: SparkSession, qualified: str, since: int, operations: tuple[Operation, ...]
 ) -> tuple[int | None, str | None]:
     """(current snapshot, None) if every snapshot after `since` is one of `operations` (e.g. append and replace:
     an append scan from `since` sees every change); else (current snapshot, why not)."""
@@ -139,7 +142,7 @@ def changed_only_by(
     if (chain := lineage_since(parent_of, head, since)) is None:
         return head, f"snapshot {since} of {qualified} is not an ancestor of its current one (rolled back, or expired)"
     if others := [(sid, op) for sid, op in chain if op not in operations]:
-        return head, f"snapshot {others[-1][0]} ({others[-1][1]}) of {qualified} changed rows in place"
+        return head, f"snapshot {others[-1][0]} ({others[-1][1].value}) of {qualified} changed rows in place"
     return head, None
 
 
@@ -184,16 +187,18 @@ def plan_reads(
     full_refresh: bool = False,
 ) -> ReadPlan:
     """Decide, per day, how little of `upstream` a rebuild of that day in `downstream` must read."""
+    from pyiceberg.table.snapshots import Operation
+
     head, upstream_parent = _head_and_lineage(spark, upstream)
     downstream_head, downstream_parent = (
         _head_and_lineage(spark, downstream) if spark.catalog.tableExists(downstream) else (None, None)
     )
     changed: dict[int, set[dt.date | None]] = {}  # per snapshot, the days it touched (fetched once per chain)
 
-    def touched(chain: list[tuple[int, str]], day: dt.date) -> list[tuple[int, str]]:
-        missing = [sid for sid, op in chain if op != "replace" and sid not in changed]
+    def touched(chain: list[tuple[int, Operation]], day: dt.date) -> list[tuple[int, Operation]]:
+        missing = [sid for sid, op in chain if op != Operation.REPLACE and sid not in changed]
         changed.update(days_changed_by(spark, upstream, missing, day_column))
-        return [(sid, op) for sid, op in chain if op != "replace" and ({day, None} & changed[sid])]
+        return [(sid, op) for sid, op in chain if op != Operation.REPLACE and ({day, None} & changed[sid])]
 
     def decide(day: dt.date, cursor: Cursor | None) -> DayRead:
         whole = functools.partial(DayRead, day, ReadMode.WHOLE_DAY)
@@ -209,8 +214,8 @@ def plan_reads(
         if (chain := lineage_since(upstream_parent, head, since)) is None:
             return whole(f"cursor snapshot {since} is not in the upstream history (expired or rolled back)")
         touching = touched(chain, day)  # compaction (replace) snapshots change no rows
-        if rewrites := [(sid, op) for sid, op in touching if op != "append"]:
-            return whole(f"snapshot {rewrites[0][0]} ({rewrites[0][1]}) rewrote rows of the day")
+        if rewrites := [(sid, op) for sid, op in touching if op != Operation.APPEND]:
+            return whole(f"snapshot {rewrites[0][0]} ({rewrites[0][1].value}) rewrote rows of the day")
         if not touching:
             return DayRead(day, ReadMode.UNCHANGED, f"no snapshot since {since} changed the day")
         return DayRead(day, ReadMode.APPENDED, f"{len(touching)} append snapshot(s) since {since}", since)

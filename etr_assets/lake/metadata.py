@@ -8,12 +8,15 @@ import datetime as dt
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 from urllib.parse import urlparse
 
 from etr_assets.errors import MetadataUnreadable
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Profile, Settings
+
+if TYPE_CHECKING:
+    from pyiceberg.table.snapshots import Operation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,7 +292,7 @@ class MainChange:
 
     snapshot_id: int
     at_ms: int
-    operation: str  # of the snapshot: append, overwrite, delete, replace
+    operation: Operation | None  # of the snapshot (None: it has no summary)
     committed_ms: int
     added_rows: int = 0
     removed_rows: int = 0  # rows its deletes remove: deleted-records and position deletes
@@ -302,6 +305,17 @@ class MainChange:
     def position(self) -> tuple[int, int]:
         return self.at_ms, self.snapshot_id
 
+    @property
+    def operation_name(self) -> str:
+        return self.operation.value if self.operation is not None else "unknown"
+
+    @property
+    def rewrite_only(self) -> bool:
+        """A rewrite that changes no rows (`replace`: compaction, manifests)."""
+        from pyiceberg.table.snapshots import Operation
+
+        return self.operation is Operation.REPLACE
+
     def describe(self) -> str:
         when = f"at {utc_text(self.at_ms)}"
         if self.rollback:
@@ -310,13 +324,15 @@ class MainChange:
                 if None not in (self.records_before, self.records_after)
                 else ""
             )
-            return f"rollback to {self.operation} {self.snapshot_id} of {utc_text(self.committed_ms)} {when}{records}"
+            return (
+                f"rollback to {self.operation_name} {self.snapshot_id} of {utc_text(self.committed_ms)} {when}{records}"
+            )
         rows = f"+{self.added_rows}/-{self.removed_rows} rows"
         if self.added_rows and self.removed_rows:  # an overwrite rewrites whole files: what it changed is the net
             rows += f", net {self.added_rows - self.removed_rows:+d}"
         if self.equality_deletes:
             rows += f", {self.equality_deletes} equality deletes"
-        return f"{self.operation} {self.snapshot_id} {when} ({rows})"
+        return f"{self.operation_name} {self.snapshot_id} {when} ({rows})"
 
 
 def utc_text(ms: int) -> str:
@@ -355,7 +371,7 @@ def main_changes(table, since: tuple[int, int] | None, first_look: int) -> list[
             MainChange(
                 snapshot_id=snapshot.snapshot_id,
                 at_ms=entry.timestamp_ms,
-                operation=snapshot.summary.operation.value if snapshot.summary else "unknown",
+                operation=snapshot.summary.operation if snapshot.summary else None,
                 committed_ms=snapshot.timestamp_ms,
                 added_rows=num("added-records"),
                 removed_rows=num("deleted-records") + num("added-position-deletes"),

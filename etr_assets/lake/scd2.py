@@ -129,7 +129,7 @@ def write_cursor(spark: SparkSession, qualified: str, cursor: Scd2Cursor) -> Non
 
 
 def apply_observations(
-    spark: SparkSession, catalog: str, spec: TableSpec, records, mode: str, keys=None, held=None
+    spark: SparkSession, catalog: str, spec: TableSpec, records, mode: FeedMode, keys=None, held=None
 ) -> Scd2Result:
     """The whole step, without a log: observations -> history -> one MERGE (`scd2_recompute.recompute`). `keys`:
     which keys to recompute (default: all); `held`: keys full snapshots sent but could not be read.
@@ -198,6 +198,8 @@ def _can_extend(
 ) -> tuple[int | None, int | None, frozenset, str | None]:
     """(the log's current snapshot, the table's snapshot this checked, the days the log replaced since the cursor,
     None if history can be extended from the log's new and replaced rows, else why not)."""
+    from pyiceberg.table.snapshots import Operation  # here: pyiceberg.table costs the definitions' load a second
+
     head = current_snapshot_id(spark, log.table)
     none = frozenset()
     if full_refresh:
@@ -208,7 +210,7 @@ def _can_extend(
         return head, None, none, f"the cursor on {target} has no watermark"
     base = None
     if cursor.table_snapshot_id is not None:  # compaction since is fine; any other commit is someone else's write
-        base, written = changed_only_by(spark, target, cursor.table_snapshot_id, ("replace",))
+        base, written = changed_only_by(spark, target, cursor.table_snapshot_id, (Operation.REPLACE,))
         if written:
             return head, base, none, f"{target} was written since the cursor's snapshot: {written}"
     elif current_snapshot_id(spark, target) is not None:
@@ -222,6 +224,8 @@ def _can_extend(
 def _replaced_days(spark, log: ObservationLog, head: int, since: int) -> tuple[frozenset, str | None]:
     """(the days whose rows overwrites since `since` replaced, None) when every snapshot since is an append, a
     compaction or an overwrite of whole known days that `since` can still be read at; else (empty, why not)."""
+    from pyiceberg.table.snapshots import Operation
+
     table, name, day = iceberg_table(spark, log.table), log.table, log.snapshot_day
     chain = lineage_since(snapshot_in_metadata(table), head, since)
     if chain is None:
@@ -229,11 +233,11 @@ def _replaced_days(spark, log: ObservationLog, head: int, since: int) -> tuple[f
             frozenset(),
             f"snapshot {since} of {name} is not an ancestor of its current one (rolled back, or expired)",
         )
-    others = [(sid, op) for sid, op in chain if op not in ("append", "replace", "overwrite")]
+    others = [(sid, op) for sid, op in chain if op not in (Operation.APPEND, Operation.REPLACE, Operation.OVERWRITE)]
     if others:  # a delete snapshot is an erasure: it must reach every version, which only the recompute rewrites
         sid, op = others[-1]
-        return frozenset(), f"snapshot {sid} ({op}) of {name} changed rows in place (an erasure, or a rewrite)"
-    overwrites = [sid for sid, op in chain if op == "overwrite"]
+        return frozenset(), f"snapshot {sid} ({op.value}) of {name} changed rows in place (an erasure, or a rewrite)"
+    overwrites = [sid for sid, op in chain if op == Operation.OVERWRITE]
     if not overwrites:
         return frozenset(), None
     if table.snapshot(since) is None:  # expired: the replaced rows can no longer be read by time travel

@@ -92,7 +92,7 @@ class Rewrite:
     cached: tuple
 
 
-def observations(records: DataFrame, scd2: Scd2, mode: str, held: DataFrame | None = None) -> DataFrame:
+def observations(records: DataFrame, scd2: Scd2, mode: FeedMode, held: DataFrame | None = None) -> DataFrame:
     """Per (key, batch) the latest record, plus absence markers of full snapshots.
 
     `records` has the key, the sequence, the tracked columns, any other columns to carry, and `_batch_id`,
@@ -160,7 +160,7 @@ def history(events: DataFrame, spec: TableSpec) -> DataFrame:
 
 
 def recompute(
-    spark: SparkSession, catalog: str, spec: TableSpec, records, mode: str, keys=None, held=None
+    spark: SparkSession, catalog: str, spec: TableSpec, records, mode: FeedMode, keys=None, held=None
 ) -> dict[str, int]:
     """History of `keys` (default: every key of `records`) recomputed from every observation in `records`, and the
     table's rows for them made equal to it by one MERGE of only what differs: how many rows of each `Action`."""
