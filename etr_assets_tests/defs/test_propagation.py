@@ -121,48 +121,6 @@ def launch(defs, instance, keys, first: str, last: str, resources=None) -> None:
     assert dg.materialize(selected, selection=keys, resources=every, instance=instance, tags=tags).success
 
 
-@pytest.mark.slow  # the whole pipeline over 41 days, a correction, its runs, and gold again: about 2.5 minutes
-def test_a_correction_40_days_back_leaves_the_gold_a_build_in_order_gives(settings, lake, monkeypatch):
-    from etr_assets.definitions import build_definitions
-    from etr_assets.defs.resources import SourceApiResource
-    from etr_assets.sources.synthetic_api import ApiConfig, serve
-
-    days, defs = DAYS[:41], build_definitions(settings)
-    corrected_day = days[0]  # 40 days before the newest
-    path = [
-        dg.AssetKey(["raw", "bnpl_transactions"]),
-        *(table_key(LAYERS[t].spec) for t in ("bronze/bnpl_transactions_raw", SILVER)),
-    ]
-    gold = [table_key(LAYERS[t].spec) for t in (SUMMARY, ACTIVITY, PROFILES)]
-    # The provider re-sends the day with other data: its synthetic API of another seed, for that day only.
-    with (
-        serve(ApiConfig(seed=99, transactions_per_day=settings.api_transactions_per_day)) as api,
-        dg.instance_for_test() as instance,
-    ):
-        monkeypatch.setenv("ETR_API_TOKEN", api.config.token)
-        corrected = {"bnpl_api": SourceApiResource(source="bnpl", base_url=api.url, page_size=1000)}
-        everything = defs.resolve_job_def("etr_pipeline").asset_layer.selected_asset_keys
-        derived_from = [k for k in everything if "merchants" not in k.path[-1]]  # what gold is built from
-        launch(defs, instance, derived_from, days[0], days[-1])
-        launch(defs, instance, path, corrected_day, corrected_day, corrected)
-
-        result = tick(instance)
-        assert {r.tags["etr/propagates"] for r in rederive_runs(result)} == {
-            f"{SUMMARY} {corrected_day}...{corrected_day}",
-            f"{ACTIVITY}, {PROFILES} {corrected_day}...{days[-1]}",
-        }
-        for request in rederive_runs(result):
-            span = request.partition_key_range
-            first, last = (span.start, span.end) if span else (request.partition_key, request.partition_key)
-            launch(defs, instance, list(request.asset_selection), first, last)
-        assert not rederive_runs(tick(instance, result.cursor))  # nothing left out of date
-        propagated = gold_rows(lake, settings.catalog)
-
-        launch(defs, instance, gold, days[0], days[-1])  # gold built in order from the corrected silver
-        in_order = gold_rows(lake, settings.catalog)
-    assert propagated == in_order and all(propagated.values())
-
-
 def up_to_date_verdicts(instance, layer: str) -> dict[str, list[dg.AssetCheckEvaluation]]:
     """Every evaluation of the layer's per-day up_to_date check, oldest first, by day."""
     key = dg.AssetCheckKey(table_key(LAYERS[layer].spec), "up_to_date")
@@ -173,24 +131,25 @@ def up_to_date_verdicts(instance, layer: str) -> dict[str, list[dg.AssetCheckEva
     return verdicts
 
 
-@pytest.mark.slow  # six days, a late day, two corrections and their runs, and gold again: about 2 minutes
-def test_a_late_day_and_two_corrections_in_a_row_leave_the_gold_a_build_in_order_gives(settings, lake, monkeypatch):
+@pytest.mark.slow  # the pipeline over 41 days, a late day, two corrections, their runs, and gold again: ~3 minutes
+def test_a_late_day_and_corrections_40_days_back_leave_the_gold_a_build_in_order_gives(settings, lake, monkeypatch):
+    """Each scenario of the issue on one lake (one 41-day build, the suite's longest): a day loaded after the days
+    that follow it, then two corrections made before the first one's runs started, one of them 40 days back."""
     from etr_assets.definitions import build_definitions
     from etr_assets.defs.resources import SourceApiResource
     from etr_assets.sources.synthetic_api import ApiConfig, serve
 
-    days, defs = DAYS[:6], build_definitions(settings)
+    days, defs = DAYS[:41], build_definitions(settings)
     path = [
         dg.AssetKey(["raw", "bnpl_transactions"]),
         *(table_key(LAYERS[t].spec) for t in ("bronze/bnpl_transactions_raw", SILVER)),
     ]
     gold = [table_key(LAYERS[t].spec) for t in (SUMMARY, ACTIVITY, PROFILES)]
 
-    def propagate(*cursors_and_results) -> str | None:
+    def propagate(*results) -> str | None:
         """Each tick's re-derivation runs, launched once each (the daemon skips a run key it has launched), then
         ticks until nothing is out of date; returns the last cursor."""
-        launched, cursor = set(), None
-        pending = list(cursors_and_results)
+        launched, cursor, pending = set(), None, list(results)
         for _ in range(4):
             for result in pending:
                 for request in rederive_runs(result):
@@ -207,6 +166,7 @@ def test_a_late_day_and_two_corrections_in_a_row_leave_the_gold_a_build_in_order
             pending = [result]
         raise AssertionError(f"still out of date after 4 rounds: {[r.tags for r in rederive_runs(result)]}")
 
+    # The provider re-sends a day with other data: its synthetic API of another seed, for that day only.
     with (
         serve(ApiConfig(seed=99, transactions_per_day=settings.api_transactions_per_day)) as api,
         dg.instance_for_test() as instance,
@@ -214,31 +174,31 @@ def test_a_late_day_and_two_corrections_in_a_row_leave_the_gold_a_build_in_order
         monkeypatch.setenv("ETR_API_TOKEN", api.config.token)
         corrected = {"bnpl_api": SourceApiResource(source="bnpl", base_url=api.url, page_size=1000)}
         everything = defs.resolve_job_def("etr_pipeline").asset_layer.selected_asset_keys
-        derived_from = [k for k in everything if "merchants" not in k.path[-1]]
+        derived_from = [k for k in everything if "merchants" not in k.path[-1]]  # what gold is built from
 
-        # The API was down on the third day: the days after it ran, then the third, late, as the README says.
-        late = days[2]
-        launch(defs, instance, derived_from, days[0], days[1])
-        launch(defs, instance, derived_from, days[3], days[5])
-        (warned,) = up_to_date_verdicts(instance, ACTIVITY)[days[3]]
-        assert not warned.passed and f"{days[3]} (no {late})" in warned.description
+        # The API was down on the day before last: the last day ran, then that day, late, as the README says.
+        late = days[-2]
+        launch(defs, instance, derived_from, days[0], days[-3])
+        launch(defs, instance, derived_from, days[-1], days[-1])
+        (warned,) = up_to_date_verdicts(instance, ACTIVITY)[days[-1]]
+        assert not warned.passed and f"{days[-1]} (no {late})" in warned.description
         launch(defs, instance, derived_from, late, late)
         result = tick(instance)
         assert {r.tags["etr/propagates"] for r in rederive_runs(result)} == {
-            f"{ACTIVITY}, {PROFILES} {days[3]}...{days[5]}"
+            f"{ACTIVITY}, {PROFILES} {days[-1]}...{days[-1]}"
         }
         cursor = propagate(result)
-        assert up_to_date_verdicts(instance, ACTIVITY)[days[3]][-1].passed  # built again, from every day it needs
+        assert up_to_date_verdicts(instance, ACTIVITY)[days[-1]][-1].passed  # built again, from every day it needs
 
-        # Two corrections in a row: the second arrives before the first's runs have started.
-        launch(defs, instance, path, days[1], days[1], corrected)
+        # Two corrections in a row, the first 40 days back: the second arrives before the first's runs started.
+        launch(defs, instance, path, days[0], days[0], corrected)
         first = tick(instance, cursor)
-        launch(defs, instance, path, days[4], days[4], corrected)
+        launch(defs, instance, path, days[20], days[20], corrected)
         second = tick(instance, first.cursor)
         assert {r.tags["etr/propagates"] for r in rederive_runs(second)} == {
-            f"{SUMMARY} {days[1]}...{days[1]}",
-            f"{SUMMARY} {days[4]}...{days[4]}",
-            f"{ACTIVITY}, {PROFILES} {days[1]}...{days[5]}",
+            f"{SUMMARY} {days[0]}...{days[0]}",
+            f"{SUMMARY} {days[20]}...{days[20]}",
+            f"{ACTIVITY}, {PROFILES} {days[0]}...{days[-1]}",
         }
         propagate(first, second)
         propagated = gold_rows(lake, settings.catalog)
