@@ -103,8 +103,9 @@ def test_no_import_runs_up_the_layers():
     assert sorted(upward) == []
 
 
-def test_no_import_circle_in_the_package():
+def test_no_import_circle_in_the_package_or_the_benchmarks():
     assert circles(internal_imports(PACKAGE)) == []
+    assert circles(internal_imports(REPO / "bench")) == []
 
 
 def imports_of(path: Path) -> set[str]:
