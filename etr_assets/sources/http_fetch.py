@@ -236,36 +236,23 @@ class SourceClient:
         raise AssertionError(declared.type)
 
     def _paginator(self):
+        """dlt's paginator of the declared type, given the declared options (dlt's names: PAGINATOR_OPTIONS)."""
         from dlt.sources.helpers.rest_client import paginators
 
         kind, options = self.declaration.client.paginator.type, self.declaration.client.paginator.options
-        match kind:
-            case PaginatorType.SINGLE_PAGE:
-                return paginators.SinglePagePaginator()
-            case PaginatorType.PAGE_NUMBER:
-                return paginators.PageNumberPaginator(
-                    base_page=options["base_page"],
-                    page_param=options["page_param"],
-                    total_path=options["total_path"],
-                    maximum_page=options["maximum_page"],
-                )
-            case PaginatorType.OFFSET:
-                return paginators.OffsetPaginator(
-                    limit=self.page_size,
-                    offset_param=options["offset_param"],
-                    limit_param=options["limit_param"],
-                    total_path=options["total_path"],
-                    maximum_offset=options["maximum_offset"],
-                )
-            case PaginatorType.CURSOR:
-                return paginators.JSONResponseCursorPaginator(
-                    cursor_path=options["cursor_path"], cursor_param=options["cursor_param"]
-                )
-            case PaginatorType.JSON_LINK:
-                return paginators.JSONLinkPaginator(next_url_path=options["next_url_path"])
-            case PaginatorType.HEADER_LINK:
-                return paginators.HeaderLinkPaginator(links_next_key=options["links_next_key"])
-        raise AssertionError(kind)
+        page = {"limit": self.page_size} if kind == PaginatorType.OFFSET else {}
+        return getattr(paginators, _PAGINATORS[kind])(**options, **page)
+
+
+# Each declared paginator type's class in dlt.sources.helpers.rest_client.paginators.
+_PAGINATORS = {
+    PaginatorType.SINGLE_PAGE: "SinglePagePaginator",
+    PaginatorType.PAGE_NUMBER: "PageNumberPaginator",
+    PaginatorType.OFFSET: "OffsetPaginator",
+    PaginatorType.CURSOR: "JSONResponseCursorPaginator",
+    PaginatorType.JSON_LINK: "JSONLinkPaginator",
+    PaginatorType.HEADER_LINK: "HeaderLinkPaginator",
+}
 
 
 def connect(
