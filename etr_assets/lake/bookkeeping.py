@@ -11,7 +11,7 @@ from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import local_frame, spark_schema
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.session import java_class
-from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, TRANSFORM, Column, TableSpec
+from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
 from etr_assets.lake.writes import iceberg_table
 
 if TYPE_CHECKING:
@@ -125,21 +125,13 @@ def record_rows(spark: SparkSession, catalog: str, spec: TableSpec, rows: list[d
         return
     ensure_table(spark, catalog, spec)
     local_frame(spark, rows, spark_schema(spec.columns)).writeTo(spec.qualified(catalog)).append()
-    if (column := day_column(spec)) is None:
+    if (column := spec.day_column) is None:
         return
     written = {day for row in rows if (day := _day_of(row.get(column))) is not None}
     for day in sorted(written | {day - dt.timedelta(days=1) for day in written}):
         most = MAX_FILES_PER_DAY if day in written else 1  # the day before a written day is done with
         if data_files_of_day(spark, spec.qualified(catalog), column, day) > most:
             compact_day(spark, catalog, spec, column, day)
-
-
-def day_column(spec: TableSpec) -> str | None:
-    """The column a table is partitioned by the day of (`days(column)`), if it is."""
-    for transform in spec.partition_by:
-        if (match := TRANSFORM.match(transform)) and match.group(1) == "days":
-            return match.group(2)
-    return None
 
 
 def _day_of(value) -> dt.date | None:

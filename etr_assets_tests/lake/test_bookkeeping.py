@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from etr_assets.lake.bookkeeping import (
-    DATA_QUALITY_METRICS,
-    MAX_FILES_PER_DAY,
-    TABLE_CHANGES,
-    day_column,
-    record_rows,
-)
+from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, MAX_FILES_PER_DAY, TABLE_CHANGES, record_rows
 from etr_assets.lake.metadata import load_table
 from etr_assets.lake.quality import Metric, record_metrics
 
@@ -46,7 +40,7 @@ def test_a_log_written_by_every_run_stays_within_its_bound_of_files_and_keeps_ev
 
 
 def test_a_past_day_is_compacted_into_one_file_and_only_the_days_written_are_rewritten(lake, settings):
-    assert day_column(TABLE_CHANGES) == "executed_at"
+    assert TABLE_CHANGES.day_column == "executed_at"
     qualified = TABLE_CHANGES.qualified(settings.catalog)
 
     def change(at: dt.datetime, n: int) -> dict:
