@@ -121,18 +121,67 @@ def api():
         yield running
 
 
-# ETR_TEST_TIMELINE=FILE: one JSON line per test phase (worker, test, phase, start, end) appended to FILE, to see
-# where a whole run's wall time goes (which worker idles while another finishes a long file).
+# ETR_TEST_TIMELINE=FILE: one JSON line per test (worker, test, start, end, cpu) appended to FILE, to see where a
+# whole run's wall time goes (which worker idles while another finishes a long file) and where its work goes: `cpu`
+# is the CPU seconds the test took in its process and every process started under it (the session's JVM, the
+# subprocesses and their JVMs, those left to init too, sampled twice a second), which the machine's load barely
+# changes.
+class _CpuOfTree:
+    """The CPU seconds of this process and every process ever seen under it, each counted once (its own user and
+    system time, from /proc), the last sample of a process that has ended standing for it."""
+
+    def __init__(self):
+        import threading
+
+        self.seen: dict[tuple[int, str], float] = {}  # (pid, start time) -> its CPU seconds, as last sampled
+        self.lock = threading.Lock()
+        threading.Thread(target=self._sample_forever, daemon=True).start()
+
+    def _sample_forever(self):
+        import time
+
+        while True:
+            self.sample()
+            time.sleep(0.5)
+
+    def sample(self) -> float:
+        ticks, parents, cpu = os.sysconf("SC_CLK_TCK"), {}, {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as handle:
+                        fields = handle.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                key = (int(entry), fields[19])
+                parents[key] = int(fields[1])
+                cpu[key] = (int(fields[11]) + int(fields[12])) / ticks
+        with self.lock:
+            known = {pid for pid, _ in self.seen} | {os.getpid()}
+            for key, ppid in parents.items():
+                if key[0] == os.getpid() or key in self.seen or ppid in known:
+                    self.seen[key] = cpu[key]
+            return sum(self.seen.values())
+
+
+_cpu_of_tree: _CpuOfTree | None = None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    import time
+
+    global _cpu_of_tree
     path = os.environ.get("ETR_TEST_TIMELINE")
-    started = __import__("time").time()
+    if path and _cpu_of_tree is None:
+        _cpu_of_tree = _CpuOfTree()
+    started, cpu = time.time(), _cpu_of_tree.sample() if path else 0.0
     yield
     if path:
         import json
-        import time
 
         line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid, "start": started}
         line["end"] = time.time()
+        line["cpu"] = round(_cpu_of_tree.sample() - cpu, 2)
         with open(path, "a") as out:
             out.write(json.dumps(line) + "\n")
