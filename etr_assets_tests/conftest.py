@@ -18,6 +18,7 @@ from etr_assets.settings import Settings  # noqa: E402
 TRANSACTIONS_PER_DAY = 40
 # Every JVM of the suite gets this heap: its tables hold hundreds of rows, and several suites share a machine.
 SUITE_DRIVER_MEMORY = "1g"
+AWS_TEST_REGION = "ap-southeast-5"  # the Settings default: S3A, boto3 and pyiceberg get it from the profile
 
 
 def pytest_configure(config):
@@ -110,6 +111,27 @@ def lake(spark, settings):
     from etr_assets.lake.session import attach_catalog
 
     return attach_catalog(spark, settings)
+
+
+@pytest.fixture
+def aws_env(monkeypatch):
+    """Dummy credentials only: no AWS_* variable of the host reaches boto3, pyiceberg or a subprocess."""
+    from etr_assets_tests.infra import aws_test_env
+
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    for name, value in aws_test_env(AWS_TEST_REGION).items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    """moto's server (S3, Glue and every service it emulates) on loopback, one per test module. Its backends are
+    global to the process: a test makes buckets of its own, or empties moto first (the aws tests do)."""
+    from etr_assets_tests.infra import moto_server
+
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -7,22 +7,20 @@ import urllib.request
 import pytest
 
 from etr_assets.settings import Settings
-from etr_assets_tests.infra import create_bucket, moto_server, s3_client
-from etr_assets_tests.s3.conftest import aws_env  # noqa: F401  (dummy credentials only; one definition)
-
-REGION = "ap-southeast-5"  # the Settings default, as the seed's team runs
+from etr_assets_tests.conftest import AWS_TEST_REGION as REGION  # the Settings default, as the seed's team runs
+from etr_assets_tests.infra import create_bucket, s3_client
 
 
-@pytest.fixture
-def moto_endpoint():
-    """moto on loopback, emptied first: its backends are global to the process, and each test bootstraps its own."""
-    with moto_server() as url:
-        urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=30).close()
-        yield url
+@pytest.fixture(autouse=True)
+def _moto_emptied(moto_endpoint):
+    """moto (the root conftest's, one per module) emptied before each test: its backends are global to the process,
+    and each test here bootstraps its own Glue databases."""
+    request = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
+    urllib.request.urlopen(request, timeout=30).close()
 
 
 @pytest.fixture
-def aws_settings(aws_env, moto_endpoint, tmp_path, request) -> Settings:  # noqa: F811
+def aws_settings(aws_env, moto_endpoint, tmp_path, request) -> Settings:
     """The aws profile on moto: a bucket of the test's own; Glue and S3 both answered by moto's server."""
     bucket = "etr-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     create_bucket(s3_client(moto_endpoint, REGION), bucket)

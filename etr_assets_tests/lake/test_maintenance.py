@@ -46,7 +46,7 @@ def ids(lake, table: str) -> list[int]:
 
 
 @pytest.fixture
-def ledger(lake, settings) -> str:
+def ledger_with_a_delete(lake, settings) -> str:
     ensure_table(lake, settings.catalog, SPEC)
     table = SPEC.qualified(settings.catalog)
     for n in range(6):
@@ -55,11 +55,11 @@ def ledger(lake, settings) -> str:
     return table
 
 
-def test_maintenance_compacts_applies_deletes_expires_and_logs_before_and_after(lake, settings, ledger):
-    rows_before = ids(lake, ledger)
+def test_maintenance_compacts_applies_deletes_expires_and_logs_before_and_after(lake, settings, ledger_with_a_delete):
+    rows_before = ids(lake, ledger_with_a_delete)
     result = maintain_table(lake, settings, SPEC, run_id="run-1")
 
-    assert ids(lake, ledger) == rows_before  # same rows, fewer files
+    assert ids(lake, ledger_with_a_delete) == rows_before  # same rows, fewer files
     before, after = result.before, result.after
     assert before.status == Severity.WARN and (before.data_files, before.delete_files, before.snapshots) == (6, 1, 7)
     assert after.status == Severity.OK and (after.data_files, after.delete_files, after.manifests) == (1, 0, 1)
@@ -92,30 +92,30 @@ def test_maintenance_compacts_applies_deletes_expires_and_logs_before_and_after(
     print(f"maintenance of a 6-file table took {result.seconds:.1f} s")
 
 
-def test_expire_snapshots_now_keeps_only_the_last(lake, settings, ledger):
+def test_expire_snapshots_now_keeps_only_the_last(lake, settings, ledger_with_a_delete):
     """What erasure calls: every older snapshot goes, so deleted rows are physically gone."""
-    deleted_file = lake.sql(f"SELECT file_path FROM {ledger}.files WHERE content = 0").collect()
+    deleted_file = lake.sql(f"SELECT file_path FROM {ledger_with_a_delete}.files WHERE content = 0").collect()
     result = expire_snapshots(lake, settings.catalog, SPEC, older_than=dt.datetime.now(dt.UTC), retain_last=1)
     assert result.expired_snapshots == 6 and result.retain_last == 1
-    assert lake.sql(f"SELECT count(*) FROM {ledger}.snapshots").first()[0] == 1
+    assert lake.sql(f"SELECT count(*) FROM {ledger_with_a_delete}.snapshots").first()[0] == 1
     assert all(Path(urlparse(r[0]).path).exists() for r in deleted_file)  # live files stay
     with pytest.raises(ValueError, match="retain_last=0 must be at least 1"):
         expire_snapshots(lake, settings.catalog, SPEC, retain_last=0)
 
 
-def test_orphan_files_older_than_three_days_are_removed_and_fresh_ones_kept(lake, settings, ledger):
+def test_orphan_files_older_than_three_days_are_removed_and_fresh_ones_kept(lake, settings, ledger_with_a_delete):
     data_dir = Path(urlparse(settings.warehouse).path) / "silver" / "ledger" / "data"
     old_orphan, fresh_orphan = data_dir / "left-by-a-crashed-write.parquet", data_dir / "being-written-now.parquet"
     for path in (old_orphan, fresh_orphan):
         path.write_bytes(b"not referenced by any snapshot")
     four_days_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(days=4)).timestamp()
     os.utime(old_orphan, (four_days_ago, four_days_ago))
-    rows_before = ids(lake, ledger)
+    rows_before = ids(lake, ledger_with_a_delete)
 
     result = remove_orphan_files(lake, settings.catalog, SPEC)
     assert [Path(urlparse(p).path).name for p in result.removed] == [old_orphan.name]
     assert not old_orphan.exists() and fresh_orphan.exists()
-    assert ids(lake, ledger) == rows_before  # every live file is still there
+    assert ids(lake, ledger_with_a_delete) == rows_before  # every live file is still there
     with pytest.raises(ValueError, match="less than 24 hours ago"):
         remove_orphan_files(lake, settings.catalog, SPEC, older_than=dt.datetime.now(dt.UTC) - dt.timedelta(hours=2))
 
@@ -134,44 +134,46 @@ def test_orphan_removal_treats_s3_and_s3a_as_one_scheme_and_fails_on_other_misma
         orphan_file_arguments(SPEC, dt.datetime(2025, 1, 1))
 
 
-def test_maintenance_during_a_concurrent_writer_loses_no_row(lake, settings, ledger):
+def test_maintenance_during_a_concurrent_writer_loses_no_row(lake, settings, ledger_with_a_delete):
     appended: list[int] = []
     errors: list[Exception] = []
 
     def writer() -> None:
         try:
             for n in range(100, 110):
-                insert(lake, ledger, n * 10, rows=3)
+                insert(lake, ledger_with_a_delete, n * 10, rows=3)
                 appended.extend(range(n * 10, n * 10 + 3))
         except Exception as error:  # noqa: BLE001 - reported by the assertion below, not lost in the thread
             errors.append(error)
 
-    rows_before = ids(lake, ledger)
+    rows_before = ids(lake, ledger_with_a_delete)
     thread = threading.Thread(target=writer)
     thread.start()
     result = maintain_table(lake, settings, SPEC, run_id="concurrent")
     thread.join()
 
     assert errors == []
-    assert ids(lake, ledger) == sorted(rows_before + appended)  # nothing lost, nothing doubled
+    assert ids(lake, ledger_with_a_delete) == sorted(rows_before + appended)  # nothing lost, nothing doubled
     assert result.compaction.rewritten_data_files >= 6
 
 
 def test_audit_branches_left_by_failed_or_killed_runs_are_dropped_once_stale_and_logged(
-    lake, settings, ledger, monkeypatch
+    lake, settings, ledger_with_a_delete, monkeypatch
 ):
     from etr_assets.lake import maintenance
     from etr_assets.lake.maintenance import drop_stale_audit_branches
 
-    lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH audit_killed_run")
-    lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH scd2_apply_killed")  # a killed SCD2 daily apply's
-    lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH analysis")  # someone's own branch: never touched
-    assert drop_stale_audit_branches(lake, ledger) == ()  # younger than a day: a running write may still use it
+    lake.sql(f"ALTER TABLE {ledger_with_a_delete} CREATE BRANCH audit_killed_run")
+    lake.sql(f"ALTER TABLE {ledger_with_a_delete} CREATE BRANCH scd2_apply_killed")  # a killed SCD2 daily apply's
+    lake.sql(f"ALTER TABLE {ledger_with_a_delete} CREATE BRANCH analysis")  # someone's own branch: never touched
+    assert (
+        drop_stale_audit_branches(lake, ledger_with_a_delete) == ()
+    )  # younger than a day: a running write may still use it
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=2)
-    assert drop_stale_audit_branches(lake, ledger, now=later) == ("audit_killed_run", "scd2_apply_killed")
-    assert {r[0] for r in lake.sql(f"SELECT name FROM {ledger}.refs").collect()} == {"main", "analysis"}
+    assert drop_stale_audit_branches(lake, ledger_with_a_delete, now=later) == ("audit_killed_run", "scd2_apply_killed")
+    assert {r[0] for r in lake.sql(f"SELECT name FROM {ledger_with_a_delete}.refs").collect()} == {"main", "analysis"}
 
-    lake.sql(f"ALTER TABLE {ledger} CREATE BRANCH audit_other_run")
+    lake.sql(f"ALTER TABLE {ledger_with_a_delete} CREATE BRANCH audit_other_run")
     monkeypatch.setattr(maintenance, "AUDIT_BRANCH_GRACE", dt.timedelta(0))  # as if a day had passed
     result = maintain_table(lake, settings, SPEC, run_id="r1")
     assert result.audit_branches_dropped == ("audit_other_run",)

@@ -28,7 +28,7 @@ def snapshots(lake, table):
 
 
 @pytest.fixture
-def ledger(lake, settings):
+def ledger_of_three_commits(lake, settings):
     ensure_table(lake, settings.catalog, SPEC)
     table = SPEC.qualified(settings.catalog)
     for batch in range(3):
@@ -40,8 +40,8 @@ def ledger(lake, settings):
     return table, [EPOCH + dt.timedelta(milliseconds=ms) for ms in millis]
 
 
-def test_read_as_of_a_snapshot_or_a_time(lake, ledger):
-    table, moments = ledger
+def test_read_as_of_a_snapshot_or_a_time(lake, ledger_of_three_commits):
+    table, moments = ledger_of_three_commits
     first, second, third = snapshots(lake, table)
     assert read_as_of(lake, table, snapshot_id=first).count() == 10
     # As of a commit's own time: that commit (at or before); a millisecond earlier: the one before it.
@@ -56,16 +56,16 @@ def test_read_as_of_a_snapshot_or_a_time(lake, ledger):
         read_as_of(lake, table, when=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
 
 
-def test_daily_growth_compares_now_with_the_past_through_time_travel(lake, ledger):
-    table, moments = ledger
+def test_daily_growth_compares_now_with_the_past_through_time_travel(lake, ledger_of_three_commits):
+    table, moments = ledger_of_three_commits
     growth = daily_growth(lake, table, now=moments[2], window=moments[2] - moments[0])
     assert (growth.rows_now, growth.rows_before, growth.added) == (30, 10, 20)
     assert growth.ratio == 3.0
     assert daily_growth(lake, table).rows_before == 0  # a day ago the table did not exist
 
 
-def test_rollback_restores_a_snapshot_and_records_why(lake, settings, ledger):
-    table, _ = ledger
+def test_rollback_restores_a_snapshot_and_records_why(lake, settings, ledger_of_three_commits):
+    table, _ = ledger_of_three_commits
     first, _, third = snapshots(lake, table)
     record = rollback(lake, settings.catalog, table, first, reason="bad load of batch 2 and 3", run_id="r1")
     assert lake.table(table).count() == 10
@@ -79,9 +79,9 @@ def test_rollback_restores_a_snapshot_and_records_why(lake, settings, ledger):
 
 
 def test_a_second_rollback_records_the_current_snapshot_and_a_non_ancestor_is_refused_in_one_line(
-    lake, settings, ledger
+    lake, settings, ledger_of_three_commits
 ):
-    table, _ = ledger
+    table, _ = ledger_of_three_commits
     first, second, third = snapshots(lake, table)
     rollback(lake, settings.catalog, table, second, reason="drop batch 3")
     # The newest commit is still `third`; the current snapshot is `second`.

@@ -30,7 +30,7 @@ def expected_latest(api, day):
 
 
 @pytest.fixture
-def raw(settings, api):
+def fetched_raw(settings, api):
     zone = local_raw_zone(settings.raw_root)
     client = bnpl_client(api.url, api.config.token, page_size=25)
     for day in DAYS:
@@ -42,8 +42,8 @@ def rows(lake, spec, settings, columns="*", where="true"):
     return lake.sql(f"SELECT {columns} FROM {spec.qualified(settings.catalog)} WHERE {where}").collect()
 
 
-def test_bronze_keeps_every_received_record_with_lineage_and_completes_the_batch(lake, settings, raw, api):
-    result = pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+def test_bronze_keeps_every_received_record_with_lineage_and_completes_the_batch(lake, settings, fetched_raw, api):
+    result = pipeline.load_bronze(lake, settings.catalog, fetched_raw, DAYS)
 
     received = sum(len(transactions_for(api.config, d)) for d in DAYS)
     bronze = rows(lake, BRONZE_TRANSACTIONS, settings)
@@ -52,19 +52,19 @@ def test_bronze_keeps_every_received_record_with_lineage_and_completes_the_batch
     assert all(r["_batch_id"] and r["_source_file"].endswith(".jsonl") and r["_ingested_at"] for r in bronze)
     assert {r["amount"] for r in bronze} <= {t["amount"] for d in DAYS for t in transactions_for(api.config, d)}
     for day in DAYS:
-        (batch,) = raw.batches("bnpl", "transactions", day)
-        assert raw.is_complete(batch)
-        assert raw.uncommitted("bnpl", "transactions", day) == []
+        (batch,) = fetched_raw.batches("bnpl", "transactions", day)
+        assert fetched_raw.is_complete(batch)
+        assert fetched_raw.uncommitted("bnpl", "transactions", day) == []
 
 
 def test_a_day_of_more_rows_than_a_writer_takes_is_written_by_two_tasks_each_file_in_the_tables_order(
-    lake, settings, raw, monkeypatch
+    lake, settings, fetched_raw, monkeypatch
 ):
     from etr_assets.lake import bronze
 
-    pipeline.load_bronze(lake, settings.catalog, raw, [DAYS[0]])
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [DAYS[0]])
     monkeypatch.setattr(bronze, "ROWS_PER_WRITER", 20)  # a day of about 40 rows takes two writers (two cores)
-    result = pipeline.load_bronze(lake, settings.catalog, raw, [DAYS[1]])
+    result = pipeline.load_bronze(lake, settings.catalog, fetched_raw, [DAYS[1]])
 
     files = lake.sql(
         f"SELECT file_path, record_count, partition FROM {BRONZE_TRANSACTIONS.qualified(settings.catalog)}.files"
@@ -79,8 +79,8 @@ def test_a_day_of_more_rows_than_a_writer_takes_is_written_by_two_tasks_each_fil
         assert ids == sorted(ids)
 
 
-def test_silver_is_typed_deduplicated_and_latest_update_wins(lake, settings, raw, api):
-    pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+def test_silver_is_typed_deduplicated_and_latest_update_wins(lake, settings, fetched_raw, api):
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, DAYS)
     result = pipeline.build_silver(lake, settings.catalog, DAYS)
 
     silver = rows(lake, SILVER_TRANSACTIONS, settings)
@@ -98,8 +98,8 @@ def test_silver_is_typed_deduplicated_and_latest_update_wins(lake, settings, raw
     assert schema["amount"] == "decimal(10,2)" and schema["transaction_date"] == "date"
 
 
-def test_gold_matches_a_plain_python_summary(lake, settings, raw, api):
-    pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+def test_gold_matches_a_plain_python_summary(lake, settings, fetched_raw, api):
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, DAYS)
     pipeline.build_silver(lake, settings.catalog, DAYS)
     pipeline.build_gold(lake, settings.catalog, DAYS)
 
@@ -120,9 +120,9 @@ def test_gold_matches_a_plain_python_summary(lake, settings, raw, api):
 
 
 @pytest.mark.slow
-def test_rebuilding_a_day_replaces_it_without_duplicates(lake, settings, raw, api):
+def test_rebuilding_a_day_replaces_it_without_duplicates(lake, settings, fetched_raw, api):
     for _ in range(2):
-        pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+        pipeline.load_bronze(lake, settings.catalog, fetched_raw, DAYS)
         pipeline.build_silver(lake, settings.catalog, DAYS)
         pipeline.build_gold(lake, settings.catalog, DAYS)
     first = {
@@ -130,8 +130,8 @@ def test_rebuilding_a_day_replaces_it_without_duplicates(lake, settings, raw, ap
     }
 
     # A new download of one day supersedes the old batch; the other day is untouched.
-    fetch_day(bnpl_client(api.url, api.config.token, page_size=1000), raw, "transactions", DAYS[0])
-    pipeline.load_bronze(lake, settings.catalog, raw, [DAYS[0]])
+    fetch_day(bnpl_client(api.url, api.config.token, page_size=1000), fetched_raw, "transactions", DAYS[0])
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [DAYS[0]])
     pipeline.build_silver(lake, settings.catalog, [DAYS[0]])
     after = {
         r[0]: r[1] for r in rows(lake, SILVER_TRANSACTIONS, settings, "transaction_date, count(*)", "true GROUP BY 1")
@@ -140,17 +140,17 @@ def test_rebuilding_a_day_replaces_it_without_duplicates(lake, settings, raw, ap
     bronze_batches = rows(
         lake, BRONZE_TRANSACTIONS, settings, "DISTINCT _batch_id", f"transaction_date = DATE'{DAYS[0]}'"
     )
-    newest = raw.batches("bnpl", "transactions", DAYS[0])[-1]
+    newest = fetched_raw.batches("bnpl", "transactions", DAYS[0])[-1]
     assert [r[0] for r in bronze_batches] == [newest.batch_id]
-    assert all(raw.is_complete(b) for b in raw.batches("bnpl", "transactions", DAYS[0]))
+    assert all(fetched_raw.is_complete(b) for b in fetched_raw.batches("bnpl", "transactions", DAYS[0]))
 
 
-def test_a_day_without_transactions_empties_that_day(lake, settings, raw):
+def test_a_day_without_transactions_empties_that_day(lake, settings, fetched_raw):
     day = dt.date(2025, 3, 3)
-    batch = raw.start_batch("bnpl", "transactions", day)
-    raw.seal(batch, [], 0)
-    result = pipeline.load_bronze(lake, settings.catalog, raw, [day])
-    assert result.rows == 0 and raw.is_complete(batch)
+    batch = fetched_raw.start_batch("bnpl", "transactions", day)
+    fetched_raw.seal(batch, [], 0)
+    result = pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day])
+    assert result.rows == 0 and fetched_raw.is_complete(batch)
     assert pipeline.build_silver(lake, settings.catalog, [day]).rows == 0
 
 
@@ -169,32 +169,32 @@ GOOD = {
 }
 
 
-def plant_batch(raw, day, lines):
-    batch = raw.start_batch("bnpl", "transactions", day)
-    raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", "".join(line + "\n" for line in lines).encode())
-    raw.seal(batch, ["part-00001.jsonl"], len(lines))
+def plant_batch(fetched_raw, day, lines):
+    batch = fetched_raw.start_batch("bnpl", "transactions", day)
+    fetched_raw.storage.write_bytes(f"{batch.key}/part-00001.jsonl", "".join(line + "\n" for line in lines).encode())
+    fetched_raw.seal(batch, ["part-00001.jsonl"], len(lines))
     return batch
 
 
-def test_too_many_bad_records_fail_before_writing_and_the_batch_stays_pending(lake, settings, raw):
+def test_too_many_bad_records_fail_before_writing_and_the_batch_stays_pending(lake, settings, fetched_raw):
     day = dt.date(2025, 3, 4)
-    batch = plant_batch(raw, day, [json.dumps(GOOD), "{not json", json.dumps({**GOOD, "customer_id": "abc"})])
+    batch = plant_batch(fetched_raw, day, [json.dumps(GOOD), "{not json", json.dumps({**GOOD, "customer_id": "abc"})])
 
     with pytest.raises(pipeline.BadInputError) as failure:
-        pipeline.load_bronze(lake, settings.catalog, raw, [day])
+        pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day])
     message = str(failure.value)
     assert f"raw batch {batch.key}: 2 of 3 records refused" in message
     assert "part-00001.jsonl:2: not a JSON object" in message
     assert "part-00001.jsonl:3: a value of the wrong type: customer_id expects bigint, got abc" in message
-    assert not raw.is_complete(batch)  # stays pending: a fixed source or a higher threshold can retry it
-    assert raw.storage.exists(f"{batch.key}/part-00001.jsonl")
+    assert not fetched_raw.is_complete(batch)  # stays pending: a fixed source or a higher threshold can retry it
+    assert fetched_raw.storage.exists(f"{batch.key}/part-00001.jsonl")
     assert not lake.catalog.tableExists(f"{settings.catalog}.bronze.bnpl_transactions_raw")  # nothing written
 
-    result = pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.9)  # the retry
-    assert result.rows == 1 and result.extra["records_quarantined"] == 2 and raw.is_complete(batch)
+    result = pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day], max_reject_rate=0.9)  # the retry
+    assert result.rows == 1 and result.extra["records_quarantined"] == 2 and fetched_raw.is_complete(batch)
 
 
-def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconcile(lake, settings, raw):
+def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconcile(lake, settings, fetched_raw):
     day = dt.date(2025, 3, 4)
     good_lines = [json.dumps({**GOOD, "transaction_id": i, "loyalty_points": 5}) for i in range(1, 21)]
     bad = [
@@ -203,8 +203,8 @@ def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconc
         json.dumps({**GOOD, "transaction_id": 98, "amount": "-5.00"}),
         json.dumps({**GOOD, "transaction_id": 99, "transaction_date": "2025-03-03"}),
     ]
-    batch = plant_batch(raw, day, good_lines[:10] + bad + good_lines[10:])
-    result = pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.25)
+    batch = plant_batch(fetched_raw, day, good_lines[:10] + bad + good_lines[10:])
+    result = pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day], max_reject_rate=0.25)
 
     assert (
         result.extra["records_received"] == 24 == result.extra["records_accepted"] + result.extra["records_quarantined"]
@@ -224,13 +224,15 @@ def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconc
     assert quarantine[13]["customer_id"] == 2 and quarantine[13]["_batch_id"] == batch.batch_id
     assert all(r["source_file"].endswith(f"{batch.batch_id}/part-00001.jsonl") for r in quarantine.values())
 
-    pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.25)  # rerun: same rows, no duplicates
+    pipeline.load_bronze(
+        lake, settings.catalog, fetched_raw, [day], max_reject_rate=0.25
+    )  # rerun: same rows, no duplicates
     again = lake.sql(f"SELECT count(*) FROM {settings.catalog}.bronze.quarantine_transactions").first()[0]
     assert again == 4
 
 
 def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodable_text_only_sinks_its_record(
-    lake, settings, raw
+    lake, settings, fetched_raw
 ):
     day = dt.date(2025, 3, 4)
     good = [json.dumps({**GOOD, "transaction_id": i}) for i in range(1, 11)]
@@ -245,9 +247,9 @@ def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodab
         17: json.dumps({**GOOD, "transaction_id": 17, "updated_at": "NaN"}),
         18: json.dumps({**GOOD, "transaction_id": 18, "payment_method": "CA\ud800RD"}),  # a lone surrogate
     }
-    plant_batch(raw, day, good + list(wrong.values()))
+    plant_batch(fetched_raw, day, good + list(wrong.values()))
 
-    result = pipeline.load_bronze(lake, settings.catalog, raw, [day], max_reject_rate=0.5)
+    result = pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day], max_reject_rate=0.5)
 
     assert result.rows == 11 and result.extra["records_quarantined"] == 7
     ids = {
@@ -272,13 +274,15 @@ def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodab
 
 
 @pytest.mark.slow
-def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and_its_day_publishes(lake, settings, raw):
+def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and_its_day_publishes(
+    lake, settings, fetched_raw
+):
 
     day = dt.date(2025, 3, 4)
     lines = [json.dumps({**GOOD, "transaction_id": i, "amount": f"{i}.00"}) for i in range(1, 41)]
     lines.append(json.dumps({**GOOD, "transaction_id": 41, "amount": "150000.00"}))  # fine for bronze, not silver
-    plant_batch(raw, day, lines)
-    pipeline.load_bronze(lake, settings.catalog, raw, [day])
+    plant_batch(fetched_raw, day, lines)
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day])
 
     silver = pipeline.build_silver(lake, settings.catalog, [day], audit_branch="audit_test")
     gold = pipeline.build_gold(lake, settings.catalog, [day], audit_branch="audit_test")
@@ -312,33 +316,35 @@ def test_a_transaction_breaking_a_per_record_expectation_waits_in_quarantine_and
     assert lake.sql(f"SELECT count(*) FROM {settings.catalog}.silver.quarantine_transactions").first()[0] == 1
 
 
-def test_missing_download_is_a_clear_error(lake, settings, raw):
+def test_missing_download_is_a_clear_error(lake, settings, fetched_raw):
     with pytest.raises(pipeline.BadInputError, match="no downloaded raw batch for 2025-04-01"):
-        pipeline.load_bronze(lake, settings.catalog, raw, [dt.date(2025, 4, 1)])
+        pipeline.load_bronze(lake, settings.catalog, fetched_raw, [dt.date(2025, 4, 1)])
 
 
 def test_an_empty_reply_for_a_loaded_day_fails_and_leaves_the_day_until_a_run_says_the_shrink_is_intended(
-    lake, settings, raw
+    lake, settings, fetched_raw
 ):
     from etr_assets.errors import BadInputError
     from etr_assets.tables.feeds import TRANSACTIONS
 
     day = DAYS[0]
-    pipeline.load_bronze(lake, settings.catalog, raw, [day])
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day])
     table = BRONZE_TRANSACTIONS.qualified(settings.catalog)
     loaded = lake.table(table).where(f"transaction_date = DATE'{day}'").count()
     snapshots = lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
-    empty = raw.start_batch(TRANSACTIONS.source, TRANSACTIONS.endpoint, day)  # the API answered 200 with no transaction
-    raw.seal(empty, [], 0)
+    empty = fetched_raw.start_batch(
+        TRANSACTIONS.source, TRANSACTIONS.endpoint, day
+    )  # the API answered 200 with no transaction
+    fetched_raw.seal(empty, [], 0)
 
     with pytest.raises(BadInputError) as refused:
-        pipeline.load_bronze(lake, settings.catalog, raw, [day])
+        pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day])
     message = str(refused.value)
     assert empty.key in message and f"from {loaded} to 0 rows" in message and "max_day_shrink" in message
     assert lake.table(table).where(f"transaction_date = DATE'{day}'").count() == loaded
     assert lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots  # nothing committed
-    assert empty in raw.pending(TRANSACTIONS.source, TRANSACTIONS.endpoint)
+    assert empty in fetched_raw.pending(TRANSACTIONS.source, TRANSACTIONS.endpoint)
 
-    pipeline.load_bronze(lake, settings.catalog, raw, [day], max_day_shrink=1.0)  # the source really emptied it
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day], max_day_shrink=1.0)  # the source really emptied it
     assert lake.table(table).where(f"transaction_date = DATE'{day}'").count() == 0
-    assert empty not in raw.pending(TRANSACTIONS.source, TRANSACTIONS.endpoint)
+    assert empty not in fetched_raw.pending(TRANSACTIONS.source, TRANSACTIONS.endpoint)

@@ -1,21 +1,6 @@
 """Fixtures of the s3-profile tests."""
 
-import os
-
-import pytest
-
-from etr_assets_tests.infra import aws_test_env
-
-REGION = "ap-southeast-5"  # the Settings default: S3A and pyiceberg get it from the profile
-
-
-@pytest.fixture
-def aws_env(monkeypatch):
-    """Dummy credentials only: no AWS_* variable of the host reaches boto3, pyiceberg or a subprocess."""
-    for name in [n for n in os.environ if n.startswith("AWS_")]:
-        monkeypatch.delenv(name)
-    for name, value in aws_test_env(REGION).items():
-        monkeypatch.setenv(name, value)
+from etr_assets_tests.conftest import AWS_TEST_REGION as REGION  # aws_env and moto_endpoint: the root conftest.py
 
 
 def s3_profile_settings(bucket: str, endpoint: str, jdbc_url: str, home, **extra):

@@ -40,7 +40,7 @@ JOB_TIMEOUT = 300
 
 
 @pytest.fixture
-def lake(tmp_path, aws_env):
+def s3_lake(tmp_path, aws_env):
     """A moto S3 with a fresh bucket, and a private PostgreSQL holding the catalog database `etr`."""
     require_s3_profile_jars()
     with moto_server() as endpoint, postgres_server() as jdbc_url:
@@ -110,7 +110,7 @@ def catalog_rows(settings: Settings) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog(lake, tmp_path):
+def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog(s3_lake, tmp_path):
     from etr_assets.lake.metadata import table_stats
     from etr_assets.lake.session import S3A_JARS
     from etr_assets.sources.s3_storage import s3_raw_zone
@@ -118,7 +118,7 @@ def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog
     from etr_assets.tables.feeds import TRANSACTIONS
     from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
 
-    settings, client = lake
+    settings, client = s3_lake
     source = TRANSACTIONS.source  # the BNPL source, as declared
     job = start_job("pipeline", job_args(settings, days=[d.isoformat() for d in DAYS]), tmp_path)
     (result,) = finish_jobs([job], tmp_path)
@@ -195,7 +195,7 @@ def test_pipeline_on_the_s3_profile_lands_in_the_bucket_and_the_postgres_catalog
 
 
 @pytest.mark.slow
-def test_concurrent_appends_from_three_processes_all_commit(lake, tmp_path):
+def test_concurrent_appends_from_three_processes_all_commit(s3_lake, tmp_path):
     """PostgreSQL's JDBC catalog is a compare-and-swap: losers retry, no commit and no row is lost."""
     import pyarrow as pa
     from pyiceberg.schema import Schema
@@ -204,7 +204,7 @@ def test_concurrent_appends_from_three_processes_all_commit(lake, tmp_path):
     from etr_assets.lake.metadata import catalog
     from etr_assets.lake.specs import DEFAULT_PROPERTIES
 
-    settings, client = lake
+    settings, client = s3_lake
     writers, batches, rows = 3, 5, 10
     # Created without a JVM by pyiceberg, in the catalog Spark uses: no race between writers on CREATE.
     iceberg = catalog(settings)

@@ -26,7 +26,7 @@ from etr_assets.sources.raw_zone import (
     RawZone,
 )
 from etr_assets.sources.s3_storage import S3Storage
-from etr_assets_tests.infra import aws_test_env, create_bucket, moto_server, s3_client
+from etr_assets_tests.infra import aws_test_env, create_bucket, s3_client
 from etr_assets_tests.sources.raw_parts import write_part
 
 REGION = "ap-southeast-5"
@@ -96,12 +96,6 @@ class Zone:
         self.requests.clear()
         result = action()
         return result, dict(self.storage.calls), dict(self.requests)
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    with moto_server() as url:
-        yield url
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -66,39 +66,39 @@ def ts(text: str) -> dt.datetime:
 
 
 @pytest.fixture(scope="module")
-def api():
+def bnpl_api():
     with serve(CONFIG) as running:
         yield running
 
 
-def test_health_needs_no_token(api):
-    assert get_json(f"{api.url}/health", token=None) == (200, {"status": "ok"})
-    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", api.url)
+def test_health_needs_no_token(bnpl_api):
+    assert get_json(f"{bnpl_api.url}/health", token=None) == (200, {"status": "ok"})
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", bnpl_api.url)
 
 
 @pytest.mark.parametrize("page_size", [37, 100, 1000])
-def test_pages_concatenate_to_the_feed(api, page_size):
+def test_pages_concatenate_to_the_feed(bnpl_api, page_size):
     truth = transactions_for(CONFIG, DAY)
-    rows, pages = fetch_all(api.url, f"/v1/transactions?date={DAY}", page_size)
+    rows, pages = fetch_all(bnpl_api.url, f"/v1/transactions?date={DAY}", page_size)
     assert rows == truth
     assert all(page["total"] == len(truth) and page["page_size"] == page_size for page in pages)
     assert [page["page"] for page in pages] == list(range(1, len(pages) + 1))
     assert pages[-1]["next_page"] is None and all(page["next_page"] for page in pages[:-1])
     assert len(pages) == -(-len(truth) // page_size)
-    status, past = get_json(f"{api.url}/v1/transactions?date={DAY}&page={len(pages) + 1}&page_size={page_size}")
+    status, past = get_json(f"{bnpl_api.url}/v1/transactions?date={DAY}&page={len(pages) + 1}&page_size={page_size}")
     assert status == 200 and past["data"] == [] and past["next_page"] is None and past["total"] == len(truth)
 
 
-def test_customers_and_merchants_page_like_transactions(api):
-    rows, _ = fetch_all(api.url, f"/v1/customers?as_of={DAY}", 250)
+def test_customers_and_merchants_page_like_transactions(bnpl_api):
+    rows, _ = fetch_all(bnpl_api.url, f"/v1/customers?as_of={DAY}", 250)
     assert rows == customers_as_of(CONFIG, DAY)
-    rows, _ = fetch_all(api.url, f"/v1/merchants?as_of={DAY}", 7)
+    rows, _ = fetch_all(bnpl_api.url, f"/v1/merchants?as_of={DAY}", 7)
     assert rows == merchants_as_of(CONFIG, DAY)
-    status, body = get_json(f"{api.url}/v1/customers?as_of={DAY}")  # default page
+    status, body = get_json(f"{bnpl_api.url}/v1/customers?as_of={DAY}")  # default page
     assert status == 200 and body["page"] == 1 and body["page_size"] == 100 and body["next_page"] == 2
 
 
-def test_two_instances_serve_identical_bytes_and_another_seed_differs(api):
+def test_two_instances_serve_identical_bytes_and_another_seed_differs(bnpl_api):
     paths = [
         f"/v1/transactions?date={DAY}&page=2&page_size=50",
         f"/v1/customers?as_of={DAY}&page_size=1000",
@@ -106,7 +106,7 @@ def test_two_instances_serve_identical_bytes_and_another_seed_differs(api):
     ]
     with serve(CONFIG) as other, serve(ApiConfig(seed=8)) as reseeded:
         for path in paths:
-            first, second = get(api.url + path)[2], get(other.url + path)[2]
+            first, second = get(bnpl_api.url + path)[2], get(other.url + path)[2]
             assert first == second
             assert get(reseeded.url + path)[2] != first
 
@@ -202,9 +202,9 @@ def test_customer_and_merchant_fields():
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token"])
-def test_requests_without_the_right_token_are_refused(api, token):
+def test_requests_without_the_right_token_are_refused(bnpl_api, token):
     for path in (f"/v1/transactions?date={DAY}", f"/v1/customers?as_of={DAY}", "/nowhere"):
-        status, headers, body = get(api.url + path, token=token)
+        status, headers, body = get(bnpl_api.url + path, token=token)
         assert status == 401 and headers["WWW-Authenticate"] == "Bearer" and json.loads(body)["error"]
 
 
@@ -224,22 +224,22 @@ def test_requests_without_the_right_token_are_refused(api, token):
         ("/v1/transactions?date=2025-01-01&page=-1", "page", "-1"),
     ],
 )
-def test_bad_parameters_are_400_naming_the_parameter(api, query, name, value):
-    status, body = get_json(api.url + query)
+def test_bad_parameters_are_400_naming_the_parameter(bnpl_api, query, name, value):
+    status, body = get_json(bnpl_api.url + query)
     assert status == 400
     assert name in body["error"] and value in body["error"]
 
 
-def test_unknown_path_is_404_json(api):
-    status, body = get_json(f"{api.url}/v1/refunds?date={DAY}")
+def test_unknown_path_is_404_json(bnpl_api):
+    status, body = get_json(f"{bnpl_api.url}/v1/refunds?date={DAY}")
     assert status == 404 and "/v1/refunds" in body["error"]
 
 
-def test_customers_grow_by_signups_per_day(api):
+def test_customers_grow_by_signups_per_day(bnpl_api):
     sizes = [len(customers_as_of(CONFIG, EPOCH + dt.timedelta(days=n))) for n in range(5)]
     assert sizes == [CONFIG.base_customers + n * CONFIG.signups_per_day for n in range(5)]
     totals = [
-        get_json(f"{api.url}/v1/customers?as_of={day}&page_size=1")[1]["total"]
+        get_json(f"{bnpl_api.url}/v1/customers?as_of={day}&page_size=1")[1]["total"]
         for day in (DAY, DAY + dt.timedelta(days=1))
     ]
     assert totals[1] - totals[0] == CONFIG.signups_per_day
@@ -414,55 +414,58 @@ def test_faults_are_off_by_default_and_validated():
 
 
 def test_fail_requests_fails_the_next_n_data_requests_then_recovers():
-    with faulty(fail_requests=2) as api:
+    with faulty(fail_requests=2) as bnpl_api:
         for left in (1, 0):
-            status, headers, body = get(api.url + TX)
+            status, headers, body = get(bnpl_api.url + TX)
             assert status == 503 and "Retry-After" not in headers and headers["Content-Type"] == "application/json"
             assert "503" in json.loads(body)["error"]
-            assert get_json(f"{api.url}/health", token=None) == (200, {"status": "ok"})  # never failed, never counted
-            assert get_json(f"{api.url}/admin/faults")[1]["fail_requests"] == left
-            assert api.faults.fail_requests == left
-        status, body = get_json(api.url + TX + "&page_size=5")
+            assert get_json(f"{bnpl_api.url}/health", token=None) == (
+                200,
+                {"status": "ok"},
+            )  # never failed, never counted
+            assert get_json(f"{bnpl_api.url}/admin/faults")[1]["fail_requests"] == left
+            assert bnpl_api.faults.fail_requests == left
+        status, body = get_json(bnpl_api.url + TX + "&page_size=5")
         assert status == 200 and body["data"] == transactions_for(CONFIG, DAY)[:5]
-        assert get(api.url + TX, token="wrong")[0] == 401  # auth is checked before faults
-        api.set_faults(ApiFaults(fail_requests=1, fail_status=500))
-        assert get(f"{api.url}/v1/merchants?as_of={DAY}")[0] == 500 and get(api.url + TX)[0] == 200
+        assert get(bnpl_api.url + TX, token="wrong")[0] == 401  # auth is checked before faults
+        bnpl_api.set_faults(ApiFaults(fail_requests=1, fail_status=500))
+        assert get(f"{bnpl_api.url}/v1/merchants?as_of={DAY}")[0] == 500 and get(bnpl_api.url + TX)[0] == 200
 
 
 def test_fail_requests_counts_down_exactly_under_concurrency():
-    with faulty(fail_requests=7) as api:
+    with faulty(fail_requests=7) as bnpl_api:
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            statuses = list(pool.map(lambda _: get(api.url + TX + "&page_size=1")[0], range(20)))
-        assert Counter(statuses) == {503: 7, 200: 13} and api.faults.fail_requests == 0
+            statuses = list(pool.map(lambda _: get(bnpl_api.url + TX + "&page_size=1")[0], range(20)))
+        assert Counter(statuses) == {503: 7, 200: 13} and bnpl_api.faults.fail_requests == 0
 
 
 def test_fail_path_prefix_scopes_the_failures():
-    with faulty(fail_requests=1, fail_path_prefix="/v1/customers") as api:
-        assert get(api.url + TX)[0] == 200 and get(f"{api.url}/v1/merchants?as_of={DAY}")[0] == 200
-        assert api.faults.fail_requests == 1  # other paths do not use up the count
-        assert get(f"{api.url}/v1/customers?as_of={DAY}")[0] == 503
-        assert get(f"{api.url}/v1/customers?as_of={DAY}")[0] == 200
+    with faulty(fail_requests=1, fail_path_prefix="/v1/customers") as bnpl_api:
+        assert get(bnpl_api.url + TX)[0] == 200 and get(f"{bnpl_api.url}/v1/merchants?as_of={DAY}")[0] == 200
+        assert bnpl_api.faults.fail_requests == 1  # other paths do not use up the count
+        assert get(f"{bnpl_api.url}/v1/customers?as_of={DAY}")[0] == 503
+        assert get(f"{bnpl_api.url}/v1/customers?as_of={DAY}")[0] == 200
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(0.05, "0.05"), (2, "2"), (0.25, "0.25"), (0, "0")])
 def test_429_carries_retry_after_as_a_number(seconds, text):
-    with faulty(fail_requests=1, fail_status=429, retry_after_seconds=seconds) as api:
-        status, headers, body = get(api.url + TX)
+    with faulty(fail_requests=1, fail_status=429, retry_after_seconds=seconds) as bnpl_api:
+        status, headers, body = get(bnpl_api.url + TX)
         assert status == 429 and headers["Retry-After"] == text and json.loads(body)["error"]
 
 
 def test_delay_makes_a_short_timeout_request_time_out():
-    with faulty(delay_seconds=1.0) as api:  # long against both bounds below, so a slow host cannot blur them
-        request = urllib.request.Request(api.url + TX, headers={"Authorization": f"Bearer {CONFIG.token}"})
+    with faulty(delay_seconds=1.0) as bnpl_api:  # long against both bounds below, so a slow host cannot blur them
+        request = urllib.request.Request(bnpl_api.url + TX, headers={"Authorization": f"Bearer {CONFIG.token}"})
         with pytest.raises((TimeoutError, urllib.error.URLError)) as caught:
             urllib.request.urlopen(request, timeout=0.05)
         assert isinstance(caught.value, TimeoutError) or isinstance(caught.value.reason, TimeoutError)
         started = time.perf_counter()
-        assert get_json(f"{api.url}/health", token=None)[0] == 200  # health is never delayed
+        assert get_json(f"{bnpl_api.url}/health", token=None)[0] == 200  # health is never delayed
         assert time.perf_counter() - started < 0.9  # not the 1 s delay
-        api.set_faults(ApiFaults(delay_seconds=0.1))
+        bnpl_api.set_faults(ApiFaults(delay_seconds=0.1))
         started = time.perf_counter()
-        assert get(api.url + TX)[0] == 200 and time.perf_counter() - started >= 0.1
+        assert get(bnpl_api.url + TX)[0] == 200 and time.perf_counter() - started >= 0.1
 
 
 def test_malformed_rate_corrupts_the_expected_records_deterministically():
@@ -552,18 +555,18 @@ def test_drift_adds_unknown_fields_and_leaves_the_rest_unchanged():
     for record in drifted:  # both copies of a re-sent transaction carry the same new values
         assert by_id.setdefault(record["transaction_id"], record["channel"]) == record["channel"]
     assert transactions_served(CONFIG, faults, DAY) == drifted
-    with faulty(drift=True) as api:
-        status, body = get_json(api.url + TX + "&page_size=3")
+    with faulty(drift=True) as bnpl_api:
+        status, body = get_json(bnpl_api.url + TX + "&page_size=3")
         assert status == 200 and body["data"] == drifted[:3]
 
 
 def test_truncate_after_pages_cuts_off_the_next_page_and_the_server_keeps_serving():
-    with faulty(truncate_after_pages=2) as api:
-        pages = [get_json(f"{api.url}{TX}&page={page}&page_size=50") for page in (1, 2)]
+    with faulty(truncate_after_pages=2) as bnpl_api:
+        pages = [get_json(f"{bnpl_api.url}{TX}&page={page}&page_size=50") for page in (1, 2)]
         assert [status for status, _ in pages] == [200, 200]
         assert pages[0][1]["data"] + pages[1][1]["data"] == transactions_for(CONFIG, DAY)[:100]
         request = urllib.request.Request(
-            f"{api.url}{TX}&page=3&page_size=50", headers={"Authorization": f"Bearer {CONFIG.token}"}
+            f"{bnpl_api.url}{TX}&page=3&page_size=50", headers={"Authorization": f"Bearer {CONFIG.token}"}
         )
         for _ in range(3):  # the page stays broken; each cut-off leaves the server healthy
             with urllib.request.urlopen(request, timeout=5) as response:
@@ -571,41 +574,43 @@ def test_truncate_after_pages_cuts_off_the_next_page_and_the_server_keeps_servin
                 with pytest.raises(http.client.IncompleteRead) as caught:
                     response.read()
             assert 0 < len(caught.value.partial) < int(response.headers["Content-Length"])
-            assert get_json(f"{api.url}/health", token=None)[0] == 200
-            assert get_json(f"{api.url}{TX}&page=1&page_size=50")[0] == 200
-        client = bnpl_client(api.url, CONFIG.token, page_size=50, timeout=5, attempts=2, backoff=0.01, max_delay=0.02)
+            assert get_json(f"{bnpl_api.url}/health", token=None)[0] == 200
+            assert get_json(f"{bnpl_api.url}{TX}&page=1&page_size=50")[0] == 200
+        client = bnpl_client(
+            bnpl_api.url, CONFIG.token, page_size=50, timeout=5, attempts=2, backoff=0.01, max_delay=0.02
+        )
         received = []
         # the cut-off body is retried like a dropped connection, then reported: the download fails after 2 whole pages
         with pytest.raises(ApiError, match=r"/v1/transactions failed after 2 attempts; last: connection failed: "):
             for page in client.iter_record_texts(client.declaration.resource("transactions"), DAY):
                 received.append(page)
         assert len(received) == 2
-        api.set_faults(ApiFaults(truncate_after_pages=2, fail_path_prefix="/v1/customers"))
-        assert get_json(f"{api.url}{TX}&page=3&page_size=50")[0] == 200  # scoped like fail_requests
-        api.set_faults(ApiFaults())
-        assert fetch_all(api.url, TX, 50)[0] == transactions_for(CONFIG, DAY)
+        bnpl_api.set_faults(ApiFaults(truncate_after_pages=2, fail_path_prefix="/v1/customers"))
+        assert get_json(f"{bnpl_api.url}{TX}&page=3&page_size=50")[0] == 200  # scoped like fail_requests
+        bnpl_api.set_faults(ApiFaults())
+        assert fetch_all(bnpl_api.url, TX, 50)[0] == transactions_for(CONFIG, DAY)
 
 
 def test_admin_endpoint_sets_and_reads_faults():
-    with serve(CONFIG) as api:
-        assert get_json(f"{api.url}/admin/faults") == (200, ApiFaults().to_json())
-        assert get(f"{api.url}/admin/faults", token=None)[0] == 401
-        assert post(f"{api.url}/admin/faults", '{"fail_requests": 5}', token="wrong")[0] == 401
-        assert api.faults == ApiFaults()
+    with serve(CONFIG) as bnpl_api:
+        assert get_json(f"{bnpl_api.url}/admin/faults") == (200, ApiFaults().to_json())
+        assert get(f"{bnpl_api.url}/admin/faults", token=None)[0] == 401
+        assert post(f"{bnpl_api.url}/admin/faults", '{"fail_requests": 5}', token="wrong")[0] == 401
+        assert bnpl_api.faults == ApiFaults()
         wanted = {"fail_requests": 1, "fail_status": 429, "retry_after_seconds": 1, "drift": True}
-        status, body = post(f"{api.url}/admin/faults", json.dumps(wanted))
+        status, body = post(f"{bnpl_api.url}/admin/faults", json.dumps(wanted))
         expected = ApiFaults(fail_requests=1, fail_status=429, retry_after_seconds=1.0, drift=True)
-        assert status == 200 and body == expected.to_json() and api.faults == expected
-        assert get_json(f"{api.url}/admin/faults") == (200, expected.to_json())
-        status, headers, _ = get(api.url + TX)
+        assert status == 200 and body == expected.to_json() and bnpl_api.faults == expected
+        assert get_json(f"{bnpl_api.url}/admin/faults") == (200, expected.to_json())
+        status, headers, _ = get(bnpl_api.url + TX)
         assert status == 429 and headers["Retry-After"] == "1"
-        assert get_json(f"{api.url}/admin/faults")[1]["fail_requests"] == 0
-        assert "channel" in get_json(api.url + TX + "&page_size=1")[1]["data"][0]
-        assert post(f"{api.url}/admin/faults", "{}") == (200, ApiFaults().to_json())  # fields left out are off
-        assert api.faults == ApiFaults()
-        assert post(api.url + TX, "{}")[0] == 405 and post(f"{api.url}/admin/nothing", "{}")[0] == 404
+        assert get_json(f"{bnpl_api.url}/admin/faults")[1]["fail_requests"] == 0
+        assert "channel" in get_json(bnpl_api.url + TX + "&page_size=1")[1]["data"][0]
+        assert post(f"{bnpl_api.url}/admin/faults", "{}") == (200, ApiFaults().to_json())  # fields left out are off
+        assert bnpl_api.faults == ApiFaults()
+        assert post(bnpl_api.url + TX, "{}")[0] == 405 and post(f"{bnpl_api.url}/admin/nothing", "{}")[0] == 404
         with pytest.raises(TypeError):
-            api.set_faults({"fail_requests": 1})
+            bnpl_api.set_faults({"fail_requests": 1})
 
 
 @pytest.mark.parametrize(
@@ -624,35 +629,37 @@ def test_admin_endpoint_sets_and_reads_faults():
         ("not json", "not JSON"),
     ],
 )
-def test_admin_endpoint_rejects_bad_input_naming_the_field(api, body, named):
-    before = api.faults
-    status, answer = post(f"{api.url}/admin/faults", body)
+def test_admin_endpoint_rejects_bad_input_naming_the_field(bnpl_api, body, named):
+    before = bnpl_api.faults
+    status, answer = post(f"{bnpl_api.url}/admin/faults", body)
     assert status == 400 and named in answer["error"]
-    assert api.faults == before == ApiFaults()
+    assert bnpl_api.faults == before == ApiFaults()
 
 
 def test_the_source_client_recovers_from_failures_and_reports_exhausted_retries():
-    with faulty(fail_requests=2) as api:
-        client = bnpl_client(api.url, CONFIG.token, page_size=50, timeout=5, attempts=3, backoff=0.01, max_delay=0.05)
+    with faulty(fail_requests=2) as bnpl_api:
+        client = bnpl_client(
+            bnpl_api.url, CONFIG.token, page_size=50, timeout=5, attempts=3, backoff=0.01, max_delay=0.05
+        )
         assert (
             client.get_json("/v1/transactions", {"date": DAY.isoformat(), "page_size": 3})["data"]
             == transactions_for(CONFIG, DAY)[:3]
         )
-        assert api.faults.fail_requests == 0
-        api.set_faults(ApiFaults(fail_requests=2, fail_status=501))  # every 5xx is retried
+        assert bnpl_api.faults.fail_requests == 0
+        bnpl_api.set_faults(ApiFaults(fail_requests=2, fail_status=501))  # every 5xx is retried
         assert client.get_json("/v1/merchants", {"as_of": DAY.isoformat()})["data"] == merchants_as_of(CONFIG, DAY)
-        assert api.faults.fail_requests == 0
+        assert bnpl_api.faults.fail_requests == 0
         # a fractional Retry-After ("0.5") falls back to the backoff (0.01 s, then 0.02 s), not 2 x 0.5 s
-        api.set_faults(ApiFaults(fail_requests=2, fail_status=429, retry_after_seconds=0.5))
+        bnpl_api.set_faults(ApiFaults(fail_requests=2, fail_status=429, retry_after_seconds=0.5))
         started = time.perf_counter()
         assert client.get_json("/v1/merchants", {"as_of": DAY.isoformat()})["data"] == merchants_as_of(CONFIG, DAY)
-        assert time.perf_counter() - started < 0.9 and api.faults.fail_requests == 0
-        api.set_faults(ApiFaults(fail_requests=100))
+        assert time.perf_counter() - started < 0.9 and bnpl_api.faults.fail_requests == 0
+        bnpl_api.set_faults(ApiFaults(fail_requests=100))
         with pytest.raises(ApiError) as caught:
             client.get_json("/v1/transactions", {"date": DAY.isoformat()})
-        assert caught.value.endpoint == f"GET {api.url}/v1/transactions" and caught.value.status == 503
-        assert f"GET {api.url}/v1/transactions" in str(caught.value) and "503" in str(caught.value)
-        assert "3 attempts" in str(caught.value) and api.faults.fail_requests == 97
+        assert caught.value.endpoint == f"GET {bnpl_api.url}/v1/transactions" and caught.value.status == 503
+        assert f"GET {bnpl_api.url}/v1/transactions" in str(caught.value) and "503" in str(caught.value)
+        assert "3 attempts" in str(caught.value) and bnpl_api.faults.fail_requests == 97
 
 
 def test_main_rejects_bad_fault_flags(capsys):

@@ -65,7 +65,7 @@ def fetch_all(base: str, query: str, limit: int | None) -> tuple[list, list]:
 
 
 @pytest.fixture(scope="module")
-def api():
+def stores_api():
     with serve(CONFIG) as running:
         yield running
 
@@ -156,31 +156,31 @@ def test_checkins_are_on_their_day_with_unique_ids_and_bnpl_customers():
 # Over HTTP.
 
 
-def test_health_needs_no_key_and_data_needs_the_right_key(api):
-    assert get(f"{api.url}/health", key=None) == (200, {"status": "ok"})
-    assert api.url.startswith("http://127.0.0.1:")
+def test_health_needs_no_key_and_data_needs_the_right_key(stores_api):
+    assert get(f"{stores_api.url}/health", key=None) == (200, {"status": "ok"})
+    assert stores_api.url.startswith("http://127.0.0.1:")
     for key in (None, "", "wrong", KEY + "x"):
-        status, body = get(f"{api.url}/api/v2/stores?snapshot=20250314", key=key)
+        status, body = get(f"{stores_api.url}/api/v2/stores?snapshot=20250314", key=key)
         assert status == 401 and "error" in body
-    assert get(f"{api.url}/api/v2/nothing")[0] == 404
+    assert get(f"{stores_api.url}/api/v2/nothing")[0] == 404
 
 
 @pytest.mark.parametrize("limit", [None, 1, 7, 50, 500])
-def test_cursor_pages_cover_each_list_exactly_once(api, limit):
-    stores, pages = fetch_all(api.url, "/api/v2/stores?snapshot=20250314", limit)
+def test_cursor_pages_cover_each_list_exactly_once(stores_api, limit):
+    stores, pages = fetch_all(stores_api.url, "/api/v2/stores?snapshot=20250314", limit)
     assert stores == stores_as_of(CONFIG, DAY)
     size = limit or 50  # the default limit
     assert [len(p["items"]) for p in pages[:-1]] == [size] * (len(pages) - 1) and 0 < len(pages[-1]["items"]) <= size
-    checkins, _ = fetch_all(api.url, "/api/v2/checkins?day=2025-03-14", limit)
+    checkins, _ = fetch_all(stores_api.url, "/api/v2/checkins?day=2025-03-14", limit)
     assert checkins == checkins_for(CONFIG, DAY)
 
 
-def test_the_cursor_is_opaque_and_a_bad_one_is_refused(api):
-    status, body = get(f"{api.url}/api/v2/checkins?day=2025-03-14&limit=10")
+def test_the_cursor_is_opaque_and_a_bad_one_is_refused(stores_api):
+    status, body = get(f"{stores_api.url}/api/v2/checkins?day=2025-03-14&limit=10")
     cursor = body["result"]["next_cursor"]
     assert status == 200 and isinstance(cursor, str) and not cursor.isdigit()
     assert (
-        get(f"{api.url}/api/v2/checkins?day=2025-03-14&limit=10&cursor={cursor}")[1]["result"]["items"]
+        get(f"{stores_api.url}/api/v2/checkins?day=2025-03-14&limit=10&cursor={cursor}")[1]["result"]["items"]
         == (checkins_for(CONFIG, DAY)[10:20])
     )
     total = len(checkins_for(CONFIG, DAY))
@@ -195,7 +195,7 @@ def test_the_cursor_is_opaque_and_a_bad_one_is_refused(api):
         base64.urlsafe_b64encode(b"checkins|2025-03-14|-1").decode(),
     ]
     for text in bad:
-        status, body = get(f"{api.url}/api/v2/checkins?day=2025-03-14&cursor={urllib.parse.quote(text)}")
+        status, body = get(f"{stores_api.url}/api/v2/checkins?day=2025-03-14&cursor={urllib.parse.quote(text)}")
         assert status == 400 and "cursor" in body["error"], text
 
 
@@ -223,8 +223,8 @@ def test_an_empty_day_and_the_last_page_have_no_next_cursor():
         ("/api/v2/stores?snapshot=20250314&limit=abc", 400),
     ],
 )
-def test_day_formats_and_limits(api, query, status):
-    assert get(f"{api.url}{query}")[0] == status
+def test_day_formats_and_limits(stores_api, query, status):
+    assert get(f"{stores_api.url}{query}")[0] == status
 
 
 # Faults.

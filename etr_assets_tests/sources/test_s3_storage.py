@@ -12,17 +12,11 @@ import pytest
 from etr_assets.errors import RawZoneError
 from etr_assets.sources.raw_zone import RawZone
 from etr_assets.sources.s3_storage import S3Storage, s3_raw_zone
-from etr_assets_tests.infra import AWS_TEST_ENV, create_bucket, list_keys, moto_server, s3_client
+from etr_assets_tests.infra import AWS_TEST_ENV, create_bucket, list_keys, s3_client
 from etr_assets_tests.sources.raw_parts import write_part
 
 REGION = "ap-southeast-5"
 DAY = dt.date(2025, 1, 5)
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    with moto_server() as url:
-        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +25,8 @@ def _dummy_aws_credentials(aws_env):
 
 
 @pytest.fixture
-def client(endpoint):
-    return s3_client(endpoint, REGION)
+def client(moto_endpoint):
+    return s3_client(moto_endpoint, REGION)
 
 
 @pytest.fixture
@@ -169,12 +163,12 @@ def test_only_dummy_credentials_are_in_play():
     assert {k: os.environ[k] for k in AWS_TEST_ENV} == AWS_TEST_ENV
 
 
-def test_the_dagster_raw_zone_resource_writes_to_s3(endpoint, client):
+def test_the_dagster_raw_zone_resource_writes_to_s3(moto_endpoint, client):
     from etr_assets.defs.resources import RawZoneResource
 
     bucket = f"lake-{uuid.uuid4().hex[:8]}"
     create_bucket(client, bucket)
-    zone = RawZoneResource(root=f"s3://{bucket}/raw", s3_endpoint=endpoint, region=REGION).zone()
+    zone = RawZoneResource(root=f"s3://{bucket}/raw", s3_endpoint=moto_endpoint, region=REGION).zone()
     batch = zone.start_batch("bnpl", "transactions", DAY)
     zone.seal(batch, [write_part(zone, batch, 1, [{"id": 1}])], 1)
     assert zone.latest_sealed("bnpl", "transactions", DAY) == batch
