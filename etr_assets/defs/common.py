@@ -20,6 +20,14 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partiti
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 
+# A run of these statuses may still start or write: not ended.
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
 
 def daily_partitions(settings: Settings) -> dg.DailyPartitionsDefinition:
     return dg.DailyPartitionsDefinition(start_date=settings.start_date.isoformat(), timezone="UTC")

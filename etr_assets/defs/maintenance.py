@@ -7,7 +7,7 @@ import warnings
 import dagster as dg
 from pydantic import Field
 
-from etr_assets.defs.common import table_key, table_pool
+from etr_assets.defs.common import IN_FLIGHT, table_key, table_pool
 from etr_assets.defs.resources import LakeResource
 from etr_assets.lake.health import table_health
 from etr_assets.lake.maintenance import maintain_table
@@ -205,14 +205,6 @@ def build_maintenance_job(
 
 def tables_config(tables: list[str]) -> dict[str, object]:
     return {"ops": {SELECT_OP: {"config": {"tables": tables}}}}
-
-
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 
 
 def health_sensor(

@@ -10,7 +10,7 @@ import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from pydantic import Field
 
-from etr_assets.defs.common import daily_partitions, table_key
+from etr_assets.defs.common import IN_FLIGHT, daily_partitions, table_key
 from etr_assets.defs.dagster_private import materialization_of
 from etr_assets.pipeline.layers import DERIVED_SPECS, LAYERS, UP_TO_DATE
 from etr_assets.pipeline.propagation import DERIVED, INPUTS, out_of_date
@@ -88,6 +88,11 @@ def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, l
         ),
     )
     def propagate_corrections(context: dg.SensorEvaluationContext):
+        # A re-derivation under way rewrites the gold days one table after another: judged midway, the days of the
+        # tables it has yet to write would look out of date again. The lake is judged once it has ended.
+        if running := context.instance.get_runs(dg.RunsFilter(job_name=REDERIVE_JOB, statuses=IN_FLIGHT), limit=1):
+            run, what = running[0], running[0].tags.get(PROPAGATION_TAG, "")
+            return dg.SkipReason(f"{REDERIVE_JOB} run {run.run_id[:8]} ({what}) is under way: judged once it ends")
         built = built_orders(context.instance)
         stale = out_of_date(built)
         already = set(json.loads(context.cursor or "[]"))

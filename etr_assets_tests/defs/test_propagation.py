@@ -72,15 +72,23 @@ def test_a_correction_marks_exactly_the_days_built_on_it_and_asks_for_their_runs
         carried = requests[(ACTIVITY, PROFILES)]
         assert carried.partition_key_range == dg.PartitionKeyRange(corrected, DAYS[-1])  # one run, one commit each
 
-        # A later tick while the runs are under way flags nothing again and asks for the same runs (same run keys).
+        # A later tick before the runs start flags nothing again and asks for the same runs (same run keys).
         again = tick(instance, result.cursor)
         assert flag_run(again) is None and {r.run_key for r in again.run_requests} == {
             r.run_key for r in rederive_runs(result)
         }
+        # While a re-derivation is under way (activity written, profiles not yet), nothing is judged: midway, the
+        # days it has yet to write would look out of date again and be asked for twice.
+        under_way = instance.add_run(
+            dg.DagsterRun(job_name="rederive_gold", status=dg.DagsterRunStatus.STARTED, tags=carried.tags)
+        )
+        built(instance, ACTIVITY, *DAYS[90:])
+        waiting = tick(instance, again.cursor)
+        assert isinstance(waiting, dg.SkipReason) and f"run {under_way.run_id[:8]}" in waiting.skip_message
+        instance.delete_run(under_way.run_id)
 
         # The runs re-derive the days: nothing is out of date, and the cursor forgets the flags.
         built(instance, SUMMARY, corrected)
-        built(instance, ACTIVITY, *DAYS[90:])
         built(instance, PROFILES, *DAYS[90:])
         done = tick(instance, again.cursor)
         assert isinstance(done, dg.SensorResult) and not done.run_requests and done.cursor == "[]"
