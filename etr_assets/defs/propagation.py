@@ -18,6 +18,7 @@ from etr_assets.settings import Settings
 
 PROPAGATION_TAG = "etr/propagates"  # on each run it launches: the range and the tables it re-derives
 FLAG_JOB, REDERIVE_JOB = "flag_out_of_date", "rederive_gold"
+RETRY_OF = "etr/flags_again_after"  # on a flag run that records the flags of a failed one again
 
 
 def built_orders(instance: dg.DagsterInstance) -> dict[str, dict[str, int]]:
@@ -95,7 +96,16 @@ def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, l
             return dg.SkipReason(f"{REDERIVE_JOB} run {run.run_id[:8]} ({what}) is under way: judged once it ends")
         built = built_orders(context.instance)
         stale = out_of_date(built)
-        already = set(json.loads(context.cursor or "[]"))
+        state = json.loads(context.cursor or "{}")
+        state = {"flagged": state} if isinstance(state, list) else state  # an earlier version's cursor: the flags
+        already, retried = set(state.get("flagged", [])), list(state.get("retried", []))
+        # A flag run that failed flagged nothing: its days are flagged again, once (a failed retry stays failed).
+        ended_badly = dg.RunsFilter(job_name=FLAG_JOB, statuses=[dg.DagsterRunStatus.FAILURE])
+        failed = context.instance.get_runs(ended_badly, limit=10)
+        failed = [r for r in failed if r.run_id not in retried and RETRY_OF not in r.tags]
+        for run in failed:
+            already -= {f"{t}@{d}" for t, d, _ in run.run_config["ops"]["flag_days"]["config"]["flags"]}
+        retried = (retried + [r.run_id for r in failed])[-50:]
         flagged = {f"{layer}@{day}" for layer, days in stale.days.items() for day in days}
         new = [[t, d, why] for t, days in stale.days.items() for d, why in days.items() if f"{t}@{d}" not in already]
         # One run per state of the lake: a later tick with nothing new built asks for nothing new.
@@ -103,7 +113,9 @@ def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, l
         requests = []
         if new:
             run_config = {"ops": {"flag_days": {"config": {"flags": new}}}}
-            requests.append(dg.RunRequest(job_name=FLAG_JOB, run_key=f"flags@{latest}", run_config=run_config))
+            retry = {RETRY_OF: failed[0].run_id} if failed else {}
+            key = f"flags@{latest}" + (f"/after-{failed[0].run_id}" if failed else "")
+            requests.append(dg.RunRequest(job_name=FLAG_JOB, run_key=key, run_config=run_config, tags=retry))
         for tables, first, last in stale.runs(built):
             names = ", ".join(tables)
             tags = {PROPAGATION_TAG: f"{names} {first}...{last}"}
@@ -118,10 +130,10 @@ def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, l
                     tags=tags,
                 )
             )
-        cursor = json.dumps(sorted(flagged))
+        cursor = json.dumps({"flagged": sorted(flagged), "retried": retried})
         if not requests:
             skip = "no gold day is out of date"
-            return dg.SensorResult(skip_reason=skip, cursor=cursor) if flagged != already else dg.SkipReason(skip)
+            return dg.SensorResult(skip_reason=skip, cursor=cursor)
         context.log.info(
             "out of date: "
             + "; ".join(f"{t} {min(d)}...{max(d)} ({len(d)} day(s))" for t, d in stale.days.items() if d)

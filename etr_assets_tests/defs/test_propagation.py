@@ -4,6 +4,7 @@ exactly the gold days built on it as out of date, on each day's own check, and a
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import dagster as dg
 import pytest
@@ -57,7 +58,7 @@ def test_a_correction_marks_exactly_the_days_built_on_it_and_asks_for_their_runs
     with dg.instance_for_test() as instance:
         for layer in ORDER:  # the lake built by ranges, as a backfill does
             built(instance, layer, *DAYS)
-        assert isinstance(tick(instance), dg.SkipReason)
+        assert skipped(tick(instance)) == "no gold day is out of date"
 
         corrected = DAYS[90]
         built(instance, SILVER, corrected)
@@ -91,13 +92,38 @@ def test_a_correction_marks_exactly_the_days_built_on_it_and_asks_for_their_runs
         built(instance, SUMMARY, corrected)
         built(instance, PROFILES, *DAYS[90:])
         done = tick(instance, again.cursor)
-        assert isinstance(done, dg.SensorResult) and not done.run_requests and done.cursor == "[]"
-        assert isinstance(tick(instance, done.cursor), dg.SkipReason)
+        assert skipped(done) and json.loads(done.cursor)["flagged"] == []  # the cursor forgets the flags
+        assert skipped(tick(instance, done.cursor)) == "no gold day is out of date"
 
         # The same day corrected again later is flagged again (a second evaluation of the day, in another run).
         built(instance, SILVER, corrected)
         later = tick(instance, done.cursor)
         assert (SUMMARY, corrected) in record_flags(instance, flag_run(later))
+
+        # A flag run that failed flagged nothing: the next tick flags its days again, once.
+        built(instance, SILVER, DAYS[100])
+        flags = flag_run(first := tick(instance, later.cursor))
+        failed = instance.add_run(
+            dg.DagsterRun(job_name="flag_out_of_date", status=dg.DagsterRunStatus.FAILURE, run_config=flags.run_config)
+        )
+        again = flag_run(retry := tick(instance, first.cursor))
+        assert again.run_config == flags.run_config and again.tags["etr/flags_again_after"] == failed.run_id
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="flag_out_of_date",
+                status=dg.DagsterRunStatus.FAILURE,
+                run_config=again.run_config,
+                tags=again.tags,
+            )
+        )
+        assert flag_run(tick(instance, retry.cursor)) is None  # a failed retry stays failed, in the UI
+
+
+def skipped(result) -> str | None:
+    """The tick's skip reason, whether the sensor returned a SkipReason or a SensorResult without runs."""
+    if isinstance(result, dg.SkipReason):
+        return result.skip_message
+    return None if result.run_requests else result.skip_reason.skip_message
 
 
 def test_the_sensor_is_stopped_until_switched_on():
