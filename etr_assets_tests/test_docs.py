@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS_PAGE = ROOT / "docs" / "production.md"
 MAX_README_LINES = 200
+MAX_BENCHMARKS_LINES = 400  # a page of the present: earlier runs live in its git history
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 
 
@@ -92,6 +93,10 @@ def test_readme_is_short_and_links_every_docs_page():
     pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
     assert sorted(pages - linked) == []
     assert "./dev test --fast" in readme.split("## Tests", 1)[1]
+
+
+def test_the_benchmarks_page_states_the_present_in_a_readable_length():
+    assert len((ROOT / "docs" / "benchmarks.md").read_text().splitlines()) <= MAX_BENCHMARKS_LINES
 
 
 @pytest.mark.parametrize("page", markdown_pages(), ids=lambda p: str(p.relative_to(ROOT)))
