@@ -40,21 +40,28 @@ def pytest_configure(config):
     os.environ.setdefault("ETR_SPARK_DRIVER_MEMORY", SUITE_DRIVER_MEMORY)
 
 
-# The longest files (a minute or more each on two cores), longest first, as measured: xdist hands out files in
-# collection order (./dev passes --no-loadscope-reorder; by default xdist puts files with the most tests first).
+# The longest files (a minute or more each on two cores), longest first, as measured (ETR_TEST_TIMELINE): xdist hands
+# out files in collection order (./dev passes --no-loadscope-reorder; by default xdist puts files with the most tests
+# first). The benchmarks' smoke tests are a file each (bench/): as one file they ran one after another in one process,
+# the suite's longest path.
 LONGEST_FIRST = (
     "defs/test_propagation.py",
-    "test_pending_retries.py",
-    "test_dead_runs.py",
-    "test_cli_subprocess.py",
     "test_crash_recovery.py",
-    "s3/test_concurrent_writers.py",
-    "test_bench.py",
+    "test_cli_subprocess.py",
+    "bench/test_scd2.py",
+    "bench/test_propagation_latency.py",
     "lake/test_scd2.py",
+    "bench/test_history.py",
+    "s3/test_concurrent_writers.py",
+    "test_pending_retries.py",
+    "bench/test_formats.py",
+    "test_dead_runs.py",
+    "bench/test_orchestration.py",
     "pipeline/test_entities.py",
     "pipeline/test_erasure.py",
     "defs/test_full_disk.py",
     "defs/test_pipeline.py",
+    "bench/test_health.py",
     "s3/test_s3_profile.py",
     "pipeline/test_transactions.py",
     "aws/test_glue_pipes.py",

@@ -1,0 +1,20 @@
+"""bench/scd2_against.py: HEAD's SCD2 modules against this tree's, on the same states."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow  # whole-pipeline runs: CI and ./dev test, not the fast tier
+
+
+def test_scd2_against_a_revision_runs_both_applies_on_the_same_states(spark, capsys):
+    """HEAD's SCD2 modules, loaded from git beside this tree's, apply the same two days to the same versions."""
+    from bench import scd2_against
+
+    scd2_against.main(["HEAD", "200", "1"])
+    found = json.loads(capsys.readouterr().out)
+    assert found["daily: same versions"] and found["late: same versions"], found
+    assert set(found["best"]) == {"daily then", "daily now", "late then", "late now"}, found
+    assert "change" in found["runs"]["late now reason"], found  # the late day changed keys, not nothing
