@@ -7,9 +7,10 @@ revision from before the apply path was one module (issue 54) is called through 
 the late-day benchmark's state (bench/scd2_late.py: two days of an unchanged list in a day-partitioned log, one
 version per key) each is timed on the same two cases, in turns, from the same starting snapshots and cursor: the
 daily apply (day 3, DAILY_SHARE % of keys changed) and the late day (day 2 arriving after day 3, 1 % changed),
-each side first in every other round. The first round is untimed; the best of REPEATS counts. After the last round
-each table is summed column by column (xxhash64 of every column but `_ingested_at`): the two must hold the same
-versions. Prints JSON with the load.
+each side first in every other round. The first round is untimed; the best of REPEATS counts. Beside each time,
+the CPU the JVM spent on it (driver and executors: local mode; from /proc), which a busy machine inflates far less
+than the time. After the last round each table is summed column by column (xxhash64 of every column but
+`_ingested_at`): the two must hold the same versions. Prints JSON with the load.
 """
 
 from __future__ import annotations
@@ -92,9 +93,11 @@ def compare(lake, apply_then, keys: int, repeats: int, daily_share: int) -> dict
                 late_bench._set_current(lake, target, table_at)
                 late_bench._set_current(lake, log, log_at)
                 scd2.write_cursor(spark, target, cursor)
+                cpu = _jvm_cpu_seconds(spark)
                 seconds, _, result = measure(spark, lambda apply=apply: apply(spark, lake.catalog, spec, log))
                 if attempt:
                     runs.setdefault(f"{case} {name}", []).append(round(seconds, 2))
+                    runs.setdefault(f"{case} {name} cpu", []).append(round(_jvm_cpu_seconds(spark) - cpu, 2))
                 if attempt == repeats:
                     sums[f"{case} {name}"] = _checksum(spark, target)
                     runs[f"{case} {name} reason"] = result.reason
@@ -102,10 +105,18 @@ def compare(lake, apply_then, keys: int, repeats: int, daily_share: int) -> dict
     found = {"runs": runs, "best": best}
     for case in cases:
         found[f"{case}: now / then"] = ratio(best[f"{case} now"], best[f"{case} then"])
+        found[f"{case}: now / then, JVM CPU"] = ratio(best[f"{case} now cpu"], best[f"{case} then cpu"])
         found[f"{case}: same versions"] = sums[f"{case} now"] == sums[f"{case} then"]
     found["late / daily (now)"] = ratio(best["late now"], best["daily now"])
     found["late / daily (then)"] = ratio(best["late then"], best["daily then"])
     return found
+
+
+def _jvm_cpu_seconds(spark) -> float:
+    """CPU time the JVM has used so far, user and system (Linux: /proc/PID/stat, in clock ticks)."""
+    pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _checksum(spark, table: str) -> list:
