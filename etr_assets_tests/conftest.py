@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import uuid
 from pathlib import Path
@@ -118,6 +119,24 @@ def lake(spark, settings):
     from etr_assets.lake.session import attach_catalog
 
     return attach_catalog(spark, settings)
+
+
+# The days `fetched_raw` holds.
+FETCHED_DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2)]
+
+
+@pytest.fixture
+def fetched_raw(settings, api):
+    """A raw zone of the test's own holding FETCHED_DAYS' transactions, fetched from the session's synthetic API."""
+    from etr_assets.sources.fetch import fetch_day
+    from etr_assets.sources.raw_zone import local_raw_zone
+    from etr_assets_tests.sources.clients import bnpl_client
+
+    zone = local_raw_zone(settings.raw_root)
+    client = bnpl_client(api.url, api.config.token, page_size=25)
+    for day in FETCHED_DAYS:
+        fetch_day(client, zone, "transactions", day)
+    return zone
 
 
 @pytest.fixture

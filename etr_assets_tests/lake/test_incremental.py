@@ -13,7 +13,7 @@ from etr_assets.lake.writes import append, current_snapshot_id
 from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.fetch import fetch_day
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, SILVER_TRANSACTIONS
-from etr_assets_tests.pipeline.test_transactions import DAYS, raw  # noqa: F401  (the raw-zone fixture)
+from etr_assets_tests.conftest import FETCHED_DAYS as DAYS  # the days fetched_raw holds
 from etr_assets_tests.sources.clients import bnpl_client
 
 D0, D1 = DAYS
@@ -34,14 +34,14 @@ def modes(result) -> dict[str, str]:
     }
 
 
-def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(lake, settings, raw):  # noqa: F811
-    bronze_first = pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(lake, settings, fetched_raw):
+    bronze_first = pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D0])
     assert bronze_first.commit.operation == "append"  # a first load: downstream can read it incrementally
     built = pipeline.build_silver(lake, settings.catalog, [D0])
     assert modes(built) == {str(D0): ReadMode.WHOLE_DAY}
     silver_snapshot = current_snapshot_id(lake, SILVER_TRANSACTIONS.qualified(settings.catalog))
 
-    assert pipeline.load_bronze(lake, settings.catalog, raw, [D1]).commit.operation == "append"
+    assert pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D1]).commit.operation == "append"
     again = pipeline.build_silver(lake, settings.catalog, [D0])
 
     assert modes(again) == {str(D0): ReadMode.UNCHANGED}
@@ -50,14 +50,14 @@ def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(l
     assert again.rows_by_day == built.rows_by_day  # what the day holds, reported all the same
 
 
-def test_a_read_plan_walks_lineage_on_metadata_without_a_spark_job(lake, settings, raw):  # noqa: F811
+def test_a_read_plan_walks_lineage_on_metadata_without_a_spark_job(lake, settings, fetched_raw):
     """Neither finding the cursors nor planning reads a metadata table (`.snapshots` is every snapshot a table
     keeps, a job that grows with its history): both walk snapshots on metadata."""
     import uuid
 
     from etr_assets.lake.incremental import plan_reads, stamped_cursors
 
-    pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D0])
     built = pipeline.build_silver(lake, settings.catalog, [D0])
     bronze, silver = BRONZE_TRANSACTIONS.qualified(settings.catalog), SILVER_TRANSACTIONS.qualified(settings.catalog)
     group = f"plan-{uuid.uuid4().hex}"
@@ -72,7 +72,7 @@ def test_a_read_plan_walks_lineage_on_metadata_without_a_spark_job(lake, setting
     assert lake.sparkContext.statusTracker().getJobIdsForGroup(group) == []
 
 
-def test_the_days_a_snapshot_changed_are_read_from_its_own_manifests(lake, settings, raw):  # noqa: F811
+def test_the_days_a_snapshot_changed_are_read_from_its_own_manifests(lake, settings, fetched_raw):
     """Which days the snapshots since a cursor touched is read from those snapshots' own manifests: a manifest an
     older snapshot wrote is never opened (here it is gone from disk), however many the table keeps."""
     import os
@@ -80,9 +80,9 @@ def test_the_days_a_snapshot_changed_are_read_from_its_own_manifests(lake, setti
     from etr_assets.lake.incremental import plan_reads
 
     bronze, silver = BRONZE_TRANSACTIONS.qualified(settings.catalog), SILVER_TRANSACTIONS.qualified(settings.catalog)
-    pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D0])
     built = pipeline.build_silver(lake, settings.catalog, [D0])
-    pipeline.load_bronze(lake, settings.catalog, raw, [D1])
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D1])
     older = lake.sql(
         f"SELECT path FROM {bronze}.manifests WHERE added_snapshot_id = {cursor_of(built).upstream_snapshot_id}"
     )
@@ -98,8 +98,8 @@ def test_the_days_a_snapshot_changed_are_read_from_its_own_manifests(lake, setti
 
 
 @pytest.mark.slow
-def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, raw):  # noqa: F811
-    pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, fetched_raw):
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, DAYS)
     built = pipeline.build_silver(lake, settings.catalog, DAYS)
     bronze = BRONZE_TRANSACTIONS.qualified(settings.catalog)
 
@@ -129,11 +129,12 @@ def test_appended_late_rows_are_merged_and_equal_a_full_rebuild(lake, settings, 
 
 
 @pytest.mark.slow
-def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw, api):  # noqa: F811
-    pipeline.load_bronze(lake, settings.catalog, raw, DAYS)
+def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, fetched_raw, api):
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, DAYS)
     built = pipeline.build_silver(lake, settings.catalog, DAYS)
-    fetch_day(bnpl_client(api.url, api.config.token, page_size=25), raw, "transactions", D0)  # a newer batch of D0
-    reload = pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+    # A newer batch of D0.
+    fetch_day(bnpl_client(api.url, api.config.token, page_size=25), fetched_raw, "transactions", D0)
+    reload = pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D0])
     assert reload.commit.operation == "overwrite"
 
     rebuilt = pipeline.build_silver(lake, settings.catalog, DAYS)
@@ -146,8 +147,8 @@ def test_a_reloaded_day_is_read_whole_and_other_days_are_not(lake, settings, raw
 
 
 @pytest.mark.slow
-def test_after_a_rollback_the_cursor_is_the_restored_commits_and_a_lost_one_reads_whole(lake, settings, raw):  # noqa: F811
-    pipeline.load_bronze(lake, settings.catalog, raw, [D0])
+def test_after_a_rollback_the_cursor_is_the_restored_commits_and_a_lost_one_reads_whole(lake, settings, fetched_raw):
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D0])
     built = pipeline.build_silver(lake, settings.catalog, [D0])
     silver = SILVER_TRANSACTIONS.qualified(settings.catalog)
     rows = silver_rows(lake, settings, D0)
@@ -161,7 +162,7 @@ def test_after_a_rollback_the_cursor_is_the_restored_commits_and_a_lost_one_read
     assert f"no snapshot since {cursor_of(built).upstream_snapshot_id} changed the day" in result.extra["read_plan"]
 
     # The silver commit that stamped the day's cursor expired: the day is read whole.
-    pipeline.load_bronze(lake, settings.catalog, raw, [D1])
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D1])
     pipeline.build_silver(lake, settings.catalog, [D1])
     lake.sql(
         f"CALL {settings.catalog}.system.expire_snapshots(table => '{silver.split('.', 1)[1]}', "
@@ -174,9 +175,9 @@ def test_after_a_rollback_the_cursor_is_the_restored_commits_and_a_lost_one_read
     assert lost.extra["bronze_rows_read"] == bronze.where(F.col("transaction_date") == D0).count()
 
 
-def test_compaction_snapshots_do_not_force_full_reads(lake, settings, raw):  # noqa: F811
-    pipeline.load_bronze(lake, settings.catalog, raw, [D0])
-    pipeline.load_bronze(lake, settings.catalog, raw, [D1])
+def test_compaction_snapshots_do_not_force_full_reads(lake, settings, fetched_raw):
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D0])
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D1])
     built = pipeline.build_silver(lake, settings.catalog, DAYS)
     bronze = BRONZE_TRANSACTIONS.qualified(settings.catalog)
     lake.sql(

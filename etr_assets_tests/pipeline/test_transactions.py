@@ -11,12 +11,10 @@ import pytest
 
 from etr_assets.pipeline import transactions as pipeline
 from etr_assets.sources.fetch import fetch_day
-from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_api import transactions_for
 from etr_assets.tables.transactions import BRONZE_TRANSACTIONS, GOLD_DAILY_SUMMARY, SILVER_TRANSACTIONS
+from etr_assets_tests.conftest import FETCHED_DAYS as DAYS  # the days fetched_raw holds
 from etr_assets_tests.sources.clients import bnpl_client
-
-DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2)]
 
 
 def expected_latest(api, day):
@@ -27,15 +25,6 @@ def expected_latest(api, day):
         if seen is None or record["updated_at"] > seen["updated_at"]:
             latest[record["transaction_id"]] = record
     return latest
-
-
-@pytest.fixture
-def fetched_raw(settings, api):
-    zone = local_raw_zone(settings.raw_root)
-    client = bnpl_client(api.url, api.config.token, page_size=25)
-    for day in DAYS:
-        fetch_day(client, zone, "transactions", day)
-    return zone
 
 
 def rows(lake, spec, settings, columns="*", where="true"):
