@@ -87,7 +87,8 @@ def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
             print(_json({**s.__dict__, "current_snapshot_id": str(s.current_snapshot_id or "")}))
     else:
         rows = [_table_row(s) for s in stats]
-        print(render_table(["table", "rows", "snapshots", "files", "size", "last write"], rows))
+        header = ["table", "rows", "snapshots", "files", "size", "stored", "last write"]
+        print(render_table(header, rows))
         for s in stats:  # a count metadata cannot give is not guessed: the reason, under the table
             if s.exists and not s.problem and s.rows is None:
                 print(f"{s.table}: rows unknown: {s.rows_unknown}")
@@ -100,14 +101,16 @@ def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
 def _table_row(s) -> list:
     name = s.table if s.has_spec else f"{s.table} (no spec)"
     if s.problem:
-        return [name, "-", "-", "-", "-", s.problem[:120]]
+        return [name, "-", "-", "-", "-", "-", s.problem[:120]]
     if not s.exists:
-        return [name, "-", "-", "-", "-", "not created yet"]
+        return [name, "-", "-", "-", "-", "-", "not created yet"]
     # The last write, not the metadata's last change (snapshot expiry or an ALTER writes no row).
     stamp = lambda t: f"{t:%Y-%m-%d %H:%M:%S}Z"
     when = stamp(s.last_write) if s.last_write else f"never written, made {stamp(s.last_updated)}"
     rows = "unknown" if s.rows is None else s.rows
-    return [name, rows, s.snapshots, s.data_files, human_size(s.bytes), when]
+    # Bytes kept per byte the current snapshot reads: what maintenance (expiry, orphans) would bring down.
+    stored = human_size(s.stored_bytes) + (f" ({s.amplification:.2f}x)" if s.amplification else "")
+    return [name, rows, s.snapshots, s.data_files, human_size(s.bytes), stored, when]
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:

@@ -86,6 +86,68 @@ def moto_server() -> Iterator[str]:
         access_log.setLevel(level)
 
 
+class CountedRequests:
+    """S3 requests a counting moto server answered, by (label, kind): the caller sets `label` to say whose they are
+    (a layer of the pipeline, a test step). Glue requests (an X-Amz-Target header) are not counted."""
+
+    def __init__(self):
+        import collections
+        import threading
+
+        self.label = ""
+        self.counts: collections.Counter = collections.Counter()
+        self.lock = threading.Lock()
+
+    def wrap(self, app):
+        from etr_assets.sources.s3_requests import classify
+
+        def counting(environ, start_response):
+            if "HTTP_X_AMZ_TARGET" not in environ:
+                kind = classify(
+                    environ["REQUEST_METHOD"], environ.get("QUERY_STRING", ""), "HTTP_X_AMZ_COPY_SOURCE" in environ
+                )
+                with self.lock:
+                    self.counts[(self.label, kind)] += 1
+            return app(environ, start_response)
+
+        return counting
+
+    def of(self, label: str | None = None):
+        """Counts by kind, of one label or of all."""
+        import collections
+
+        with self.lock:
+            found = collections.Counter()
+            for (each, kind), n in self.counts.items():
+                if label is None or each == label:
+                    found[kind] += n
+            return found
+
+
+@contextlib.contextmanager
+def counting_moto_server() -> Iterator[tuple[str, CountedRequests]]:
+    """moto's server on 127.0.0.1 as `moto_server`, counting every S3 request it answers; yields (URL, counts)."""
+    import threading
+
+    from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    access_log = logging.getLogger("werkzeug")
+    level = access_log.level
+    access_log.setLevel(logging.WARNING)
+    counted = CountedRequests()
+    app = counted.wrap(DomainDispatcherApplication(create_backend_app))
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", counted
+    finally:
+        server.shutdown()
+        thread.join()
+        access_log.setLevel(level)
+
+
 def s3_client(endpoint: str, region: str):
     import boto3
 

@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import datetime as dt
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +29,7 @@ from etr_assets.errors import RunRequestError, SourceConfigError
 from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.feeds import EntityFeed, RawFeed
 from etr_assets.lake.figures import Tagged
+from etr_assets.lake.s3_costs import request_figures
 from etr_assets.run_days import days_of_run
 from etr_assets.settings import Settings
 from etr_assets.sources.declaration import Resource, ResourceKind, declaration_files
@@ -136,6 +138,7 @@ def _raw_asset(settings: Settings, declared: DeclaredSource, resource: Resource)
             raise dg.Failure(description=str(missing)) from None
         zone = raw_zone.zone()
         batches, records = {}, {}
+        requests_before = +getattr(zone.storage, "requests", Counter())  # S3 only: a folder counts no request
         for day in map(dt.date.fromisoformat, context.partition_keys):
             try:
                 batch, manifest = fetch_day(client, zone, name, day, run_id=context.run_id)
@@ -154,6 +157,7 @@ def _raw_asset(settings: Settings, declared: DeclaredSource, resource: Resource)
             "batches": Tagged("json", batches),
             "raw_zone": Tagged("path", zone.storage.uri(f"{declared.name}/{name}")),
         }
+        figures |= request_figures(getattr(zone.storage, "requests", Counter()) - requests_before)
         record_days(context, figures)
         return dg.MaterializeResult(metadata=as_metadata(figures))
 

@@ -67,7 +67,9 @@ def health_check(settings: Settings, spec: TableSpec) -> dg.AssetChecksDefinitio
             f"{limits.min_mergeable_small_files} files or a target file's worth could merge, "
             f"delete files > {limits.max_delete_files}, "
             f"snapshots > {limits.max_snapshots}, oldest snapshot > {limits.max_snapshot_age_days:g} days, manifests > "
-            f"{limits.max_manifests}, metadata.json > {limits.max_metadata_file_mb:g} MB), ERROR past "
+            f"{limits.max_manifests}, metadata.json > {limits.max_metadata_file_mb:g} MB, bytes stored per byte "
+            f"the current snapshot reads > {limits.max_storage_amplification:g}x once the excess fills a target file), "
+            "ERROR past "
             f"{limits.error_factor:g}x a limit. The table_health_maintenance sensor runs table_maintenance on WARN."
         ),
     )

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from etr_assets.lake.metadata import load_table, snapshot_row_count
 from etr_assets.lake.quality import Severity
+from etr_assets.lake.s3_costs import amplification, stored_bytes
 from etr_assets.lake.specs import MIB, TableSpec
 from etr_assets.settings import Settings
 
@@ -18,7 +19,7 @@ SMALL_FILE_RATIO = 0.75  # rewrite_data_files' default min-file-size-bytes is 75
 _FIGURES = (  # what figures() reports
     "rows data_files data_bytes average_file_bytes small_files small_file_share mergeable_small_files "
     "mergeable_small_file_share partitions delete_files snapshots oldest_snapshot_age_days manifests "
-    "metadata_file_bytes"
+    "metadata_file_bytes stored_bytes storage_amplification"
 ).split()
 
 
@@ -44,6 +45,8 @@ class TableHealth:
     oldest_snapshot_age_days: float = 0.0
     manifests: int = 0
     metadata_file_bytes: int = 0
+    stored_bytes: int = 0  # every file under the table's location: live, kept for time travel, orphaned
+    storage_amplification: float | None = None  # stored bytes / the current snapshot's data and delete file bytes
     current_snapshot_id: int | None = None
     target_file_bytes: int = 0
     measured_seconds: float = 0.0
@@ -80,7 +83,7 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
     from pyiceberg.manifest import ManifestContent
 
     small_limit = int(spec.target_file_size_bytes * SMALL_FILE_RATIO)
-    data_files = data_bytes = delete_files = small_bytes = 0
+    data_files = data_bytes = delete_files = delete_bytes = small_bytes = 0
     small_by_partition: Counter = Counter()
     partitions = set()
     for manifest, manifest_entries in entries:
@@ -88,6 +91,7 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
             file = entry.data_file
             if manifest.content != ManifestContent.DATA:
                 delete_files += 1
+                delete_bytes += file.file_size_in_bytes
                 continue
             data_files += 1
             data_bytes += file.file_size_in_bytes
@@ -100,6 +104,7 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
     mergeable = sum(count - 1 for count in small_by_partition.values())
     oldest_ms = min((s.timestamp_ms for s in metadata.snapshots), default=None)
     rows = snapshot_row_count(table, snapshot)
+    stored = stored_bytes(table)
     health = TableHealth(
         table=spec.identifier,
         exists=True,
@@ -119,6 +124,8 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
         oldest_snapshot_age_days=(now.timestamp() * 1000 - oldest_ms) / 86_400_000 if oldest_ms else 0.0,
         manifests=len(manifests),
         metadata_file_bytes=len(table.io.new_input(table.metadata_location)) if table.metadata_location else 0,
+        stored_bytes=stored,
+        storage_amplification=amplification(stored, data_bytes + delete_bytes),
         current_snapshot_id=snapshot.snapshot_id if snapshot else None,
         target_file_bytes=spec.target_file_size_bytes,
     )
@@ -155,5 +162,8 @@ def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
         over("oldest snapshot age", round(health.oldest_snapshot_age_days, 1), limits.max_snapshot_age_days, " days")
     over("manifests", health.manifests, limits.max_manifests)
     over("metadata file", round(health.metadata_file_bytes / MIB, 2), limits.max_metadata_file_mb, " MB")
+    kept_beyond_live = health.stored_bytes - health.stored_bytes / (health.storage_amplification or 1)
+    if health.storage_amplification and kept_beyond_live >= health.target_file_bytes:
+        over("storage amplification", health.storage_amplification, limits.max_storage_amplification, "x", False)
     status = max((level for level, _ in findings), key=list(Severity).index, default=Severity.OK)
     return status, tuple(f"{level}: {text}" for level, text in findings)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from urllib.parse import urlparse
 
 from etr_assets.errors import MetadataUnreadable
+from etr_assets.lake.s3_costs import amplification, stored_bytes
 from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Profile, Settings
 
@@ -119,7 +120,9 @@ class TableStats:
     snapshots: int = 0
     data_files: int = 0
     delete_files: int = 0
-    bytes: int = 0
+    bytes: int = 0  # the current snapshot's data and delete files
+    stored_bytes: int = 0  # every file under the table's location (expired snapshots' files until expiry deletes them)
+    amplification: float | None = None  # stored_bytes / bytes; None for an empty table
     current_snapshot_id: int | None = None
     last_updated: dt.datetime | None = None  # the metadata's last change: a write, or only maintenance or an ALTER
     last_write: dt.datetime | None = None  # when the current snapshot was committed; None: never written
@@ -229,6 +232,7 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
     num = lambda key: int(summary.get(key, 0) or 0)
     rows = snapshot_row_count(table, snapshot)
+    stored = stored_bytes(table)
     return TableStats(
         table=spec.identifier,
         exists=True,
@@ -238,6 +242,8 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
         data_files=num("total-data-files"),
         delete_files=num("total-delete-files"),
         bytes=num("total-files-size"),
+        stored_bytes=stored,
+        amplification=amplification(stored, num("total-files-size")),
         current_snapshot_id=snapshot.snapshot_id if snapshot else None,
         last_updated=dt.datetime.fromtimestamp(metadata.last_updated_ms / 1000, dt.UTC),
         last_write=dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.UTC) if snapshot else None,

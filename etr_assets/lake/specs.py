@@ -174,6 +174,9 @@ class HealthThresholds:
     max_snapshot_age_days: float = 14.0  # judged only beyond history.expire.min-snapshots-to-keep
     max_manifests: int = 50
     max_metadata_file_mb: float = 5.0  # metadata.json is re-read by every query and commit
+    # bytes kept per byte the current snapshot reads; judged once the excess would fill a target file (a tiny table
+    # is mostly metadata)
+    max_storage_amplification: float = 2.0
     error_factor: float = 4.0
 
     def __post_init__(self) -> None:

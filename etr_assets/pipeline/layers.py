@@ -17,6 +17,7 @@ from etr_assets.lake.exhaustion import exhaustion
 from etr_assets.lake.feeds import EntityFeed, RawFeed
 from etr_assets.lake.figures import Tagged, WriteResult, layer_figures
 from etr_assets.lake.quality import CheckOutcome, Severity, metrics_of, post_write_outcomes, record_metrics
+from etr_assets.lake.s3_costs import request_figures, s3a_request_counts
 from etr_assets.lake.specs import CURRENT_VERSIONS, TableSpec
 from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, table_location
 from etr_assets.pipeline import contract, entities, transactions
@@ -53,9 +54,18 @@ def request_from_extras(extras: dict) -> LayerRequest:
 
 
 def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerRequest, run_id: str) -> FinishedLayer:
-    """Build the layer, then run its remaining checks, record their figures and gather the materialization's."""
+    """Build the layer, then run its remaining checks, record their figures and gather the materialization's (with
+    the S3 requests the step made, where S3A counts them)."""
+    requests_before = s3a_request_counts(spark)
+    result = LAYERS[request.layer].build(spark, catalog, raw, request)
+    finished = finish_layer(spark, catalog, request, result, run_id)
+    finished.figures.update(request_figures(s3a_request_counts(spark) - requests_before))
+    return finished
+
+
+def finish_layer(spark, catalog: str, request: LayerRequest, result: WriteResult, run_id: str) -> FinishedLayer:
+    """What follows a layer's build: its remaining checks, their figures recorded, the materialization's figures."""
     layer = LAYERS[request.layer]
-    result = layer.build(spark, catalog, raw, request)
     done = {o.name for o in result.checks}
     pending = not any(c.name in done for c in layer.spec.expectations)
     outcomes = list(result.checks) + post_write_outcomes(

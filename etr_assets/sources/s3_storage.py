@@ -3,10 +3,13 @@ so no write-then-rename; Spark reads ``uri()``: ``s3a://`` in the `s3` profile, 
 
 from __future__ import annotations
 
+from collections import Counter
+
 from botocore.exceptions import BotoCoreError, ClientError
 
 from etr_assets.errors import RawZoneError
 from etr_assets.sources.raw_zone import RawStorage, RawZone, local_raw_zone
+from etr_assets.sources.s3_requests import RequestKind, count_boto3_requests
 
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 _DELETE_HINT = (
@@ -20,6 +23,8 @@ class S3Storage(RawStorage):
             raise ValueError("S3Storage needs a bucket")
         self.client, self.bucket, self.prefix, self.uri_scheme = client, bucket, prefix.strip("/"), uri_scheme
         self.page_size = page_size  # MaxKeys per list call (S3 returns at most 1000)
+        self.requests: Counter[RequestKind] = Counter()  # every request sent, by kind: a fetch's metadata reports them
+        count_boto3_requests(client, self.requests)
 
     def _key(self, key: str) -> str:
         key = key.strip("/")

@@ -129,3 +129,31 @@ def test_judging_is_plain_arithmetic_over_the_figures():
 def test_thresholds_refuse_nonsense(field, value, message):
     with pytest.raises(SpecError, match=f"{field}={value} {message}"):
         HealthThresholds(**{field: value})
+
+
+def test_storage_amplification_counts_every_file_kept_and_warns_once_the_excess_fills_a_file(lake, settings):
+    from etr_assets.lake.maintenance import expire_snapshots
+
+    # A 1 KB target file: the files each overwrite leaves behind soon add up to more than one.
+    spec = spec_named("rewritten", properties={"write.target-file-size-bytes": "1024"})
+    table = spec.qualified(settings.catalog)
+    ensure_table(lake, settings.catalog, spec)
+    insert(lake, table, 0, "2025-01-01", rows=200)
+    first = table_health(settings, spec)
+    folder = Path(urlparse(settings.warehouse).path) / "silver" / "rewritten"
+    on_disk = lambda: sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())  # noqa: E731
+    assert first.stored_bytes == on_disk() and first.stored_bytes > first.data_bytes > 0
+    assert first.storage_amplification == round(first.stored_bytes / first.data_bytes, 3)
+
+    for n in range(1, 6):  # the day replaced five times: every replaced file stays for time travel
+        lake.sql(f"INSERT OVERWRITE {table} SELECT id + {n}, day FROM {table}")
+    kept = table_health(settings, spec)
+    assert kept.stored_bytes == on_disk() and kept.storage_amplification > first.storage_amplification
+    assert kept.status == Severity.WARN
+    assert any(r.startswith("WARN: storage amplification") and r.endswith("> 2x") for r in kept.reasons)
+    assert {"stored_bytes", "storage_amplification"} <= set(kept.figures())
+
+    expire_snapshots(lake, settings.catalog, spec, older_than=dt.datetime.now(dt.UTC), retain_last=1)
+    expired = table_health(settings, spec)
+    assert expired.stored_bytes == on_disk() < kept.stored_bytes
+    assert expired.storage_amplification < kept.storage_amplification  # the metadata of 1 KB files stays above 2x

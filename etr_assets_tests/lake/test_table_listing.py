@@ -39,6 +39,10 @@ def test_every_table_is_listed_and_a_damaged_one_is_named_in_one_line(lake, sett
     assert code == 0 and err == ""
     copy = tables["silver.analyst_copy"]
     assert copy["exists"] and not copy["has_spec"] and copy["rows"] == 1, copy
+    # Every byte under the table's folder, against the current snapshot's data files: metadata included.
+    folder = metadata_folder(settings, "silver", "analyst_copy").parent
+    on_disk = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert copy["stored_bytes"] == on_disk and copy["amplification"] == round(on_disk / copy["bytes"], 3), copy
     assert tables[SILVER_TRANSACTIONS.identifier]["exists"] and tables[SILVER_TRANSACTIONS.identifier]["has_spec"]
     assert tables["audit.gdpr_actions"]["exists"] is False  # declared, never created
     assert main(["tables"]) == 0
@@ -46,6 +50,7 @@ def test_every_table_is_listed_and_a_damaged_one_is_named_in_one_line(lake, sett
     # Created but never written: no snapshot, so no write to show, only when it was made.
     assert "never written, made " in lines[BRONZE_TRANSACTIONS.identifier], lines
     assert "never written" not in lines["silver.analyst_copy"], lines
+    assert f"({copy['amplification']:.2f}x)" in lines["silver.analyst_copy"], lines
 
     # Truncate silver's current metadata.json; delete the file landing's version hint names.
     silver = metadata_folder(settings, "silver", SILVER_TRANSACTIONS.name)
