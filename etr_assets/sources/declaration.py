@@ -216,7 +216,8 @@ class _Node:
     def fail(self, message: str) -> DeclarationError:
         return DeclarationError(f"{self.where}: {message}")
 
-    def mapping(self, allowed: tuple[str, ...]) -> dict[str, _Node]:
+    def mapping(self, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict[str, _Node]:
+        """The fields given, each one of `allowed` and given once, with every one of `required`."""
         if not isinstance(self.node, yaml.MappingNode):
             raise self.fail("expected a mapping of fields")
         fields: dict[str, _Node] = {}
@@ -228,7 +229,16 @@ class _Node:
             if name in fields:
                 raise _Node(key, self.file, child.field).fail("given twice")
             fields[name] = child
+        if missing := [n for n in required if n not in fields]:
+            raise self.fail(f"missing required field {missing[0]}")
         return fields
+
+    def strings(self) -> dict[str, str]:
+        """A mapping of any names to single values, each as text (table properties, query parameters)."""
+        if not isinstance(self.node, yaml.MappingNode):
+            raise self.fail("expected a mapping")
+        names = tuple(str(key.value) for key, _ in self.node.value)
+        return {name: str(child.scalar()) for name, child in self.mapping(names).items()}
 
     def sequence(self) -> list[_Node]:
         if not isinstance(self.node, yaml.SequenceNode):
@@ -251,6 +261,13 @@ class _Node:
         if not IDENTIFIER.match(value):
             raise self.fail(f"{value!r} is not a lower-case identifier (letters, digits, _)")
         return value
+
+    def column_of(self, columns: Mapping[str, object]) -> str:
+        """An identifier naming one of `columns` (the resource's)."""
+        name = self.identifier()
+        if name not in columns:
+            raise self.fail(f"{name!r} is not a column of this resource; its columns: {', '.join(columns)}")
+        return name
 
     def number(self, low: float = 0, integer: bool = False) -> float:
         value = self.scalar()
@@ -287,11 +304,6 @@ class _Node:
         return self.text()
 
 
-def _require(fields: dict[str, _Node], names: tuple[str, ...], parent: _Node) -> None:
-    if missing := [n for n in names if n not in fields]:
-        raise parent.fail(f"missing required field {missing[0]}")
-
-
 def _column_type(node: _Node) -> str:
     value = node.text().strip().lower()
     if value not in COLUMN_TYPES and not DECIMAL.match(value):
@@ -300,11 +312,9 @@ def _column_type(node: _Node) -> str:
 
 
 def _auth(node: _Node) -> Auth:
-    kinds = AUTH_FIELDS
-    fields = node.mapping(("type", *{name for spec in kinds.values() for name, _, _ in spec}))
-    _require(fields, ("type",), node)
+    fields = node.mapping(("type", *{name for spec in AUTH_FIELDS.values() for name, _, _ in spec}), ("type",))
     kind = fields["type"].choice(AuthType)
-    allowed = {name: (secret, required) for name, secret, required in kinds[kind]}
+    allowed = {name: (secret, required) for name, secret, required in AUTH_FIELDS[kind]}
     values: dict[str, object] = {}
     for name, child in fields.items():
         if name == "type":
@@ -328,34 +338,24 @@ def _paginator(node: _Node) -> Paginator:
     if isinstance(node.node, yaml.ScalarNode):
         kind = node.choice(PaginatorType)
         return Paginator(kind, dict(PAGINATOR_OPTIONS[kind]))
-    fields = node.mapping(("type", *{o for options in PAGINATOR_OPTIONS.values() for o in options}))
-    _require(fields, ("type",), node)
+    fields = node.mapping(("type", *{o for options in PAGINATOR_OPTIONS.values() for o in options}), ("type",))
     kind = fields.pop("type").choice(PaginatorType)
     options = dict(PAGINATOR_OPTIONS[kind])
     for name, child in fields.items():
         if name not in options:
             raise child.fail(f"not an option of paginator {kind}; it takes {', '.join(options) or 'none'}")
-        options[name] = (
-            child.number(0, integer=True) if name in ("base_page", "maximum_page", "maximum_offset") else (child.text())
-        )
+        integer = name in ("base_page", "maximum_page", "maximum_offset")
+        options[name] = child.number(0, integer=True) if integer else child.text()
     return Paginator(kind, options)
 
 
+_CLIENT_FIELDS = tuple(
+    "base_url auth paginator data_selector page_size timeout_seconds retries max_pages synthetic".split()
+)
+
+
 def _client(node: _Node) -> Client:
-    fields = node.mapping(
-        (
-            "base_url",
-            "auth",
-            "paginator",
-            "data_selector",
-            "page_size",
-            "timeout_seconds",
-            "retries",
-            "max_pages",
-            "synthetic",
-        )
-    )
-    _require(fields, ("base_url", "paginator"), node)
+    fields = node.mapping(_CLIENT_FIELDS, ("base_url", "paginator"))
     selector = fields["data_selector"].scalar() if "data_selector" in fields else ""
     if not isinstance(selector, str) or not re.fullmatch(r"(\$|[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*)?", selector):
         raise fields["data_selector"].fail(
@@ -363,8 +363,7 @@ def _client(node: _Node) -> Client:
         )
     size, size_param = None, None
     if "page_size" in fields:
-        page = fields["page_size"].mapping(("param", "value"))
-        _require(page, ("value",), fields["page_size"])
+        page = fields["page_size"].mapping(("param", "value"), ("value",))
         size = int(page["value"].number(1, integer=True))
         size_param = page["param"].text() if "param" in page else None
     retries = fields["retries"].mapping(("attempts", "max_delay_seconds")) if "retries" in fields else {}
@@ -391,8 +390,7 @@ def _client(node: _Node) -> Client:
 def _fields(node: _Node) -> tuple[Field, ...]:
     columns, seen = [], {}
     for item in node.sequence():
-        fields = item.mapping(("name", "type", "doc", "path", "required", "pii"))
-        _require(fields, ("name", "type"), item)
+        fields = item.mapping(("name", "type", "doc", "path", "required", "pii"), ("name", "type"))
         name = fields["name"].identifier()
         if name in seen:
             raise fields["name"].fail(f"column {name} is declared twice (first at line {seen[name]})")
@@ -421,17 +419,13 @@ def _fields(node: _Node) -> tuple[Field, ...]:
 def _table_options(node: _Node, columns_of: dict | None = None) -> TableOptions:
     """A table's options; `columns_of`: the resource's columns, for a history, which may list its own."""
     fields = node.mapping(("table", "description", "properties", *(("columns",) if columns_of is not None else ())))
-    properties = {}
-    if "properties" in fields:
-        for name, child in fields["properties"].mapping(tuple(_keys(fields["properties"]))).items():
-            properties[name] = str(child.scalar())
+    properties = fields["properties"].strings() if "properties" in fields else {}
     columns = []
     for item in fields["columns"].sequence() if "columns" in fields else []:
         if isinstance(item.node, yaml.ScalarNode):
             column = HistoryColumn(item.identifier())
         else:
-            given = item.mapping(("name", "type", "doc"))
-            _require(given, ("name",), item)
+            given = item.mapping(("name", "type", "doc"), ("name",))
             column = HistoryColumn(
                 given["name"].identifier(),
                 _column_type(given["type"]) if "type" in given else None,
@@ -448,52 +442,24 @@ def _table_options(node: _Node, columns_of: dict | None = None) -> TableOptions:
     )
 
 
-def _keys(node: _Node) -> list[str]:
-    if not isinstance(node.node, yaml.MappingNode):
-        raise node.fail("expected a mapping")
-    return [str(key.value) for key, _ in node.node.value]
-
-
-_RESOURCE_FIELDS = (
-    "name",
-    "endpoint",
-    "kind",
-    "mode",
-    "columns",
-    "key",
-    "tracked",
-    "sequence",
-    "subject",
-    "checks",
-    "freshness_hours",
-    "day_column",
-    "description",
-    "bronze",
-    "quarantine",
-    "history",
+_RESOURCE_FIELDS = tuple(
+    "name endpoint kind mode columns key tracked sequence subject checks freshness_hours day_column description"
+    " bronze quarantine history".split()
 )
 
 
 def _resource(node: _Node) -> Resource:
-    fields = node.mapping(_RESOURCE_FIELDS)
-    _require(fields, ("name", "endpoint", "kind", "columns"), node)
-    endpoint = fields["endpoint"].mapping(("path", "params", "day"))
-    _require(endpoint, ("path",), fields["endpoint"])
+    fields = node.mapping(_RESOURCE_FIELDS, ("name", "endpoint", "kind", "columns"))
+    endpoint = fields["endpoint"].mapping(("path", "params", "day"), ("path",))
     day_param, day_format = None, "%Y-%m-%d"
     if "day" in endpoint:
-        day = endpoint["day"].mapping(("param", "format"))
-        _require(day, ("param",), endpoint["day"])
+        day = endpoint["day"].mapping(("param", "format"), ("param",))
         day_param = day["param"].text()
         if "format" in day:
             day_format = day["format"].text()
             if dt.date(2025, 1, 31).strftime(day_format) == day_format:
                 raise day["format"].fail(f"{day_format!r} formats no part of a date (use strftime codes: %Y-%m-%d)")
-    params = {}
-    if "params" in endpoint:
-        params = {
-            name: str(child.scalar())
-            for name, child in endpoint["params"].mapping(tuple(_keys(endpoint["params"]))).items()
-        }
+    params = endpoint["params"].strings() if "params" in endpoint else {}
     columns = _fields(fields["columns"])
     names = {c.name: c for c in columns}
     kind = fields["kind"].choice(ResourceKind)
@@ -501,21 +467,14 @@ def _resource(node: _Node) -> Resource:
     def column(field: str, types: tuple[str, ...] = ()) -> str | None:
         if field not in fields:
             return None
-        name = fields[field].identifier()
-        if name not in names:
-            raise fields[field].fail(f"{name!r} is not a column of this resource; its columns: {', '.join(names)}")
+        name = fields[field].column_of(names)
         if types and names[name].type not in types:
             raise fields[field].fail(f"column {name} is {names[name].type}; {field} must be {' or '.join(types)}")
         return name
 
     key, subject = column("key"), column("subject", ("bigint", "int"))
     sequence, day_column = column("sequence", ("timestamp",)), column("day_column", ("date",))
-    tracked: tuple[str, ...] = ()
-    if "tracked" in fields:
-        for item in fields["tracked"].sequence():
-            if (name := item.identifier()) not in names:
-                raise item.fail(f"{name!r} is not a column of this resource; its columns: {', '.join(names)}")
-            tracked += (name,)
+    tracked = tuple(item.column_of(names) for item in fields["tracked"].sequence()) if "tracked" in fields else ()
     if kind == ResourceKind.EVENTS:
         if day_column is None:
             raise node.fail("an events resource needs day_column: the date column its days are partitioned by")
@@ -537,8 +496,7 @@ def _resource(node: _Node) -> Resource:
         raise node.fail(f"columns {', '.join(pii)} hold personal data: name the subject column to erase by")
     checks = []
     for item in fields["checks"].sequence() if "checks" in fields else []:
-        check = item.mapping(("description", "sql"))
-        _require(check, ("description", "sql"), item)
+        check = item.mapping(("description", "sql"), ("description", "sql"))
         checks.append(RecordCheck(check["description"].text(), check["sql"].text()))
     history = _table_options(fields["history"], names) if "history" in fields else TableOptions()
     if listed := [c.name for c in history.columns]:
@@ -571,8 +529,7 @@ def _resource(node: _Node) -> Resource:
 def parse_attributes(node: yaml.Node, file: str, field: str = "attributes") -> SourceDeclaration:
     """The declaration in `node` (a component's `attributes`)."""
     top = _Node(node, file, field)
-    fields = top.mapping(("name", "description", "client", "resources"))
-    _require(fields, ("name", "client", "resources"), top)
+    fields = top.mapping(("name", "description", "client", "resources"), ("name", "client", "resources"))
     resources, where = [], {}
     for item in fields["resources"].sequence():
         resource = _resource(item)
