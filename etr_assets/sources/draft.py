@@ -125,22 +125,13 @@ def analyse(document: object, name: str, resource: str) -> Draft:
             note = _join(note, f"an object in {objects[path]} of {len(records)} records: declared as text here")
         column_name = _unique_name("_".join(_snake(part) for part in path), names)
         texts = [json.dumps(v, sort_keys=True) for v in present]
-        columns.append(
-            DraftColumn(
-                column_name,
-                path,
-                type_,
-                required=len(present) == len(records),
-                unique=len(set(texts)) == len(texts),
-                note=note,
-            )
-        )
+        required, unique = len(present) == len(records), len(set(texts)) == len(texts)
+        columns.append(DraftColumn(column_name, path, type_, required=required, unique=unique, note=note))
     if not columns:
         where = ".".join(selector) or "the body"
         raise DraftError(f"{name}: the records at {where} have no field a column can be declared for")
     key, sure = _key(columns, resource)
-    if not columns_by_name(columns)[key].required:
-        columns_by_name(columns)[key].required = True  # the declaration requires it; the TODO says why
+    columns_by_name(columns)[key].required = True  # the declaration requires it; the TODO says why
     return Draft(selector, len(records), columns, key, sure, _sequence(columns), skipped, _paging(document, selector))
 
 
@@ -379,17 +370,14 @@ def render(draft: Draft, source: str, resource: str, path: str | None, sample: s
     out.append("      # TODO tracked: the columns whose change makes a new version (default: all but key and sequence)")
     personal = [c.name for c in draft.columns if PERSONAL_NAME.search(c.name)]
     subjects = [c.name for c in draft.columns if SUBJECT_NAME.match(c.name) and c.type in ("bigint", "int")]
-    out.append(
-        "      # TODO pii: mark columns of personal data pii: true, and name the subject: the bigint column of the"
-    )
-    out.append(
-        "      #   person's id, by which erasure finds their records"
-        + (f" (e.g. subject: {subjects[0]})" if subjects else "")
-    )
+    example = f" (e.g. subject: {subjects[0]})" if subjects else ""
+    out += [
+        "      # TODO pii: mark columns of personal data pii: true, and name the subject: the bigint column of the",
+        f"      #   person's id, by which erasure finds their records{example}",
+    ]
     if personal:
         out.append(f"      #   These look personal: {', '.join(personal)}")
-    out.append("      # TODO doc: what each column holds (the tables' column comments)")
-    out.append("      columns:")
+    out += ["      # TODO doc: what each column holds (the tables' column comments)", "      columns:"]
     for column in draft.columns:
         parts = [f"name: {_scalar(column.name)}", f"type: {column.type}"]
         if column.nested:
