@@ -73,7 +73,7 @@ def _money(cents: int) -> str:
     return f"{cents // 100}.{cents % 100:02d}"  # integer cents: no float rounding in the text
 
 
-def _check_day(day: datetime.date) -> None:
+def check_day(day: datetime.date) -> None:
     if not isinstance(day, datetime.date) or isinstance(day, datetime.datetime):
         raise TypeError(f"expected a datetime.date, got {day!r}")
     if not EPOCH <= day <= LAST_DAY:
@@ -206,13 +206,13 @@ def _customer_count(config: ApiConfig, day: datetime.date) -> int:
 
 def customers_as_of(config: ApiConfig, day: datetime.date) -> list[dict]:
     """Every customer as of the end of ``day``, sorted by customer_id."""
-    _check_day(day)
+    check_day(day)
     return _as_of(config, "customer", _customer_count(config, day), day)
 
 
 def merchants_as_of(config: ApiConfig, day: datetime.date) -> list[dict]:
     """Every merchant as of the end of ``day``, sorted by merchant_id."""
-    _check_day(day)
+    check_day(day)
     return _as_of(config, "merchant", config.merchants, day)
 
 
@@ -224,7 +224,7 @@ _PAYMENT_METHOD = _weighted(("CARD", "FPX", "EWALLET", "DIRECT_DEBIT"), (45, 20,
 
 def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
     """The day's feed in served order: one final record per transaction, plus ~3% stale PENDING copies."""
-    _check_day(day)
+    check_day(day)
     rng = random.Random(f"etr:{config.seed}:transactions:{day.isoformat()}")
     n, ordinal, first_id = config.transactions_per_day, day.toordinal(), int(day.strftime("%Y%m%d")) * 1_000_000
     customers, day_text = _customer_count(config, day), day.isoformat()

@@ -18,7 +18,7 @@ import re
 import urllib.parse
 
 from etr_assets.sources.loopback import JsonHandler, LoopbackServer
-from etr_assets.sources.synthetic_data import EPOCH, LAST_DAY, ApiConfig
+from etr_assets.sources.synthetic_data import EPOCH, LAST_DAY, ApiConfig, check_day
 
 FORMATS = ("MALL", "STREET", "KIOSK")
 OPENING_EVERY_DAYS = 7  # one new store opens every 7 days after EPOCH...
@@ -68,14 +68,6 @@ class StoresFaults:
 # The model: the truth the tests compare with.
 
 
-def _ordinal(day: datetime.date) -> int:
-    if not isinstance(day, datetime.date) or isinstance(day, datetime.datetime):
-        raise TypeError(f"expected a datetime.date, got {day!r}")
-    if not EPOCH <= day <= LAST_DAY:
-        raise ValueError(f"day {day} is outside {EPOCH}..{LAST_DAY}")
-    return day.toordinal()
-
-
 def _changed(rng: random.Random, state: dict) -> dict:
     field = rng.choice(("name", "city", "format"))
     if field == "name":
@@ -116,7 +108,8 @@ def _store(config: StoresConfig, index: int) -> tuple[int, int, tuple[int, ...],
 
 def stores_as_of(config: StoresConfig, day: datetime.date) -> list[dict]:
     """Every store open at the end of ``day``, by store_id, exactly as served (before faults)."""
-    ordinal, records = _ordinal(day), []
+    check_day(day)
+    ordinal, records = day.toordinal(), []
     for index in range(config.base_stores + (ordinal - EPOCH.toordinal() - 1) // OPENING_EVERY_DAYS + 1):
         opens, closes, days, states = _store(config, index)
         if opens <= ordinal < closes:
@@ -132,7 +125,8 @@ def _email(config: StoresConfig, customer_id: int) -> str:
 
 def checkins_for(config: StoresConfig, day: datetime.date) -> list[dict]:
     """The day's check-ins by time, exactly as served (before faults); ids are unique across days."""
-    ordinal, text = _ordinal(day), day.isoformat()
+    check_day(day)
+    ordinal, text = day.toordinal(), day.isoformat()
     stores = [store["store_id"] for store in stores_as_of(config, day)]
     bnpl = config.customers
     customers = bnpl.base_customers + bnpl.signups_per_day * (ordinal - EPOCH.toordinal())  # ids 100001..
