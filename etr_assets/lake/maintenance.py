@@ -223,8 +223,15 @@ def remove_orphan_files(
     return OrphanResult(tuple(row["orphan_file_location"] for row in rows))
 
 
-def maintain_table(spark: SparkSession, settings: Settings, spec: TableSpec, run_id: str = "") -> MaintenanceResult:
-    """Every step in order on one table, with health before and after, logged to table_maintenance_log."""
+def maintain_table(
+    spark: SparkSession,
+    settings: Settings,
+    spec: TableSpec,
+    run_id: str = "",
+    snapshots_older_than: dt.datetime | None = None,
+) -> MaintenanceResult:
+    """Every step in order on one table, with health before and after, logged to table_maintenance_log.
+    `snapshots_older_than`: expiry's cutoff instead of the spec's retention (a benchmark's simulated calendar)."""
     catalog = settings.catalog
     started_at = dt.datetime.now(dt.UTC)
     clock = time.perf_counter()
@@ -234,7 +241,7 @@ def maintain_table(spark: SparkSession, settings: Settings, spec: TableSpec, run
     dropped = drop_stale_audit_branches(spark, spec.qualified(catalog))  # before expiry: their snapshots can go
     compaction = compact(spark, catalog, spec, has_delete_files=before.delete_files > 0)
     manifests = rewrite_manifests(spark, catalog, spec)
-    expiry = expire_snapshots(spark, catalog, spec)
+    expiry = expire_snapshots(spark, catalog, spec, older_than=snapshots_older_than)
     orphans = remove_orphan_files(spark, catalog, spec)
     after = table_health(settings, spec)
     finished_at = started_at + dt.timedelta(seconds=time.perf_counter() - clock)

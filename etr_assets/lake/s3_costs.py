@@ -27,16 +27,19 @@ S3A_COUNTERS: dict[RequestKind, tuple[str, ...]] = {
 }
 
 
-def s3a_request_counts(spark: SparkSession) -> Counter[RequestKind]:
-    """Every S3 request S3A has made in this JVM (the driver and, in local mode, its executors), by kind; empty
-    when the session reaches no S3 through S3A (the local profile; S3FileIO on Glue and EMR counts none)."""
-    jvm = spark.sparkContext._jvm
-    statistics = jvm.org.apache.hadoop.fs.FileSystem.getGlobalStorageStatistics().get("S3AStorageStatistics")
+def s3a_request_counts(spark: SparkSession, catalog: str) -> Counter[RequestKind]:
+    """Every S3 request S3A has made in this JVM (the driver and, in local mode, its executors) to the bucket of
+    `catalog`'s warehouse, by kind; empty when the warehouse is not on S3A (the local profile; S3FileIO on Glue and
+    EMR counts none)."""
+    warehouse = spark.conf.get(f"spark.sql.catalog.{catalog}.warehouse", "")
     counts: Counter[RequestKind] = Counter()
-    if statistics is None:
+    if not warehouse.startswith("s3a://"):
         return counts
+    jvm = spark.sparkContext._jvm
+    file_system = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI(warehouse), spark._jsc.hadoopConfiguration())
+    counters = file_system.getIOStatistics().counters()  # this bucket's (getStorageStatistics: the first bucket's)
     for kind, names in S3A_COUNTERS.items():
-        counts[kind] = sum(int(statistics.getLong(name) or 0) for name in names)
+        counts[kind] = sum(int(counters.get(name) or 0) for name in names)
     return +counts
 
 

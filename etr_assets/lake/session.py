@@ -142,6 +142,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             "spark.hadoop.fs.s3a.path.style.access": "true",
             "spark.hadoop.fs.s3a.buffer.dir": str(scratch / "s3a"),
             "spark.hadoop.fs.s3a.endpoint.region": settings.region,
+            # Iceberg needs no directory markers: S3A then sends no delete of parent markers after each file it
+            # writes, a request per file (docs/maintenance.md#what-a-day-costs-on-s3).
+            "spark.hadoop.fs.s3a.directory.marker.retention": "keep",
         }
         if settings.s3_endpoint:
             conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
