@@ -229,9 +229,8 @@ def _replaced_days(spark, log: ObservationLog, head: int, since: int) -> tuple[f
     table, name, day = iceberg_table(spark, log.table), log.table, log.snapshot_day
     chain = lineage_since(snapshot_in_metadata(table), head, since)
     if chain is None:
-        return (
-            frozenset(),
-            f"snapshot {since} of {name} is not an ancestor of its current one (rolled back, or expired)",
+        return frozenset(), (
+            f"snapshot {since} of {name} is not an ancestor of its current one (rolled back, or expired)"
         )
     others = [(sid, op) for sid, op in chain if op not in (Operation.APPEND, Operation.REPLACE, Operation.OVERWRITE)]
     if others:  # a delete snapshot is an erasure: it must reach every version, which only the recompute rewrites
@@ -402,9 +401,8 @@ def _batches(spec: TableSpec, target: str, records: DataFrame) -> tuple[list[Bat
     for r in rows:
         batch = (r["_batch_id"], r["_snapshot"])
         latest[batch] = max((t for t in (latest.get(batch), r["_latest"]) if t is not None), default=None)
-    return [Batch(batch_id, at, last) for (batch_id, at), last in latest.items()], sorted(
-        {r["_source_file"] for r in rows}
-    )
+    files = sorted({r["_source_file"] for r in rows})
+    return [Batch(batch_id, at, last) for (batch_id, at), last in latest.items()], files
 
 
 def refuse_keyless(spec: TableSpec, target: str, keyless: int, files: list[str]) -> None:
@@ -621,13 +619,8 @@ def _with_retries(spark: SparkSession, target: str, attempt):
     """Re-run an SCD2 attempt that lost its commit to a concurrent writer, on fresh table state."""
     # Any other commit to the table conflicts with a keyed MERGE, so allow several rounds of waiting; the Dagster
     # layer also gives each SCD2 table a pool so its writers queue instead of racing.
-    return run_with_retries(
-        attempt,
-        f"SCD2 merge into {target}",
-        attempts=8,
-        max_delay=30.0,
-        on_retry=lambda attempt, error: spark.sql(f"REFRESH TABLE {target}"),
-    )
+    refresh = lambda attempt, error: spark.sql(f"REFRESH TABLE {target}")
+    return run_with_retries(attempt, f"SCD2 merge into {target}", attempts=8, max_delay=30.0, on_retry=refresh)
 
 
 def _session_with(spark: SparkSession, key: str, value: str) -> SparkSession:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import uuid
 from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple
@@ -311,9 +312,7 @@ def affected_keys(spec: TableSpec, log: ObservationLog, gained: Gained, table, s
         )
         if gained.removed is not None:
             changed.append(_removed_absences(spec, log, versions, present, gained.removed, batches))
-    union = changed[0]
-    for frame in changed[1:]:
-        union = union.unionByName(frame)
+    union = functools.reduce(lambda a, b: a.unionByName(b), changed)
     return union.groupBy(key).agg(F.min("_at").alias("_lo"))
 
 
@@ -436,9 +435,7 @@ def _rebuild(spec: TableSpec, log: ObservationLog, table, records, affected, sna
             .join(in_snapshot(present, log.held, key), [key, "_batch_id"], "left_anti")
             .select(key, "_batch_id", F.col("_at").alias("_seq"), F.lit(True).alias("_deleted"))
         )
-    union = events[0]
-    for frame in events[1:]:
-        union = union.unionByName(frame, allowMissingColumns=True)
+    union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), events)
     return history(union, spec), existing, (kept, present)
 
 
