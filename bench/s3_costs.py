@@ -208,7 +208,7 @@ def s3_settings(home: Path, bucket: str, endpoint: str, jdbc_url: str, catalog: 
 
     return Settings(
         profile="s3", bucket=bucket, s3_endpoint=endpoint, jdbc_url=jdbc_url, jdbc_user="postgres", home=home,
-        catalog=catalog, driver_memory="4g",
+        catalog=catalog, driver_memory="4g", manifest_cache=Settings.from_env().manifest_cache,
     )  # fmt: skip
 
 
@@ -233,17 +233,23 @@ def by_kind(row: dict, layer: str | None = None) -> Counter:
 def summarise(big: list[dict], small: list[dict], per_day: int, small_per_day: int) -> dict:
     from etr_assets.lake.s3_costs import PRICES, request_cost, storage_cost
 
-    first, last = big[0], big[-1]
+    first, second, last = big[0], big[1], big[-1]
     growth = []
     for layer in LAYER_GROUPS:
-        one, n = by_layer(first)[layer], by_layer(last)[layer]
+        one, two, n = by_layer(first)[layer], by_layer(second)[layer], by_layer(last)[layer]
         # Maintenance runs only when due: its day-N figure is the most of any day, against the first day it ran.
         if layer == "maintenance":
             ran = [r for r in big if by_layer(r)[layer]]
             one, n = by_layer(ran[0])[layer] if ran else 0, max((by_layer(r)[layer] for r in ran), default=0)
+            two = by_layer(ran[1])[layer] if len(ran) > 1 else None
         ratio = round(n / one, 3) if one else None
         verdict = "met" if ratio is not None and ratio <= REQUEST_TARGET else ("MISSED" if ratio else "n/a")
-        growth.append({"layer": layer, "day 1": one, f"day {last['day']}": n, "ratio": ratio, "verdict": verdict})
+        # Day 1 writes into empty tables: day 2 is the first day that reads a day before's files and snapshots.
+        to_two = round(n / two, 3) if two else None
+        growth.append(
+            {"layer": layer, "day 1": one, "day 2": two, f"day {last['day']}": n, "ratio": ratio, "verdict": verdict}
+            | {"ratio to day 2": to_two}
+        )
     mismatched = [
         (r["day"], layer, by_layer(r)[layer], by_layer(r, "reported")[layer])
         for r in big + small
@@ -293,6 +299,11 @@ def main(argv: list[str]) -> dict:
     from etr_assets.settings import Settings
     from etr_assets_tests.infra import aws_test_env, counting_moto_server, postgres_server
 
+    if argv[:1] == ["--summarise"]:  # again from the days a run saved (a run stopped midway too)
+        big, small = (json.loads((OUT / f"s3_costs_{n}_days.json").read_text()) for n in ("big", "small"))
+        summary = summarise(big, small, big[0]["per_day"], small[0]["per_day"])
+        print(json.dumps(summary, indent=1))
+        return summary
     days = int(argv[0]) if argv else 30
     per_day = int(argv[1]) if len(argv) > 1 else 50_000
     small_per_day = int(argv[2]) if len(argv) > 2 else per_day // 10

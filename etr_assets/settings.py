@@ -47,6 +47,7 @@ class Settings:
     provided_iceberg: bool = False  # the platform ships Iceberg (Glue 5.0, EMR): add no jar
     executor_memory: str = ""  # empty: Spark's default (1g); a standalone worker must offer at least this
     table_format_version: int = 0  # Iceberg format of new tables whose spec names none; 0: the profile's
+    manifest_cache: bool = True  # Iceberg keeps manifests it read in memory (they never change): fewer S3 GETs
     # Object storage and catalogs (s3 / aws profiles)
     bucket: str = ""
     s3_endpoint: str = ""

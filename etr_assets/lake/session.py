@@ -81,6 +81,9 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", "spark.sql.defaultCatalog": settings.catalog}
     # New tables get the profile's format version unless their spec pins one (specs.FORMAT_VERSIONS).
     conf[f"{prefix}.table-default.format-version"] = str(settings.format_version)
+    # A manifest file is written once and never changed: each check and build re-read the same ones, a HEAD and a
+    # GET each on S3 (docs/maintenance.md#what-a-day-costs-on-s3).
+    conf[f"{prefix}.io.manifest.cache-enabled"] = str(settings.manifest_cache).lower()
     if settings.profile == Profile.LOCAL:
         conf |= {f"{prefix}.type": "hadoop", f"{prefix}.warehouse": settings.warehouse}
     elif settings.profile == Profile.S3:
