@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import json
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from etr_assets.lake.specs import SIMPLE_TYPES, Column, TableSpec, decimal_type
@@ -97,6 +99,18 @@ def conform(df: DataFrame, spec: TableSpec) -> DataFrame:
     return df.selectExpr(
         *[f"CAST({quoted(c.name)} AS {spark_type(c.type).simpleString()}) AS {quoted(c.name)}" for c in spec.columns]
     )
+
+
+@contextlib.contextmanager
+def temp_view(spark: SparkSession, frame: DataFrame, prefix: str) -> Iterator[str]:
+    """A temporary view of `frame` (made in `frame`'s session), named `prefix` and 12 random hex digits, dropped
+    from `spark`'s catalog on leaving: how a MERGE or a DELETE statement reads rows made in Python."""
+    view = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    frame.createOrReplaceTempView(view)
+    try:
+        yield view
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 def quoted(name: str) -> str:

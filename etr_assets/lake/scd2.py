@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.frames import conform
+from etr_assets.lake.frames import conform, temp_view
 from etr_assets.lake.incremental import changed_only_by, days_changed_by, lineage_since, snapshot_in_metadata
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.scd2_recompute import (
@@ -584,11 +584,9 @@ def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: Da
     from pyspark.sql import functions as F
 
     key = spec.scd2.key
-    view = f"scd2_closes_{uuid.uuid4().hex[:12]}"
     # An unconditional delete is the one MERGE that keeps a broadcast hint (any other adds a cardinality check that
     # drops it): broadcast, the MERGE reads the table once and shuffles none of it.
-    (F.broadcast(staged) if broadcast else staged).createOrReplaceTempView(view)
-    try:
+    with temp_view(spark, F.broadcast(staged) if broadcast else staged, "scd2_closes") as view:
         # `_valid_to IS NULL` keeps the scan to the current versions' partition; deleting only, the MERGE reads the
         # key and interval and writes deletion vectors, no rows.
         spark.sql(
@@ -599,8 +597,6 @@ def _delete_closed(spark: SparkSession, spec: TableSpec, target: str, staged: Da
             WHEN MATCHED THEN DELETE
             """
         )
-    finally:
-        spark.catalog.dropTempView(view)
 
 
 def _advance(spark: SparkSession, target: str, result: Scd2Result, log_snapshot: int, watermark: int | None) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import uuid
 from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple
 
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.frames import conform, local_frame
+from etr_assets.lake.frames import conform, local_frame, temp_view
 from etr_assets.lake.session import java_class
 from etr_assets.lake.specs import SCD2_COLUMNS, STATE_HASH_COLUMN, STATE_HASH_PROPERTY, Scd2, TableSpec
 from etr_assets.lake.writes import iceberg_table
@@ -221,15 +220,14 @@ def write_difference(spark: SparkSession, spec: TableSpec, target: str, delta, i
     from pyspark.sql import functions as F
 
     key = _scd2_of(spec).key
-    view = f"scd2_delta_{uuid.uuid4().hex[:12]}"
-    (delta if inserts else delta.where(F.col("_action") != Action.INSERT)).createOrReplaceTempView(view)
+    rows = delta if inserts else delta.where(F.col("_action") != Action.INSERT)
     columns = spec.column_names
     updates = ", ".join(f"t.{c} = s.{c}" for c in columns if c not in (key, "_valid_from"))
     insert = (
         f"WHEN NOT MATCHED AND s._action = '{Action.INSERT}' THEN INSERT ({', '.join(columns)}) "
         f"VALUES ({', '.join('s.' + c for c in columns)})"
     )
-    try:
+    with temp_view(spark, rows, "scd2_delta") as view:
         spark.sql(
             f"""
             MERGE INTO {target} t
@@ -240,8 +238,6 @@ def write_difference(spark: SparkSession, spec: TableSpec, target: str, delta, i
             {insert if inserts else ""}
             """
         )
-    finally:
-        spark.catalog.dropTempView(view)
 
 
 def rewrite(spec: TableSpec, log: ObservationLog, gained: Gained, table, state, present, batches) -> Rewrite | None:

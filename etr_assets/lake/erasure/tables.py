@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import uuid
 from typing import TYPE_CHECKING
 
 from etr_assets.errors import ErasureError
@@ -18,7 +17,7 @@ from etr_assets.lake.erasure.request import (
     matches_by_id,
     subject_keys_sql,
 )
-from etr_assets.lake.frames import quoted
+from etr_assets.lake.frames import quoted, temp_view
 from etr_assets.lake.maintenance import ExpireResult, compact, expire_snapshots, rewrite_manifests
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import TableSpec
@@ -69,13 +68,11 @@ def erase_table(spark: SparkSession, catalog: str, spec: TableSpec, request: Era
     if not held_ids:  # never held them (in any snapshot still kept): leave the table and its history alone
         return TableErasure(spec.identifier, held_ids, {}, snapshot_id=current_snapshot_id(spark, qualified))
 
-    view = f"gdpr_ids_{uuid.uuid4().hex[:12]}"
-    ids_df.createOrReplaceTempView(view)
-    condition = f"arrays_overlap({subject_keys_sql(spec)}, (SELECT collect_set(_erase_id) FROM {view}))"
-    delete = lambda target: spark.sql(f"DELETE FROM {target} WHERE {condition}")
-    # Replace every file of a branch with its live rows minus the customers: one overwrite commit.
-    rewrite = lambda target: spark.table(target).where(f"NOT {condition}").writeTo(target).overwrite(F.lit(True))
-    try:
+    with temp_view(spark, ids_df, "gdpr_ids") as view:
+        condition = f"arrays_overlap({subject_keys_sql(spec)}, (SELECT collect_set(_erase_id) FROM {view}))"
+        delete = lambda target: spark.sql(f"DELETE FROM {target} WHERE {condition}")
+        # Replace every file of a branch with its live rows minus the customers: one overwrite commit.
+        rewrite = lambda target: spark.table(target).where(f"NOT {condition}").writeTo(target).overwrite(F.lit(True))
         if removed := matches_by_id(spark.table(qualified), spec, ids_df):
             run_with_retries(lambda: delete(qualified), f"erasing from {qualified}")
         branches_erased, dropped = {}, []
@@ -100,8 +97,6 @@ def erase_table(spark: SparkSession, catalog: str, spec: TableSpec, request: Era
             else:
                 spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS {quoted(name)}")
                 dropped.append(f"tag {name}")
-    finally:
-        spark.catalog.dropTempView(view)
     if spec.merge_on_read:
         compact(spark, catalog, spec)  # a delete file only hides rows: rewrite the data files without them
     overridden = _lower_branch_retention(spark, qualified)
