@@ -49,7 +49,7 @@ AS_OF = Column("_as_of", "date", "Day of the snapshot the record came in", requi
 OBSERVED_AT = Column(
     "_observed_at", "timestamp", "Time of the snapshot that first showed this version's state", required=True
 )
-_QUARANTINED_AT = Column("quarantined_at", "timestamp", "When it was quarantined", required=True)
+QUARANTINED_AT = Column("quarantined_at", "timestamp", "When it was quarantined", required=True)
 _SMALL = {TARGET_FILE_SIZE: str(32 * MIB)}
 # SCD2 histories change a few rows of a keyed table each day: the daily MERGE writes the closed and new versions and
 # deletion vectors (format v3; position deletes on v2) instead of rewriting every file that holds a changed key.
@@ -86,7 +86,7 @@ def quarantine_spec(
             Column("raw_text", "string", "The record exactly as stored in the raw zone", required=True, pii=pii),
             Column("reason", "string", "Why the record was refused", required=True),
             *carried,
-            _QUARANTINED_AT,
+            QUARANTINED_AT,
         ),
         partition_by=("days(_batch_day)",),
         properties={TARGET_FILE_SIZE: str(8 * MIB), **(properties or {})},

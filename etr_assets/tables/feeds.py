@@ -3,10 +3,8 @@ each table), every declared source's (etr_assets/tables/declared.py); and silver
 
 from etr_assets.lake.feeds import EntityFeed, RawFeed
 from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
-from etr_assets.tables.declared import SOURCES, source
+from etr_assets.tables.declared import QUARANTINED_AT, SOURCES, source
 from etr_assets.tables.transactions import SILVER_TRANSACTIONS
-
-_QUARANTINED_AT = Column("quarantined_at", "timestamp", "When it was quarantined", required=True)
 
 
 def record_quarantine_spec(spec: TableSpec) -> TableSpec:
@@ -18,7 +16,7 @@ def record_quarantine_spec(spec: TableSpec) -> TableSpec:
         columns=(
             *spec.columns,
             Column("reason", "string", "The per-record expectation the row broke", required=True),
-            _QUARANTINED_AT,
+            QUARANTINED_AT,
         ),
         partition_by=spec.partition_by,
         properties={TARGET_FILE_SIZE: str(8 * MIB)},
