@@ -6,7 +6,7 @@ import dagster as dg
 
 from etr_assets.defs.api_source import declared_definitions
 from etr_assets.defs.assets import PIPELINE_JOB, PIPELINE_SOURCE, build_assets, build_pending_batches_sensor
-from etr_assets.defs.common import table_key
+from etr_assets.defs.common import nightly_schedule, table_key
 from etr_assets.defs.erasure import ERASURE_RESOURCES, build_erasure_job
 from etr_assets.defs.maintenance import build_maintenance
 from etr_assets.defs.operations import abandon_raw_batch, build_bootstrap_job, rollback_table, silver_daily_growth
@@ -29,14 +29,6 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         description=f"Fetch a day from the {PIPELINE_SOURCE} API (transactions, customers, merchants) and refresh "
         "every layer for it.",
     )
-    # At 02:00 UTC for the day that just ended; stopped by default so a fresh install does nothing alone.
-    daily = dg.build_schedule_from_partitioned_job(
-        job,
-        name="etr_pipeline_daily",
-        hour_of_day=2,
-        default_status=dg.DefaultScheduleStatus.STOPPED,
-        description="Each night, runs etr_pipeline for the previous day's partition.",
-    )
     maintenance = build_maintenance(settings, table_specs)  # health checks, maintenance job, sensor, schedule
     erasure = build_erasure_job(settings, frozenset(table_key(spec) for spec in table_specs))
     propagation, propagation_jobs = build_propagation_sensor(settings)  # corrections reach the gold days built on them
@@ -54,7 +46,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             *propagation_jobs,
             outside_commits_job(outside),
         ],
-        schedules=[daily, *sources.schedules, maintenance.schedule],
+        schedules=[nightly_schedule(job), *sources.schedules, maintenance.schedule],
         sensors=[
             build_pending_batches_sensor(settings, [job, *sources.jobs]),  # re-runs as the named jobs
             maintenance.sensor,

@@ -18,6 +18,7 @@ from etr_assets.defs.common import (
     SINGLE_RUN,
     as_metadata,
     daily_partitions,
+    nightly_schedule,
     previous_day,
     record_days,
     table_asset,
@@ -98,14 +99,7 @@ def source_definitions(settings: Settings, declared: DeclaredSource) -> dg.Defin
         "its bronze tables and histories.",
         partitions_def=daily_partitions(settings),
     )
-    schedule = dg.build_schedule_from_partitioned_job(
-        job,
-        name=f"{source_job_name(declared.name)}_daily",
-        hour_of_day=2,
-        default_status=dg.DefaultScheduleStatus.STOPPED,
-        description=f"Each night, runs {job.name} for the previous day's partition.",
-    )
-    return dg.Definitions(assets=assets, jobs=[job], schedules=[schedule])
+    return dg.Definitions(assets=assets, jobs=[job], schedules=[nightly_schedule(job)])
 
 
 def _raw_asset(settings: Settings, declared: DeclaredSource, resource: Resource) -> dg.AssetsDefinition:

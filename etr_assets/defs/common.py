@@ -33,6 +33,17 @@ def daily_partitions(settings: Settings) -> dg.DailyPartitionsDefinition:
     return dg.DailyPartitionsDefinition(start_date=settings.start_date.isoformat(), timezone="UTC")
 
 
+def nightly_schedule(job) -> dg.ScheduleDefinition:
+    """`<job>_daily`: at 02:00 UTC, the job for the day that just ended; stopped, so a fresh install does nothing."""
+    return dg.build_schedule_from_partitioned_job(
+        job,
+        name=f"{job.name}_daily",
+        hour_of_day=2,
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        description=f"Each night, runs {job.name} for the previous day's partition.",
+    )
+
+
 def table_key(spec: TableSpec) -> dg.AssetKey:
     return dg.AssetKey.from_user_string(layer_name(spec))
 
