@@ -8,7 +8,7 @@ import dagster as dg
 from pydantic import Field
 
 from etr_assets.defs.api_source import raw_key, source_job_name
-from etr_assets.defs.common import previous_day, table_asset, table_key
+from etr_assets.defs.common import IN_FLIGHT, previous_day, table_asset, table_key
 from etr_assets.defs.resources import LakeResource, LayerRunner, RawZoneResource
 from etr_assets.defs.run_guard import is_dead
 from etr_assets.settings import Settings
@@ -79,13 +79,7 @@ _RERUN_AFTER_RAW = {
 STALE_TAG = "etr/stale_batch"  # a re-run's batch (the newest open one of its endpoint and day)
 TRY_TAG = "etr/retry"  # a re-run after a failed run: its number, 1..MAX_TRIES, counted along the batch's runs
 MAX_TRIES = 3
-_IN_PROGRESS = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-]
+_IN_PROGRESS = [*IN_FLIGHT, dg.DagsterRunStatus.CANCELING]  # IN_FLIGHT, or being cancelled: not ended
 
 
 def rerun_selection(feed, sealed: bool) -> list[dg.AssetKey]:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from etr_assets.defs.dagster_private import refused_step, report_engine_event, run_reaction
-from etr_assets.defs.run_summary import GONE_DURING, WORKER_GONE, summarize_run
+from etr_assets.defs.run_summary import FINISHED, GONE_DURING, WORKER_GONE, summarize_run
 from etr_assets.errors import RunRequestError
 from etr_assets.run_days import days_of_run
 
@@ -34,7 +34,6 @@ OOM_TAG = "etr/worker_oom_kills"  # the host's count of processes the kernel kil
 END_TAG = "etr/worker_end"  # "ended": its executor finished (its summary is logged); "gone": the guard explained it
 REFUSED = "refused"  # a step's Failure metadata: the run's request is wrong (no day, a reversed range), stop it
 _WATCHED = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
-_ENDED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 _FAILED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 # What a code server logs when a run's process dies under it (`dagster._utils.get_run_crash_explanation`).
 _CRASH = re.compile(r"terminated by signal (\d+) \((\w+)\)|unexpectedly exited with code (-?\d+)")
@@ -144,7 +143,7 @@ def reap_dead_runs(instance, current_run_id: str | None = None, ended_since: flo
     holders = storage.get_concurrency_run_ids() if pools else set()
     records = list(instance.get_run_records(filters=dg.RunsFilter(statuses=_WATCHED)))
     if holders:
-        records += instance.get_run_records(filters=dg.RunsFilter(run_ids=sorted(holders), statuses=_ENDED))
+        records += instance.get_run_records(filters=dg.RunsFilter(run_ids=sorted(holders), statuses=FINISHED))
     if ended_since is not None:
         since = dt.datetime.fromtimestamp(ended_since, dt.UTC)
         host = {HOST_TAG: socket.gethostname()}
