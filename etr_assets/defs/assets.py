@@ -152,15 +152,14 @@ def build_pending_batches_sensor(settings: Settings, jobs):
                 state = "downloaded" if open_batch.sealed else "download incomplete"
                 seen.append(f"{key} ({hours:.1f} h, {state}, {why or 'pending past the threshold'})")
                 tags = {STALE_TAG: key} | ({TRY_TAG: str(tries + 1)} if ended else {})
-                requests.append(
-                    dg.RunRequest(
-                        run_key=f"{key}#{tries + 1}" if ended else key,  # one run a try (a batch, past the threshold)
-                        job_name=rerun_job(feed),
-                        partition_key=open_batch.batch.day.isoformat(),
-                        asset_selection=rerun_selection(feed, open_batch.sealed),
-                        tags=tags,
-                    )
+                request = dg.RunRequest(
+                    run_key=f"{key}#{tries + 1}" if ended else key,  # one run a try (a batch, past the threshold)
+                    job_name=rerun_job(feed),
+                    partition_key=open_batch.batch.day.isoformat(),
+                    asset_selection=rerun_selection(feed, open_batch.sealed),
+                    tags=tags,
                 )
+                requests.append(request)
         if gave_up:
             context.log.warning(
                 f"raw batches whose day failed {MAX_TRIES} re-runs, left pending (run the day once fixed, or close the "

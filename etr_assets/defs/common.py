@@ -87,25 +87,21 @@ def table_check_specs(spec: TableSpec, days: dg.DailyPartitionsDefinition) -> li
     ]
     if spec.day_column:
         rules = spec.quality
-        specs.append(
-            check(
-                "row_count_anomaly",
-                f"Warns when a day's rows are more than {rules.row_count_tolerance:.0%} away from the median of "
-                f"the {rules.row_count_window_days} days before it (no verdict with under "
-                f"{rules.row_count_min_history_days} days)",
-            )
+        anomaly = (
+            f"Warns when a day's rows are more than {rules.row_count_tolerance:.0%} away from the median of "
+            f"the {rules.row_count_window_days} days before it (no verdict with under "
+            f"{rules.row_count_min_history_days} days)"
         )
+        specs.append(check("row_count_anomaly", anomaly))
     if any(feed.bronze is spec for feed in RAW_FEEDS):  # bronze's own: the run fails above the limit
         specs.append(check("quarantine_rate", "Warns when any received record was refused into quarantine"))
     if spec in DERIVED_SPECS:  # judged when built, and again by the propagate_corrections sensor
-        specs.append(
-            check(
-                UP_TO_DATE,
-                "Warns while the day is out of date: built before a day it is derived from changed (a corrected "
-                "silver day, a history's late day, the day before rebuilt), or while the day it carries from was "
-                "missing; passes once it is built again",
-            )
+        out_of_date = (
+            "Warns while the day is out of date: built before a day it is derived from changed (a corrected "
+            "silver day, a history's late day, the day before rebuilt), or while the day it carries from was "
+            "missing; passes once it is built again"
         )
+        specs.append(check(UP_TO_DATE, out_of_date))
     if per_record := [c.description for c in spec.expectations if c.per_record]:
         held_back = f"Warns when a row broke a per-record expectation ({', '.join(per_record)}) and was held back"
         specs.append(check("records_quarantined", held_back))  # the rest of the day was published

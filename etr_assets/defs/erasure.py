@@ -49,13 +49,12 @@ def _request_op(settings: Settings):
         ids = store.pending_ids(config.request_reference)
         request = ErasureRequest.create(config.request_reference, ids, key, run_id=context.run_id)
         context.log.info(f"erasure request {request.request_id}: {len(ids)} customer(s) to erase")
-        context.add_output_metadata(
-            {
-                "request": request.request_id,
-                "customers": len(request.customer_ids),
-                "request_file": store.uri(request.request_id),
-            }
-        )
+        metadata = {
+            "request": request.request_id,
+            "customers": len(request.customer_ids),
+            "request_file": store.uri(request.request_id),
+        }
+        context.add_output_metadata(metadata)
         return request
 
     return gdpr_request
@@ -72,14 +71,13 @@ def erase_raw_zone(
 ) -> RawErasure:
     result = erase_raw_step(lake.session(), lake.catalog, raw_zone.zone(), request)
     context.log.info(f"raw zone: {result.records_removed} record(s) removed from {len(result.files_rewritten)} file(s)")
-    context.add_output_metadata(
-        {
-            "records_removed": result.records_removed,
-            "files_rewritten": len(result.files_rewritten),
-            "manifests_updated": result.manifests_updated,
-            "files": dg.MetadataValue.md("\n".join(f"- `{uri}`" for uri in result.files_rewritten) or "none"),
-        }
-    )
+    metadata = {
+        "records_removed": result.records_removed,
+        "files_rewritten": len(result.files_rewritten),
+        "manifests_updated": result.manifests_updated,
+        "files": dg.MetadataValue.md("\n".join(f"- `{uri}`" for uri in result.files_rewritten) or "none"),
+    }
+    context.add_output_metadata(metadata)
     return result
 
 
@@ -105,30 +103,27 @@ def _table_op(settings: Settings, spec: TableSpec, observe: bool):
                 f"{list(result.refs_dropped) or 'no refs'}; expired {expired} snapshot(s)"
             )
         if observe and result.held:  # the table's asset page shows that an erasure changed it, and which request
-            context.log_event(
-                dg.AssetObservation(
-                    asset_key=table_key(spec),
-                    description=f"GDPR erasure {request.request_id}: {result.rows_removed} row(s) removed, history "
-                    "expired",
-                    metadata={
-                        "gdpr_request": request.request_id,
-                        "rows_removed": result.rows_removed,
-                        "snapshot_id": str(result.snapshot_id),
-                    },
-                )
+            observation = dg.AssetObservation(
+                asset_key=table_key(spec),
+                description=f"GDPR erasure {request.request_id}: {result.rows_removed} row(s) removed, history expired",
+                metadata={
+                    "gdpr_request": request.request_id,
+                    "rows_removed": result.rows_removed,
+                    "snapshot_id": str(result.snapshot_id),
+                },
             )
-        context.add_output_metadata(
-            {
-                "table": spec.qualified(lake.catalog),
-                "held_customers": len(result.held_ids),
-                "rows_removed": result.rows_removed,
-                "rows_removed_on_branches": sum(result.branches_erased.values()),
-                "refs_dropped": ", ".join(result.refs_dropped) or "none",
-                "expired_snapshots": expired,
-                "deleted_data_files": result.expired.deleted_data_files if result.expired else 0,
-                "snapshot_id": str(result.snapshot_id) if result.snapshot_id is not None else "none",
-            }
-        )
+            context.log_event(observation)
+        metadata = {
+            "table": spec.qualified(lake.catalog),
+            "held_customers": len(result.held_ids),
+            "rows_removed": result.rows_removed,
+            "rows_removed_on_branches": sum(result.branches_erased.values()),
+            "refs_dropped": ", ".join(result.refs_dropped) or "none",
+            "expired_snapshots": expired,
+            "deleted_data_files": result.expired.deleted_data_files if result.expired else 0,
+            "snapshot_id": str(result.snapshot_id) if result.snapshot_id is not None else "none",
+        }
+        context.add_output_metadata(metadata)
         return result
 
     return erase

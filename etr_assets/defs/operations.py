@@ -49,17 +49,16 @@ def rollback_table_op(context: dg.OpExecutionContext, config: RollbackConfig, la
     )
     if context.instance.has_asset_key(key := table_key(spec)):  # a table asset (quarantine, bookkeeping: none)
         # Its page shows the rollback, and commits_outside_dagster knows this move of main as Dagster's.
-        context.log_event(
-            dg.AssetObservation(
-                asset_key=key,
-                description=f"rolled back to snapshot {record['to_snapshot_id']}: {config.reason}",
-                metadata={
-                    "snapshot_id": record["to_snapshot_id"],
-                    "rolled_back_from": record["from_snapshot_id"] or "none",
-                    "reason": config.reason,
-                },
-            )
+        observation = dg.AssetObservation(
+            asset_key=key,
+            description=f"rolled back to snapshot {record['to_snapshot_id']}: {config.reason}",
+            metadata={
+                "snapshot_id": record["to_snapshot_id"],
+                "rolled_back_from": record["from_snapshot_id"] or "none",
+                "reason": config.reason,
+            },
         )
+        context.log_event(observation)
 
 
 @dg.job(
@@ -142,15 +141,14 @@ def build_bootstrap_job(settings: Settings):
         else:
             result = bootstrap_with_spark(lake.session(), lake.catalog, ALL_SPECS)
         context.log.info(result.describe())
-        context.add_output_metadata(
-            {
-                "databases_created": len(result.created_namespaces),
-                "tables_created": len(result.created_tables),
-                "tables_existing": len(result.existing_tables),
-                "created": ", ".join(result.created_namespaces + result.created_tables) or "nothing",
-                "catalog": "glue" if settings.profile == Profile.AWS else settings.catalog,
-            }
-        )
+        metadata = {
+            "databases_created": len(result.created_namespaces),
+            "tables_created": len(result.created_tables),
+            "tables_existing": len(result.existing_tables),
+            "created": ", ".join(result.created_namespaces + result.created_tables) or "nothing",
+            "catalog": "glue" if settings.profile == Profile.AWS else settings.catalog,
+        }
+        context.add_output_metadata(metadata)
 
     @dg.job(
         name="bootstrap_lake",

@@ -23,12 +23,9 @@ RETRY_OF = "etr/flags_again_after"  # on a flag run that records the flags of a 
 
 def built_orders(instance: dg.DagsterInstance) -> dict[str, dict[str, int]]:
     """Per judged or input table, the storage id of each day's latest materialization: one query per table."""
+    latest_by_partition = instance.get_latest_storage_id_by_partition
     return {
-        layer: dict(
-            instance.get_latest_storage_id_by_partition(
-                table_key(LAYERS[layer].spec), dg.DagsterEventType.ASSET_MATERIALIZATION
-            )
-        )
+        layer: dict(latest_by_partition(table_key(LAYERS[layer].spec), dg.DagsterEventType.ASSET_MATERIALIZATION))
         for layer in (*INPUTS, *DERIVED)
     }
 
@@ -43,18 +40,17 @@ def flag_days(context: dg.OpExecutionContext, config: FlagConfig) -> None:
     stores one evaluation per check, partition and run, so a sensor's (runless) second flag of a day would collide."""
     for layer, day, why in config.flags:
         key = table_key(LAYERS[layer].spec)
-        context.log_event(
-            dg.AssetCheckEvaluation(
-                asset_key=key,
-                check_name=UP_TO_DATE,
-                passed=False,
-                severity=dg.AssetCheckSeverity.WARN,
-                partition=day,
-                description=f"out of date: {why}",
-                metadata={"reason": why},
-                target_materialization_data=materialization_of(context.instance, key, day),
-            )
+        evaluation = dg.AssetCheckEvaluation(
+            asset_key=key,
+            check_name=UP_TO_DATE,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            partition=day,
+            description=f"out of date: {why}",
+            metadata={"reason": why},
+            target_materialization_data=materialization_of(context.instance, key, day),
         )
+        context.log_event(evaluation)
     context.log.info(f"marked {len(config.flags)} gold day(s) out of date")
 
 
@@ -121,19 +117,17 @@ def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, l
             tags = {PROPAGATION_TAG: f"{names} {first}...{last}"}
             if first != last:
                 tags |= {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
-            requests.append(
-                dg.RunRequest(
-                    job_name=REDERIVE_JOB,
-                    run_key=f"{names}:{first}...{last}@{latest}",
-                    asset_selection=[table_key(LAYERS[t].spec) for t in tables],
-                    partition_key=first if first == last else None,
-                    tags=tags,
-                )
+            request = dg.RunRequest(
+                job_name=REDERIVE_JOB,
+                run_key=f"{names}:{first}...{last}@{latest}",
+                asset_selection=[table_key(LAYERS[t].spec) for t in tables],
+                partition_key=first if first == last else None,
+                tags=tags,
             )
+            requests.append(request)
         cursor = json.dumps({"flagged": sorted(flagged), "retried": retried})
         if not requests:
-            skip = "no gold day is out of date"
-            return dg.SensorResult(skip_reason=skip, cursor=cursor)
+            return dg.SensorResult(skip_reason="no gold day is out of date", cursor=cursor)
         context.log.info(
             "out of date: "
             + "; ".join(f"{t} {min(d)}...{max(d)} ({len(d)} day(s))" for t, d in stale.days.items() if d)

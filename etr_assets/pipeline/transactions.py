@@ -42,14 +42,13 @@ def clean_transactions(bronze_df):
     """Typed, validated, one row per transaction id: the latest update wins, deterministically."""
     from pyspark.sql import functions as F
 
-    typed = bronze_df.withColumns(
-        {
-            "amount": F.col("amount").cast("decimal(10,2)"),
-            "currency": F.upper(F.trim("currency")),
-            "payment_method": F.upper(F.trim("payment_method")),
-            "status": F.upper(F.trim("status")),
-        }
-    )
+    normalized = {
+        "amount": F.col("amount").cast("decimal(10,2)"),
+        "currency": F.upper(F.trim("currency")),
+        "payment_method": F.upper(F.trim("payment_method")),
+        "status": F.upper(F.trim("status")),
+    }
+    typed = bronze_df.withColumns(normalized)
     required = ("transaction_id", "customer_id", "merchant_id", "amount", "transaction_date", "updated_at")
     valid = typed.where(
         functools.reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in required])

@@ -233,21 +233,20 @@ def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
         status = _STATUS(rng)
         lag = 0 if status == "PENDING" else min(60 + int(rng.expovariate(1 / 7200)), 2 * 86400)
         cents = round(math.exp(rng.gauss(4.4, 1.0)) * 100)  # log-normal: many small baskets, a long tail
-        finals.append(
-            {
-                "transaction_id": first_id + seq,
-                "customer_id": 100001 + int(customers * rng.random() ** 1.3),  # some customers buy more often
-                "merchant_id": 500001 + rng.randrange(config.merchants),
-                "amount": _money(min(max(cents, 500), 250000)),
-                "currency": _CURRENCY(rng),
-                "instalments": _INSTALMENTS(rng),
-                "payment_method": _PAYMENT_METHOD(rng),
-                "status": status,
-                "transaction_date": day_text,
-                "created_at": _ts(ordinal, created),
-                "updated_at": _ts(ordinal, created + lag),
-            }
-        )
+        record = {
+            "transaction_id": first_id + seq,
+            "customer_id": 100001 + int(customers * rng.random() ** 1.3),  # some customers buy more often
+            "merchant_id": 500001 + rng.randrange(config.merchants),
+            "amount": _money(min(max(cents, 500), 250000)),
+            "currency": _CURRENCY(rng),
+            "instalments": _INSTALMENTS(rng),
+            "payment_method": _PAYMENT_METHOD(rng),
+            "status": status,
+            "transaction_date": day_text,
+            "created_at": _ts(ordinal, created),
+            "updated_at": _ts(ordinal, created + lag),
+        }
+        finals.append(record)
     # Re-sent transactions: the stale copy goes after the final one for every other pick, so consumers
     # must deduplicate on updated_at, not on position in the feed.
     eligible = [i for i, record in enumerate(finals) if record["status"] != "PENDING"]

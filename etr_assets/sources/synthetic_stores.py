@@ -136,17 +136,16 @@ def checkins_for(config: StoresConfig, day: datetime.date) -> list[dict]:
     for seq, second in enumerate(sorted(rng.randrange(86400) for _ in range(count)), 1):
         customer_id = 100001 + rng.randrange(customers)
         os_ = rng.choices(("ios", "android", "web"), (45, 40, 15))[0]
-        records.append(
-            {
-                "checkin_id": int(day.strftime("%y%j")) * 1000 + seq,  # yyddd and seq: unique across days
-                "store_id": rng.choice(stores),
-                "customer_id": customer_id,
-                "email": _email(config, customer_id),
-                "device": {"os": os_, "app_version": f"{rng.randint(3, 5)}.{rng.randrange(10)}.{rng.randrange(20)}"},
-                "checked_in_at": f"{text}T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}Z",
-                "day": text,
-            }
-        )
+        record = {
+            "checkin_id": int(day.strftime("%y%j")) * 1000 + seq,  # yyddd and seq: unique across days
+            "store_id": rng.choice(stores),
+            "customer_id": customer_id,
+            "email": _email(config, customer_id),
+            "device": {"os": os_, "app_version": f"{rng.randint(3, 5)}.{rng.randrange(10)}.{rng.randrange(20)}"},
+            "checked_in_at": f"{text}T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}Z",
+            "day": text,
+        }
+        records.append(record)
     return records
 
 
