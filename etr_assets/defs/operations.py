@@ -34,14 +34,8 @@ def rollback_table_op(context: dg.OpExecutionContext, config: RollbackConfig, la
     if not config.snapshot_id.strip().isdigit():
         raise ValueError(f"snapshot_id {config.snapshot_id!r} is not a snapshot id (digits only)")
     try:
-        record = rollback(
-            lake.session(),
-            lake.catalog,
-            spec.qualified(lake.catalog),
-            int(config.snapshot_id),
-            config.reason,
-            context.run_id,
-        )
+        target = spec.qualified(lake.catalog)
+        record = rollback(lake.session(), lake.catalog, target, int(config.snapshot_id), config.reason, context.run_id)
     except EtrError as error:
         raise dg.Failure(description=str(error)) from None  # one line in the run, nothing changed
     context.log.info(
@@ -91,13 +85,7 @@ def abandon_raw_batch_op(
         raise dg.Failure(description=f"unknown endpoint {config.source}/{config.endpoint}; known: {known}")
     try:
         record = abandon_batch(
-            lake.session(),
-            lake.catalog,
-            raw_zone.zone(),
-            feed,
-            config.batch_id,
-            config.reason,
-            context.run_id,
+            lake.session(), lake.catalog, raw_zone.zone(), feed, config.batch_id, config.reason, context.run_id
         )
     except EtrError as error:
         raise dg.Failure(description=str(error)) from None

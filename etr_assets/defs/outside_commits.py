@@ -40,9 +40,7 @@ def writers_in_flight(
 def may_write(run: dg.DagsterRun, key: dg.AssetKey) -> bool:
     """Whether `run` may commit rows to the asset's table: an asset run of it, or an op job (erasure, rollback);
     maintenance only rewrites (`replace`, never judged)."""
-    if run.job_name == JOB_NAME:
-        return False
-    return run.asset_selection is None or key in run.asset_selection
+    return run.job_name != JOB_NAME and (run.asset_selection is None or key in run.asset_selection)
 
 
 def recorded_position(instance: dg.DagsterInstance, spec: TableSpec) -> tuple[int, int] | None:

@@ -100,13 +100,11 @@ class SourceApiResource(dg.ConfigurableResource):
 
         declaration = source(self.source).declaration
         url = self._url or self.base_url or _from_environment(declaration.client.base_url)
-        secrets = None
         if not url and self.start_synthetic and declaration.client.synthetic and self._run is not None:
             running, self._secrets = self._run.enter_context(self._synthetic(declaration.client.synthetic))
             self._url = url = running.url
             dg.get_dagster_logger().info(f"{API_STARTED} on {self._url} for this run")
-        if self._url:
-            secrets = self._secrets
+        secrets = self._secrets if self._url else None
         return connect(declaration, os.environ, base_url=url or None, secrets=secrets, page_size=self.page_size or None)
 
     @contextmanager
@@ -150,11 +148,7 @@ class LayerRunner(dg.ConfigurableResource):
         return boto3.client(self.compute.value, region_name=self.region)  # the values are the services' names
 
     def run(
-        self,
-        context: dg.AssetExecutionContext,
-        lake: LakeResource,
-        raw_zone: RawZoneResource | None = None,
-        **options,
+        self, context: dg.AssetExecutionContext, lake: LakeResource, raw_zone: RawZoneResource | None = None, **options
     ):
         """Build and finish the asset's layer for the run's days, here or remotely; yields what the run records.
         `options`: what its request type takes beyond the days (bronze's limits come from `raw_zone`)."""

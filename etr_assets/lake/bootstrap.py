@@ -55,12 +55,11 @@ def iceberg_schema(spec: TableSpec):
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
-    return Schema(
-        *(
-            NestedField(i, c.name, iceberg_type(c.type, f"{spec.identifier}.{c.name}"), c.required, c.doc or None)
-            for i, c in enumerate(spec.columns, start=1)
-        )
-    )
+    fields = [
+        NestedField(i, c.name, iceberg_type(c.type, f"{spec.identifier}.{c.name}"), c.required, c.doc or None)
+        for i, c in enumerate(spec.columns, start=1)
+    ]
+    return Schema(*fields)
 
 
 def partition_spec(spec: TableSpec, schema):

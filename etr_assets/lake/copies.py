@@ -99,7 +99,6 @@ def catalog_tables(spark: SparkSession, catalog: str) -> list[CatalogTable]:
 
 def subject_like_columns(columns, subject_columns) -> list[str]:
     """Columns named like a subject column (`customer_id`, `CustomerId`, `buyer_customer_id`...)."""
-
     squash = lambda name: name.lower().replace("_", "")
     wanted = {squash(s) for s in subject_columns}
     return [c for c in columns if any(squash(c) == w or squash(c).endswith(w) for w in wanted)]

@@ -112,7 +112,6 @@ def lineage_since(
 
 def snapshot_in_metadata(table) -> Callable[[int], tuple[int | None, Operation] | None]:
     """`lineage_since`'s lookup on the table's own metadata: a few Java calls, not a Spark job over its snapshots."""
-
     from pyiceberg.table.snapshots import Operation  # here: pyiceberg.table costs the definitions' load a second
 
     def parent_of(snapshot_id: int) -> tuple[int | None, Operation] | None:

@@ -81,11 +81,7 @@ def write_days(spark, catalog: str, spec, rows, days, day_column: str, changes, 
 
 
 def build_silver(
-    spark,
-    catalog: str,
-    days: list[dt.date],
-    audit_branch: str | None = None,
-    full_refresh: bool = False,
+    spark, catalog: str, days: list[dt.date], audit_branch: str | None = None, full_refresh: bool = False
 ) -> WriteResult:
     """Rebuild `days` of silver, reading only the bronze rows each day needs since it was last built: its cursor,
     stamped on the silver commit that last rebuilt it, as this one stamps the days it rebuilds

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 BACKOFF_SECONDS = 0.5  # the first retry's wait (without a Retry-After); doubles each attempt up to max_delay_seconds
 RETRY_STATUS = (429, *range(500, 600))  # what dlt's session retries
+_JSON_KINDS = {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}  # else a number
 
 
 @dataclasses.dataclass
@@ -351,9 +352,7 @@ def _at(document: object, selector: tuple[str, ...]) -> list | None:
 
 
 def _kind(document: object) -> str:
-    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(document), "number"
-    )
+    return _JSON_KINDS.get(type(document), "number")
 
 
 def _endpoint(url: str, method: str = "GET") -> str:
