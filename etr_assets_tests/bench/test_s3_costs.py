@@ -33,7 +33,8 @@ def test_s3_costs_counts_every_layers_requests_alike_at_the_server_and_in_the_me
     assert all(row["day 1"] > 0 and row["verdict"] in ("met", "MISSED") for row in growth.values()), growth
     assert days[1]["maintained"] and not days[0]["maintained"]  # the second day is a maintenance day
     before, after = days[1]["storage_before_maintenance"], days[1]["storage_after_maintenance"]
-    assert before["stored_bytes"] >= after["stored_bytes"] > after["live_bytes"] > 0
+    # Compaction adds files that expiry may delete the old ones of only once they are past the retention (7 days).
+    assert after["stored_bytes"] > after["live_bytes"] > 0 and before["stored_bytes"] > before["live_bytes"]
     assert summary["amplification_after_maintenance"] == [after["amplification"]]
     # run_layer's metadata (what a materialization shows): the requests the server answered for that step
     reported = result["run_layer_figures"]
