@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -56,10 +57,19 @@ def request_from_extras(extras: dict) -> LayerRequest:
 def run_layer(spark, catalog: str, raw: Callable[[], RawZone], request: LayerRequest, run_id: str) -> FinishedLayer:
     """Build the layer, then run its remaining checks, record their figures and gather the materialization's (with
     the S3 requests the step made, where S3A counts them)."""
-    requests_before = s3a_request_counts(spark)
-    result = LAYERS[request.layer].build(spark, catalog, raw, request)
+    requests_before, zones = s3a_request_counts(spark, catalog), []
+
+    def counted_raw() -> RawZone:  # the raw zone's own requests (markers, listings) count too, on S3
+        zone = raw()
+        zones.append((zone, +getattr(zone.storage, "requests", Counter())))
+        return zone
+
+    result = LAYERS[request.layer].build(spark, catalog, counted_raw, request)
     finished = finish_layer(spark, catalog, request, result, run_id)
-    finished.figures.update(request_figures(s3a_request_counts(spark) - requests_before))
+    made = s3a_request_counts(spark, catalog) - requests_before
+    for zone, before in zones:
+        made += getattr(zone.storage, "requests", Counter()) - before
+    finished.figures.update(request_figures(made))
     return finished
 
 
