@@ -64,17 +64,12 @@ AUTH_FIELDS: Mapping[AuthType, tuple[tuple[str, bool, bool], ...]] = {
 }
 # Each paginator's options with their defaults (dlt's names; `total_path` defaults to none: stop at an empty page).
 PAGINATOR_OPTIONS: Mapping[PaginatorType, Mapping[str, object]] = {
-    PaginatorType.SINGLE_PAGE: {},
-    PaginatorType.PAGE_NUMBER: {"page_param": "page", "base_page": 1, "total_path": None, "maximum_page": None},
-    PaginatorType.OFFSET: {
-        "offset_param": "offset",
-        "limit_param": "limit",
-        "total_path": None,
-        "maximum_offset": None,
-    },
-    PaginatorType.CURSOR: {"cursor_path": "cursor", "cursor_param": "cursor"},
-    PaginatorType.JSON_LINK: {"next_url_path": "next"},
-    PaginatorType.HEADER_LINK: {"links_next_key": "next"},
+    PaginatorType.SINGLE_PAGE: dict(),
+    PaginatorType.PAGE_NUMBER: dict(page_param="page", base_page=1, total_path=None, maximum_page=None),
+    PaginatorType.OFFSET: dict(offset_param="offset", limit_param="limit", total_path=None, maximum_offset=None),
+    PaginatorType.CURSOR: dict(cursor_path="cursor", cursor_param="cursor"),
+    PaginatorType.JSON_LINK: dict(next_url_path="next"),
+    PaginatorType.HEADER_LINK: dict(links_next_key="next"),
 }
 
 
@@ -401,16 +396,15 @@ def _fields(node: _Node) -> tuple[Field, ...]:
             if not re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*", text):
                 raise fields["path"].fail(f"{text!r} is not a dotted path of record fields such as address.city")
             path = tuple(text.split("."))
-        columns.append(
-            Field(
-                name=name,
-                type=_column_type(fields["type"]),
-                doc=fields["doc"].text() if "doc" in fields else "",
-                path=path,
-                required=fields["required"].flag() if "required" in fields else False,
-                pii=fields["pii"].flag() if "pii" in fields else False,
-            )
+        column = Field(
+            name=name,
+            type=_column_type(fields["type"]),
+            doc=fields["doc"].text() if "doc" in fields else "",
+            path=path,
+            required=fields["required"].flag() if "required" in fields else False,
+            pii=fields["pii"].flag() if "pii" in fields else False,
         )
+        columns.append(column)
     if not columns:
         raise node.fail("declare at least one column")
     return tuple(columns)
