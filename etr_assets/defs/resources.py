@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr
 from etr_assets.defs.announcements import API_STARTED, SPARK_STARTED, SPARK_STARTING
 from etr_assets.defs.common import as_metadata, check_results, on_partitions, record_days
 from etr_assets.defs.dagster_private import spark_started
+from etr_assets.lake.iam import PIPES_PREFIX  # the IAM policy's PipesExchange prefix
 from etr_assets.lake.session import catalog_conf, spark_conf
 from etr_assets.lake.wap import branch_name
 from etr_assets.pipeline.contract import Report
@@ -128,9 +129,6 @@ class SourceApiResource(dg.ConfigurableResource):
 
 def _from_environment(value) -> str:
     return os.environ.get(value.variable, "") if isinstance(value, FromEnv) else value
-
-
-PIPES_PREFIX = "pipes"  # context and messages exchanged with the job, under the lake's bucket (IAM: PipesExchange)
 
 
 class LayerRunner(dg.ConfigurableResource):
