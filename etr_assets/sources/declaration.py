@@ -307,7 +307,7 @@ def _column_type(node: _Node) -> str:
 
 
 def _auth(node: _Node) -> Auth:
-    fields = node.mapping(("type", *{name for spec in AUTH_FIELDS.values() for name, _, _ in spec}), ("type",))
+    fields = node.mapping(("type", *dict.fromkeys(n for spec in AUTH_FIELDS.values() for n, _, _ in spec)), ("type",))
     kind = fields["type"].choice(AuthType)
     allowed = {name: (secret, required) for name, secret, required in AUTH_FIELDS[kind]}
     values: dict[str, object] = {}
@@ -333,7 +333,7 @@ def _paginator(node: _Node) -> Paginator:
     if isinstance(node.node, yaml.ScalarNode):
         kind = node.choice(PaginatorType)
         return Paginator(kind, dict(PAGINATOR_OPTIONS[kind]))
-    fields = node.mapping(("type", *{o for options in PAGINATOR_OPTIONS.values() for o in options}), ("type",))
+    fields = node.mapping(("type", *dict.fromkeys(o for opts in PAGINATOR_OPTIONS.values() for o in opts)), ("type",))
     kind = fields.pop("type").choice(PaginatorType)
     options = dict(PAGINATOR_OPTIONS[kind])
     for name, child in fields.items():
