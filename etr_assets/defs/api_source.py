@@ -65,8 +65,7 @@ class ApiSource(dg.Component, dg.Model, dg.Resolvable):
     )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        settings = _SETTINGS.get() or Settings.from_env()
-        return source_definitions(settings, source(self.name))
+        return source_definitions(_SETTINGS.get() or Settings.from_env(), source(self.name))
 
 
 def raw_key(feed: RawFeed) -> dg.AssetKey:

@@ -112,8 +112,7 @@ def batch_run(instance: dg.DagsterInstance, open_batch) -> dg.DagsterRun | None:
 def build_pending_batches_sensor(settings: Settings, jobs):
     """The sensor re-running days whose raw batch is still pending, as the named jobs `jobs` (`rerun_job`)."""
     threshold = dt.timedelta(hours=settings.pending_alert_hours)
-    names = {job.name for job in jobs}
-    if missing := {rerun_job(feed) for feed in RAW_FEEDS} - names:
+    if missing := {rerun_job(feed) for feed in RAW_FEEDS} - {job.name for job in jobs}:
         raise ValueError(f"raw_pending_batches re-runs days as {', '.join(sorted(missing))}: not among its jobs")
 
     @dg.sensor(

@@ -47,8 +47,7 @@ def iam_policy(
     specs = sorted(specs, key=lambda s: s.identifier)
     s3, glue = f"arn:aws:s3:::{bucket}", f"arn:aws:glue:{region}:{account}"
     tables = [f"{WAREHOUSE_PREFIX}/{s.namespace}.db/{s.name}" for s in specs]
-    prefixes = [RAW_PREFIX, CODE_PREFIX, PIPES_PREFIX, *tables]
-    listed = sorted(p for prefix in prefixes for p in (prefix, f"{prefix}/*"))
+    listed = sorted(p for prefix in (RAW_PREFIX, CODE_PREFIX, PIPES_PREFIX, *tables) for p in (prefix, f"{prefix}/*"))
     open_indexes = sorted(f"{s3}/{RAW_PREFIX}/{f.source}/{f.endpoint}/{OPEN_INDEX}/*" for f in feeds)
     everything = OBJECT_READ + OBJECT_WRITE + OBJECT_DELETE
     catalog = [f"{glue}:catalog", *(f"{glue}:database/{ns}" for ns in namespaces(specs))]

@@ -128,8 +128,7 @@ def expectation_outcomes(df: DataFrame, spec: TableSpec, days: list[dt.date]) ->
     rows = df.where(F.col(day_column).isin(sorted(days))) if day_column else df
     broken = [~F.coalesce(F.expr(check.predicate), F.lit(True)) for check in checks]
     counts = [F.count_if(rule).alias(f"_broken_{i}") for i, rule in enumerate(broken)]
-    grouped = rows.groupBy(day_column).agg(*counts) if day_column else rows.agg(*counts)
-    per_group = grouped.collect()
+    per_group = (rows.groupBy(day_column).agg(*counts) if day_column else rows.agg(*counts)).collect()
     outcomes = []
     for i, check in enumerate(checks):
         if day_column:

@@ -154,9 +154,8 @@ def apply_log(
         if why is not None:
             return _recompute_log(spark, catalog, spec, log, head, why)
         if head == cursor.log_snapshot_id:
-            return Scd2Result(
-                target, 0, 0, 0, None, Scd2Method.UNCHANGED, f"log {log.table} unchanged since snapshot {head}"
-            )
+            unchanged = f"log {log.table} unchanged since snapshot {head}"
+            return Scd2Result(target, 0, 0, 0, None, Scd2Method.UNCHANGED, unchanged)
         applied = apply_incremental(spark, catalog, spec, log, _gained(spark, log, cursor, head, base, reloaded))
         result = applied.result
         if reloaded:
@@ -272,6 +271,7 @@ def _gained(spark, log: ObservationLog, cursor: Scd2Cursor, head: int, base: int
     in_days = F.col(log.snapshot_day).isin(sorted(reloaded))
     at_head = spark.read.format("iceberg").option("snapshot-id", head).load(log.table)
     at_cursor = spark.read.format("iceberg").option("snapshot-id", cursor.log_snapshot_id).load(log.table)
+
     # The days beside a reloaded one re-send most of its records (a full snapshot's unchanged keys): a removed record
     # they still send changes nothing.
     beside = sorted({d + offset for d in reloaded for offset in (-ONE_DAY, ONE_DAY)} - reloaded)

@@ -308,8 +308,7 @@ def affected_keys(spec: TableSpec, log: ObservationLog, gained: Gained, table, s
         )
         if gained.removed is not None:
             changed.append(_removed_absences(spec, log, versions, present, gained.removed, batches))
-    union = functools.reduce(lambda a, b: a.unionByName(b), changed)
-    return union.groupBy(key).agg(F.min("_at").alias("_lo"))
+    return functools.reduce(lambda a, b: a.unionByName(b), changed).groupBy(key).agg(F.min("_at").alias("_lo"))
 
 
 def broadcast_rows(spark: SparkSession) -> int:

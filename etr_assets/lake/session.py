@@ -170,8 +170,7 @@ def get_spark(settings: Settings, extra: dict[str, str] | None = None) -> SparkS
 
 def attach_catalog(spark: SparkSession, settings: Settings) -> SparkSession:
     """Point a live session at this profile's catalog (safe to repeat)."""
-    extensions = spark.sparkContext.getConf().get("spark.sql.extensions", "")
-    if ICEBERG_EXTENSIONS not in extensions:
+    if ICEBERG_EXTENSIONS not in spark.sparkContext.getConf().get("spark.sql.extensions", ""):
         raise NotAnIcebergSession(
             "the running Spark session was created without the Iceberg SQL extensions; "
             "create it through etr_assets.lake.session.get_spark (or add spark.sql.extensions)"

@@ -88,8 +88,7 @@ def finish_layer(spark, catalog: str, request: LayerRequest, result: WriteResult
     unchanged_rows = None
     if result.commit.snapshot_id is None and (head := current_snapshot_id(spark, table)) is not None:
         unchanged_rows = commit_of(spark, table, head).table_rows  # nothing committed: the table as it stands
-    figures = layer_figures(result, table_location(spark, table), unchanged_rows)
-    return FinishedLayer(figures, outcomes, result.warnings)
+    return FinishedLayer(layer_figures(result, table_location(spark, table), unchanged_rows), outcomes, result.warnings)
 
 
 def report_layer(
@@ -153,10 +152,9 @@ def _customer_profiles(spark, catalog, raw, request: LayerRequest) -> WriteResul
 
 
 def _entity_history(feed: EntityFeed, spark, catalog, raw, request: RebuildRequest) -> WriteResult:
-    full_refresh = request.full_refresh
-    applied = entities.days_to_apply(spark, catalog, feed, full_refresh)
+    applied = entities.days_to_apply(spark, catalog, feed, request.full_refresh)
     started = time.time_ns() // 1000  # every version the apply writes carries a later `_ingested_at`
-    result = entities.build_landing(spark, catalog, feed, request.dates, full_refresh)
+    result = entities.build_landing(spark, catalog, feed, request.dates, request.full_refresh)
     table = feed.landing.qualified(catalog)
     current_rows = spark.sql(f"SELECT count(*) FROM {table} WHERE {CURRENT_VERSIONS}").first()[0]
     commit = commit_of(spark, table, result.snapshot_id) if result.changed else CommitInfo(table, None, None)

@@ -266,8 +266,7 @@ class _Node:
 
     def number(self, low: float = 0, integer: bool = False) -> float:
         value = self.scalar()
-        kinds = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds) or value < low:
+        if isinstance(value, bool) or not isinstance(value, (int,) if integer else (int, float)) or value < low:
             raise self.fail(f"expected {'an integer' if integer else 'a number'} of at least {low}, got {value!r}")
         return value
 

@@ -272,8 +272,7 @@ def _paginator_hint(path: str, value: object) -> str | None:
     if "cursor" in last or "continuation" in last:
         return f"{{type: cursor, cursor_path: {path}, cursor_param: cursor}}"
     if "next" in last:
-        param = "page" if "page" in last else "cursor"
-        return f"{{type: cursor, cursor_path: {path}, cursor_param: {param}}}"
+        return f"{{type: cursor, cursor_path: {path}, cursor_param: {'page' if 'page' in last else 'cursor'}}}"
     if "total" in last and isinstance(value, int) and not isinstance(value, bool):
         return f"{{type: page_number, page_param: page, total_path: {path}}}  (or offset, with total_path)"
     return None
@@ -281,8 +280,7 @@ def _paginator_hint(path: str, value: object) -> str | None:
 
 def _scalar(text: str) -> str:
     """`text` as a YAML scalar: plain when that reads back as the same text, else double-quoted."""
-    plain = _PLAIN.match(text) and text.lower() not in _YAML_WORDS
-    return text if plain else json.dumps(text)
+    return text if _PLAIN.match(text) and text.lower() not in _YAML_WORDS else json.dumps(text)
 
 
 def _join(*notes: str) -> str:
@@ -295,8 +293,7 @@ def draft_source(sample: str, source: str, resource: str, path: str | None = Non
         if not IDENTIFIER.match(value):
             raise DraftError(f"{what} {value!r} is not a lower-case identifier (letters, digits, _)")
     name, document = read_sample(sample)
-    draft = analyse(document, name, resource)
-    text = render(draft, source, resource, path, Path(name).name if sample != "-" else name)
+    text = render(analyse(document, name, resource), source, resource, path, Path(name).name if sample != "-" else name)
     _check(text, name)
     return text
 
@@ -359,10 +356,8 @@ def render(draft: Draft, source: str, resource: str, path: str | None, sample: s
         "      # TODO mode: full (each list is whole: a key it lacks was deleted) or changes (changed records only)",
         "      mode: full",
     ]
-    if draft.key_sure:
-        out.append(f"      key: {_scalar(draft.key)}  # unique and never null in the sample")
-    else:
-        out.append(f"      key: {_scalar(draft.key)}  # TODO no id-like column unique and never null in the sample")
+    unsure = "" if draft.key_sure else "TODO no id-like column "
+    out.append(f"      key: {_scalar(draft.key)}  # {unsure}unique and never null in the sample")
     if draft.sequence:
         out.append(f"      sequence: {_scalar(draft.sequence)}  # versions are ordered by this update time")
     else:
@@ -385,7 +380,7 @@ def render(draft: Draft, source: str, resource: str, path: str | None, sample: s
         if column.required:
             parts.append("required: true")
         note = column.note
-        if column.name == draft.key and not by_name[column.name].unique:
+        if column.name == draft.key and not column.unique:
             note = _join(note, "TODO not unique in the sample")
         out.append(f"        - {{{', '.join(parts)}}}" + (f"  # {note}" if note else ""))
     for field in draft.skipped:
@@ -403,8 +398,7 @@ def render(draft: Draft, source: str, resource: str, path: str | None, sample: s
 
 def _check(text: str, name: str) -> None:
     """The draft parses as a declaration, as its docstring promises (a failure here is this module's bug)."""
-    document = yaml.compose(text)
-    attributes = next(value for key, value in document.value if key.value == "attributes")
+    attributes = next(value for key, value in yaml.compose(text).value if key.value == "attributes")
     try:
         parse_attributes(attributes, f"draft of {name}")
     except DeclarationError as bad:  # pragma: no cover - a bug of render

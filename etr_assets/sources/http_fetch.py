@@ -158,11 +158,8 @@ class SourceClient:
 
     def _failure(self, response: Response) -> ApiError:
         endpoint, status = _endpoint(response.url, response.request.method), response.status_code
-        detail = _error_detail(response)
-        if status in RETRY_STATUS:
-            message = f"{endpoint} failed after {self.attempts} attempts; last: {status}: {detail}"
-        else:
-            message = f"{endpoint} answered {status}: {detail}"
+        tried = f"failed after {self.attempts} attempts; last:" if status in RETRY_STATUS else "answered"
+        message = f"{endpoint} {tried} {status}: {_error_detail(response)}"
         return ApiError(self._redact(message), endpoint=endpoint, status=status)
 
     def _redact(self, message: str) -> str:

@@ -254,6 +254,5 @@ def transactions_for(config: ApiConfig, day: datetime.date) -> list[dict]:
     keyed = [(float(i), 0, record) for i, record in enumerate(finals)]
     for j, i in enumerate(picks):
         stale = dict(finals[i], status="PENDING", updated_at=finals[i]["created_at"])
-        key = rng.uniform(i + 0.01, n) if j % 2 == 0 else rng.uniform(-1.0, i - 0.01)
-        keyed.append((key, 1, stale))
+        keyed.append((rng.uniform(i + 0.01, n) if j % 2 == 0 else rng.uniform(-1.0, i - 0.01), 1, stale))
     return [record for _, _, record in sorted(keyed, key=lambda item: item[:2])]

@@ -143,11 +143,9 @@ def apply_record_faults(
     (seed, entity, day, index) replaced, so any page size sees the same and a higher rate corrupts a superset."""
     served = [_drifted(record, seed, entity) for record in records] if drift else list(records)
     if count := math.floor(len(served) * malformed_rate + 0.5):
-
-        def rank(index: int) -> bytes:
-            return hashlib.sha256(f"etr:{seed}:malformed:{entity}:{day.isoformat()}:{index}".encode()).digest()
-
+        rank = lambda i: hashlib.sha256(f"etr:{seed}:malformed:{entity}:{day.isoformat()}:{i}".encode()).digest()
         kinds = MALFORMED_KINDS[entity]
+
         for k, index in enumerate(sorted(range(len(served)), key=rank)[:count]):
             served[index] = _malformed(served[index], entity, kinds[k % len(kinds)], k // len(kinds), day)
     return served

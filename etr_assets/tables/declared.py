@@ -188,8 +188,7 @@ def _feed(source: SourceDeclaration, resource: Resource) -> RawFeed | EntityFeed
         expectations=SCD2_EXPECTATIONS,
         quality=freshness,
     )
-    mode = FeedMode.FULL if full else FeedMode.INCREMENTAL
-    return EntityFeed(raw, landing, mode)
+    return EntityFeed(raw, landing, FeedMode.FULL if full else FeedMode.INCREMENTAL)
 
 
 def derive(declaration: SourceDeclaration) -> DeclaredSource:

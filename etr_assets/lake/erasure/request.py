@@ -59,8 +59,7 @@ def validate_reference(reference) -> str:
 
 def audit_key(profile: str, environ: dict[str, str] | None = None) -> bytes:
     """The HMAC key for subject hashes, from ETR_AUDIT_KEY; a documented default only in the local profile."""
-    env = os.environ if environ is None else environ
-    if key := env.get(AUDIT_KEY_ENV, "").strip():
+    if key := (os.environ if environ is None else environ).get(AUDIT_KEY_ENV, "").strip():
         return key.encode()
     if profile == Profile.LOCAL:
         return LOCAL_AUDIT_KEY.encode()

@@ -68,8 +68,7 @@ class Suppression:
         record ids written inside the refused line): an array, empty for a row naming none."""
         from pyspark.sql import functions as F
 
-        keys = F.array_distinct(F.expr(subject_keys_sql(spec)))
-        return F.filter(keys, lambda x: self.is_suppressed(x))
+        return F.filter(F.array_distinct(F.expr(subject_keys_sql(spec))), lambda x: self.is_suppressed(x))
 
 
 def suppression_list(spark: SparkSession, catalog: str, key: bytes | None = None) -> Suppression:
