@@ -86,9 +86,8 @@ def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
         for s in stats:
             print(_json({**s.__dict__, "current_snapshot_id": str(s.current_snapshot_id or "")}))
     else:
-        rows = [_table_row(s) for s in stats]
         header = ["table", "rows", "snapshots", "files", "size", "stored", "last write"]
-        print(render_table(header, rows))
+        print(render_table(header, [_table_row(s) for s in stats]))
         for s in stats:  # a count metadata cannot give is not guessed: the reason, under the table
             if s.exists and not s.problem and s.rows is None:
                 print(f"{s.table}: rows unknown: {s.rows_unknown}")
@@ -125,9 +124,8 @@ def cmd_iam_policy(settings: Settings, args: argparse.Namespace) -> int:
     from etr_assets.tables import ALL_SPECS
     from etr_assets.tables.feeds import RAW_FEEDS
 
-    print(
-        iam.render(iam.iam_policy(ALL_SPECS, RAW_FEEDS, args.bucket, args.region, args.account, args.glue_job)), end=""
-    )
+    policy = iam.iam_policy(ALL_SPECS, RAW_FEEDS, args.bucket, args.region, args.account, args.glue_job)
+    print(iam.render(policy), end="")
     return 0
 
 
@@ -162,9 +160,7 @@ def cmd_run_summary(settings: Settings, args: argparse.Namespace) -> int:
 
 def read_ids(values: list[str]) -> list[str]:
     """The ids as given, or `-`: read from standard input (separated by spaces, commas or lines)."""
-    if values == ["-"]:
-        return sys.stdin.read().replace(",", " ").split()
-    return values
+    return sys.stdin.read().replace(",", " ").split() if values == ["-"] else values
 
 
 def cmd_erase(settings: Settings, args: argparse.Namespace) -> int:

@@ -84,9 +84,8 @@ def source_definitions(settings: Settings, declared: DeclaredSource) -> dg.Defin
     """Every asset of one declared source, its job (all of them for a day) and its daily schedule (stopped)."""
     assets = []
     for resource in declared.declaration.resources:
-        feed = declared.feeds[resource.name]
         assets.append(_raw_asset(settings, declared, resource))
-        assets += _table_assets(settings, declared, resource, feed)
+        assets += _table_assets(settings, declared, resource, declared.feeds[resource.name])
     # As etr_pipeline: commits outside Dagster are judged by their own sensor, not by a run that is committing.
     outside = [
         dg.AssetCheckKey(key, "commits_outside_dagster") for a in assets for key in a.keys if key.path[0] != "raw"

@@ -16,10 +16,8 @@ USER_CODE_ERROR = ErrorSource.USER_CODE_ERROR  # a step failure Dagster wrapped 
 def materialization_of(instance: dg.DagsterInstance, key: dg.AssetKey, day: str):
     """The day's materialization, as a check evaluation of that day names it. Dagster links only a one-day run's
     results; without the link the UI drops a range run's check status of the day as out of date."""
-    found = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=1
-    ).records
-    if not found:
+    of_day = dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day])
+    if not (found := instance.fetch_materializations(of_day, limit=1).records):
         return None
     return AssetCheckEvaluationTargetMaterializationData(
         storage_id=found[0].storage_id, run_id=found[0].event_log_entry.run_id, timestamp=found[0].timestamp

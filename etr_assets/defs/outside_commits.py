@@ -29,10 +29,9 @@ def writers_in_flight(
     instance: dg.DagsterInstance, exclude_run: str | None = None
 ) -> list[tuple[float, dg.DagsterRun]]:
     """(when it started, run) of each run in progress, `exclude_run` left out."""
-    records = instance.get_run_records(filters=dg.RunsFilter(statuses=WRITING))
     return [
         (record.start_time or record.create_timestamp.timestamp(), record.dagster_run)
-        for record in records
+        for record in instance.get_run_records(filters=dg.RunsFilter(statuses=WRITING))
         if record.dagster_run.run_id != exclude_run
     ]
 

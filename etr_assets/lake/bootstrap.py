@@ -146,7 +146,6 @@ def bootstrap_with_spark(spark: SparkSession, catalog: str, specs: Iterable[Tabl
     before = {ns for ns in namespaces(specs) if spark.catalog.databaseExists(f"{catalog}.{ns}")}
     created, existing = [], []
     for spec in specs:
-        changes = ensure_table(spark, catalog, spec)
-        (created if changes.created else existing).append(spec.identifier)
+        (created if ensure_table(spark, catalog, spec).created else existing).append(spec.identifier)
     created_ns = tuple(ns for ns in namespaces(specs) if ns not in before)
     return BootstrapResult(created_ns, tuple(created), tuple(existing))

@@ -36,9 +36,7 @@ def normalized(path: str) -> str:
     parsed = urlparse(path)
     if parsed.scheme in ("", "file"):
         return parsed.path
-    if parsed.scheme in ("s3", "s3a", "s3n"):
-        return f"s3://{parsed.netloc}{parsed.path}"
-    return path
+    return f"s3://{parsed.netloc}{parsed.path}" if parsed.scheme in ("s3", "s3a", "s3n") else path
 
 
 def delete_file(spark: SparkSession, path: str) -> None:

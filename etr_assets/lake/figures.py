@@ -40,9 +40,8 @@ def layer_figures(result: WriteResult, location: str, unchanged_rows: RowCount |
     """Figures of one write (ids as strings: over 32 bits); `unchanged_rows`: the rows when nothing committed."""
     commit = result.commit
     rows = commit.table_rows if commit.snapshot_id is not None else (unchanged_rows or RowCount(0))
-    table_rows = {"dagster/row_count": rows.rows, "table_rows": rows.rows} if rows.rows is not None else {}
     figures: dict[str, object] = {
-        **table_rows,
+        **({"dagster/row_count": rows.rows, "table_rows": rows.rows} if rows.rows is not None else {}),
         "rows_written": result.rows,
         "table": commit.table,
         "table_uri": Tagged("path", location),

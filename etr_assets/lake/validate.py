@@ -179,9 +179,7 @@ def read_validated(
     in_order = refused.orderBy("source_file", "line_number").select("source_file", "line_number", "_reason")
     first = in_order.limit(5).collect() if quarantined_count else []
     carried = [F.col(name) for name in dict.fromkeys(carry_columns)]
-    accepted = checked.where(F.col("_reason").isNull()).select(
-        *[c.name for c in columns], F.col("source_file").alias("_source_file")
-    )
+    accepted = checked.where(F.col("_reason").isNull()).select(*names, F.col("source_file").alias("_source_file"))
     quarantined = refused.select("source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *carried)
     # limit 0: an empty relation to the optimizer, so writing an empty side does not scan the persisted lines
     result = Validated(

@@ -43,9 +43,8 @@ def scd2_records(bronze_df, feed: EntityFeed):
 def build_landing(spark, catalog: str, feed: EntityFeed, days: list[dt.date], full_refresh: bool = False) -> Scd2Result:
     """Bring the SCD2 table in line with every observation bronze gained since its last build (docs/scd2.md)."""
     ensure_table(spark, catalog, feed.landing)
-    bronze = feed.raw.bronze.qualified(catalog)
     to_records, held = functools.partial(scd2_records, feed=feed), held_keys(spark, catalog, feed)
-    log = ObservationLog(bronze, to_records, feed.mode, held, feed.raw.day_column)
+    log = ObservationLog(feed.raw.bronze.qualified(catalog), to_records, feed.mode, held, feed.raw.day_column)
     return apply_log(spark, catalog, feed.landing, log, full_refresh)
 
 

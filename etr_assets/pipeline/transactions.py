@@ -48,9 +48,8 @@ def clean_transactions(bronze_df):
         "payment_method": F.upper(F.trim("payment_method")),
         "status": F.upper(F.trim("status")),
     }
-    typed = bronze_df.withColumns(normalized)
     required = ("transaction_id", "customer_id", "merchant_id", "amount", "transaction_date", "updated_at")
-    valid = typed.where(
+    valid = bronze_df.withColumns(normalized).where(
         functools.reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in required])
         & (F.col("amount") >= 0)
         & F.col("currency").rlike("^[A-Z]{3}$")
