@@ -325,14 +325,10 @@ class MainChange:
     def describe(self) -> str:
         when = f"at {utc_text(self.at_ms)}"
         if self.rollback:
-            records = (
-                f" (records {self.records_before:,} -> {self.records_after:,})"
-                if None not in (self.records_before, self.records_after)
-                else ""
-            )
-            return (
-                f"rollback to {self.operation_name} {self.snapshot_id} of {utc_text(self.committed_ms)} {when}{records}"
-            )
+            known = None not in (self.records_before, self.records_after)
+            records = f" (records {self.records_before:,} -> {self.records_after:,})" if known else ""
+            back = f"rollback to {self.operation_name} {self.snapshot_id} of {utc_text(self.committed_ms)}"
+            return f"{back} {when}{records}"
         rows = f"+{self.added_rows}/-{self.removed_rows} rows"
         if self.added_rows and self.removed_rows:  # an overwrite rewrites whole files: what it changed is the net
             rows += f", net {self.added_rows - self.removed_rows:+d}"

@@ -490,12 +490,8 @@ def others_hash(spec: TableSpec):
 
     scd2 = spec.scd2
     skipped = {*_VERSION_COLUMNS, scd2.key, scd2.sequence, *scd2.tracked}
-    parts = []
-    for column in spec.columns:
-        if column.name not in skipped:
-            value = f"CAST(`{column.name}` AS {column.type})"
-            parts += [f"{value} IS NULL", value]
-    return F.expr(f"xxhash64({', '.join(parts)})") if parts else F.lit(0).cast("bigint")
+    values = [f"CAST(`{c.name}` AS {c.type})" for c in spec.columns if c.name not in skipped]
+    return F.expr(f"xxhash64({', '.join(f'{v} IS NULL, {v}' for v in values)})") if values else F.lit(0).cast("bigint")
 
 
 def when(micros: int) -> str:

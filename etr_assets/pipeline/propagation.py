@@ -102,8 +102,7 @@ def out_of_date(built: Built) -> OutOfDate:
 def _running_max(orders: Mapping[str, int], days) -> dict[str, tuple[int, str | None]]:
     """For each of `days`: the latest order among `orders`' days up to it, and that day (one pass over both)."""
     latest, at, result = -1, None, {}
-    pending = sorted(orders.items())
-    index = 0
+    pending, index = sorted(orders.items()), 0
     for day in sorted(days):
         while index < len(pending) and pending[index][0] <= day:
             if pending[index][1] > latest:

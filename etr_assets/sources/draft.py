@@ -329,10 +329,8 @@ def render(draft: Draft, source: str, resource: str, path: str | None, sample: s
         out.append(f"    #   The sample's body has {field}: {shown if len(shown) <= 40 else shown[:37] + '...'}")
         if hint := _paginator_hint(field, value):
             out.append(f"    #   e.g. paginator: {hint}")
-    out += [
-        "    paginator: single_page",
-        "    # TODO page_size: {param: limit, value: 100} when the API takes a page size",
-    ]
+    out.append("    paginator: single_page")
+    out.append("    # TODO page_size: {param: limit, value: 100} when the API takes a page size")
     if draft.selector:
         out.append(f"    data_selector: {'.'.join(draft.selector)}  # where the records are in each response")
     else:
