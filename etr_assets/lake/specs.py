@@ -84,6 +84,9 @@ DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
         "write.metadata.delete-after-commit.enabled": "true",
         "write.metadata.previous-versions-max": "50",
         METRICS_DEFAULT: "truncate(16)",
+        # Every commit merges the newest manifests once 8 have piled up (Iceberg's default waits for 100): every
+        # read and check lists all of them, so reads would grow with each commit until rewrite_manifests.
+        "commit.manifest.min-count-to-merge": "8",
         # Snapshot retention read by expire_snapshots.
         "history.expire.max-snapshot-age-ms": str(7 * 24 * 3600 * 1000),
         "history.expire.min-snapshots-to-keep": "10",

@@ -67,7 +67,7 @@ def test_many_tiny_appends_and_deletes_make_a_table_warn_with_the_reasons_named(
     assert (health.data_files, health.small_files, health.mergeable_small_files, health.partitions) == (8, 8, 7, 1)
     assert health.mergeable_small_file_share == pytest.approx(7 / 8)
     assert health.delete_files == 2 and health.rows == 14
-    assert health.snapshots == 10 and health.manifests == 10
+    assert health.snapshots == 10 and health.manifests == 3  # the appends' 8 merged into one, a delete's each
     assert health.reasons == ("WARN: mergeable small-file share 0.875 > 0.5", "WARN: delete files 2 > 1")
     # With the default floor (16 mergeable files, or small files filling a target file) seven tiny files of a new
     # table are not worth a warning: compaction would not make reads noticeably faster.
@@ -77,16 +77,41 @@ def test_many_tiny_appends_and_deletes_make_a_table_warn_with_the_reasons_named(
 
 
 def test_thresholds_come_from_the_spec_and_far_past_a_limit_is_an_error(lake, settings):
-    spec = spec_named("strict", health=HealthThresholds(max_snapshots=1, max_manifests=2, error_factor=2))
+    keeps_one = {"history.expire.min-snapshots-to-keep": "1"}
+    limits = HealthThresholds(max_snapshots=1, max_manifests=2, error_factor=2, max_snapshot_age_days=30)
+    spec = spec_named("strict", health=limits, properties=keeps_one)
     ensure_table(lake, settings.catalog, spec)
     for n in range(3):
         insert(lake, spec.qualified(settings.catalog), n, f"2025-01-0{n + 1}")
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=8)  # past the 7-day retention: expiry could remove two
 
-    health = table_health(settings, spec)
+    health = table_health(settings, spec, now=later)
     assert health.status == Severity.ERROR
     assert health.reasons == ("ERROR: snapshots 3 > 1", "WARN: manifests 3 > 2")
     relaxed = dataclasses.replace(spec, health=HealthThresholds())
-    assert table_health(settings, relaxed).status == Severity.OK  # the same table under the default limits
+    assert table_health(settings, relaxed, now=later).status == Severity.OK  # the same table under the default limits
+
+
+def test_the_snapshot_count_is_judged_only_once_expiry_could_lower_it():
+    spec = spec_named("busy")  # 100 snapshots at most; expiry keeps 10, and those of the last 7 days
+    # a log committed to 20 times a day: 140 snapshots, all inside the retention, that maintenance cannot remove
+    busy = TableHealth("silver.busy", exists=True, snapshots=140, oldest_snapshot_age_days=6.9)
+    assert judge(spec, busy) == (Severity.OK, ())
+    aged = dataclasses.replace(busy, oldest_snapshot_age_days=7.5)
+    assert judge(spec, aged) == (Severity.WARN, ("WARN: snapshots 140 > 100",))
+    keeps_all = dataclasses.replace(spec, properties={"history.expire.min-snapshots-to-keep": "200"})
+    assert judge(keeps_all, aged) == (Severity.OK, ())
+
+
+def test_commits_merge_their_manifests_once_eight_pile_up(lake, settings):
+    spec = spec_named("appended")
+    ensure_table(lake, settings.catalog, spec)
+    manifests = []
+    for n in range(17):
+        insert(lake, spec.qualified(settings.catalog), n, "2025-01-01")
+        manifests.append(table_health(settings, spec).manifests)
+    # one more a commit up to 7; the eighth commit merges them: reads never list more than 7 however many commits
+    assert manifests == [1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3]
 
 
 def test_old_snapshots_count_only_beyond_those_expiry_always_keeps(lake, settings):
