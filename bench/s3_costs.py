@@ -1,7 +1,7 @@
 """What a day costs on S3: every S3 request of a daily run, by kind and by layer, and the bytes the lake keeps.
 
     python -m bench.s3_costs [DAYS [PER_DAY [SMALL_PER_DAY [WEEKLY]]]]
-    (defaults: 30 days of 50,000 transactions, a second lake of 5,000, every table maintained every 7 days)
+    (defaults: 30 days of 50,000 transactions, a second lake of 5,000, every table of the first maintained every 7 days)
 
 The `s3` profile as a deployment runs it: Spark through S3A on moto's S3 server on loopback, the Iceberg JDBC catalog
 on a private PostgreSQL, the raw zone on the same bucket through boto3. The server counts every request it answers
@@ -307,7 +307,7 @@ def main(argv: list[str]) -> dict:
     days = int(argv[0]) if argv else 30
     per_day = int(argv[1]) if len(argv) > 1 else 50_000
     small_per_day = int(argv[2]) if len(argv) > 2 else per_day // 10
-    weekly = int(argv[3]) if len(argv) > 3 else 7  # a smoke test maintains sooner
+    weekly = int(argv[3]) if len(argv) > 3 else 7  # the big lake's; a smoke test maintains sooner
     if days < 2 or not 0 < small_per_day < per_day:
         raise SystemExit("bench s3_costs: DAYS >= 2, and 0 < SMALL_PER_DAY < PER_DAY")
 
@@ -318,7 +318,8 @@ def main(argv: list[str]) -> dict:
         with postgres_server() as jdbc_url:
             first = s3_settings(Path(home) / "session", "unused", endpoint, jdbc_url, "etr")
             spark = get_spark(first, extra={"spark.hadoop.fs.s3a.endpoint.region": region})
-            small = run_lake(spark, jdbc_url, endpoint, counted, Path(home), 2, small_per_day, "small", weekly)
+            # The second size's two days are the fit's, never a weekly maintenance day (as in a 7-day week)
+            small = run_lake(spark, jdbc_url, endpoint, counted, Path(home), 2, small_per_day, "small")
             big = run_lake(spark, jdbc_url, endpoint, counted, Path(home), days, per_day, "big", weekly)
             spark.stop()
     result = {
