@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from dagster import DagsterInstance
 
 from etr_assets.definitions import build_definitions
@@ -36,6 +37,7 @@ def test_bootstrap_job_creates_every_table_then_nothing(settings, lake):
     assert second["tables_existing"] == len(ALL_SPECS) and second["created"] == "nothing"
 
 
+@pytest.mark.slow  # every table created on moto's Glue and S3, then again: over 10 s
 def test_bootstrap_job_on_glue_needs_no_spark(aws_settings):
     from dataclasses import replace
 

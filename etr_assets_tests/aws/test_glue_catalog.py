@@ -68,6 +68,7 @@ def test_metadata_reads_go_through_glue_without_a_jvm(aws_settings):
     assert str(stats.current_snapshot_id) == str(load_table(aws_settings, spec).current_snapshot().snapshot_id)
 
 
+@pytest.mark.slow  # every table made twice, by pyiceberg on Glue and by Spark: over 10 s
 def test_bootstrap_without_spark_makes_the_tables_spark_makes(aws_settings, settings, lake):
     """Spark's ensure_table (local Hadoop catalog) and pyiceberg's bootstrap (Glue) agree table by table."""
     # Both in the aws profile's format version (pyiceberg 0.12 cannot write v3 metadata).

@@ -54,6 +54,7 @@ def record_flags(instance, request: dg.RunRequest) -> dict[tuple[str, str], obje
     return latest
 
 
+@pytest.mark.slow  # 130 days of five assets' events and the flag runs on a real instance: over 10 s
 def test_a_correction_marks_exactly_the_days_built_on_it_and_asks_for_their_runs():
     with dg.instance_for_test() as instance:
         for layer in ORDER:  # the lake built by ranges, as a backfill does
