@@ -63,6 +63,7 @@ VOLUME_DAY_TARGET = 2.5  # the big day's seconds / (floor x layers)
 VOLUME_LAYER_TARGET = 3.0  # one layer's seconds / floor
 VOLUME_VERDICT = f"verdict (<= {VOLUME_LAYER_TARGET}x)"
 WARM_UP = True  # an untimed day first: a JVM's first run of each plan compiles classes, which day 1 must not pay
+FULL_GC = True  # before each layer: its memory peak is then its own (JvmPeak)
 
 
 # --- one lake and its source ----------------------------------------------------------------------------------
@@ -459,7 +460,7 @@ def run(
     histories = [n for n in (days if days is not None else HISTORY_DAYS) if n > 0]
     per_day = max(1, int((per_day if per_day is not None else PER_DAY) * scale))
     volume = min(999_999, int((volume if volume is not None else VOLUME) * scale))
-    memory = JvmPeak(lake.spark)
+    memory = JvmPeak(lake.spark, full_gc=FULL_GC)
     tables, ratios, charts, data = [], {}, [], {"history_days": histories, "per_day": per_day, "volume": volume}
     data |= {"memory": memory.method, "jvm_heap_max_mib": memory.heap_max_mib(), **revision()}
     changes = " (with uncommitted changes to etr_assets or bench)" if data["dirty"] else ""
