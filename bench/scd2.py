@@ -67,6 +67,7 @@ TARGET_FROM_KEYS = 1_000_000
 # against the seed's versions instead of the recompute's.
 FULL_RUN_MAX_KEYS = 3_000_000
 LATE_MAX_KEYS = 1_000_000  # the late day against the daily apply reads a log of 30 days of the list
+LATE_REPEATS = None  # the late day against the daily apply: best of this many (None: --repeats)
 REPLAY_SHARE = 10  # replays are timed at this share only (a replay changes nothing whatever the share)
 
 
@@ -525,7 +526,9 @@ def run(lake: Lake, scale: float, repeats: int = 1, sizes: list[int] | None = No
         if keys >= TARGET_FROM_KEYS:
             judged += _verdicts(keys, ratios)
     late_keys = max((k for k in key_counts if k <= LATE_MAX_KEYS), default=None)
-    late_rows, late_ratios = late_against_daily(lake, late_keys, batch, BUSINESS, repeats) if late_keys else ([], {})
+    late_rows, late_ratios = (
+        late_against_daily(lake, late_keys, batch, BUSINESS, LATE_REPEATS or repeats) if late_keys else ([], {})
+    )
     ratios.update(late_ratios)
     labels = [f"{k:,} keys, {s}%" for k in key_counts for s in SHARES]
     return {
