@@ -8,7 +8,7 @@ pytestmark = pytest.mark.slow  # whole-pipeline runs: CI and ./dev test, not the
 
 
 def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
-    from bench import scd2
+    from bench import scd2, scd2_late
 
     # One share at two sizes: every method and the replay at the first; the second is over FULL_RUN_MAX_KEYS, so only
     # the floor, the seed and the daily path run there (checked against the seed's versions), and both are judged.
@@ -17,6 +17,12 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     monkeypatch.setattr(scd2, "FLOOR_SHARE", 10)
     monkeypatch.setattr(scd2, "FULL_RUN_MAX_KEYS", 100)
     monkeypatch.setattr(scd2, "TARGET_FROM_KEYS", 1)
+    # The late day against the daily apply (its own tables, at the larger size): a short and a longer history, each
+    # day applied once, with no untimed late day first (at --repeats 2 and 30 days it was half of this test's CPU).
+    monkeypatch.setattr(scd2, "LATE_REPEATS", 1)
+    monkeypatch.setattr(scd2_late, "WARM_UP", False)
+    monkeypatch.setattr(scd2_late, "LATE_HISTORY_DAYS", (2, 3))
+    monkeypatch.setattr(scd2, "LATE_HISTORY_DAYS", (2, 3))
     result = run("scd2", repeats=2)  # the compared methods twice: each run from batch 0's state
     tables = {t["title"]: t["rows"] for t in result["tables"]}
     rows = tables["SCD2 apply of batch 1, and its replay"]
@@ -46,3 +52,10 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
         small,
         large,
     ]
+    # The late day against the daily apply, at the larger size: each history's day taken by the daily path, then the
+    # day before it through the window (the bench fails if either took another path), each run once.
+    late = tables["A late day against the daily apply of a day of the same size"]
+    assert [(r["keys"], r["history_days"], r["path"]) for r in late] == [
+        (large, days, path) for days in (2, 3) for path in ("current-rows", "window")
+    ]
+    assert all(len(r["all_runs_s"]) == 1 and r["seconds"] > 0 for r in late)
