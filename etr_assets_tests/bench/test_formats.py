@@ -12,15 +12,15 @@ def test_formats_reads_scan_counters_and_compares_updates(run):
     from etr_assets.lake.health import TableHealth
     from etr_assets.lake.quality import Severity
 
-    # Sized by days and rows a day, as the record runs at 7 days of 1,000,000 (every repeat must find the same
-    # rows to change).
-    result = run("formats", repeats=2, options={"days": [4], "per_day": 1000})
-    assert (result["data"]["rows"], result["data"]["days"], result["data"]["customers"]) == (4000, 4, 200)
+    # Sized by days and rows a day, as the record runs at 7 days of 1,000,000; one run of each operation (no figure
+    # checked here needs a second: the best of runs is a min, read in turns with itself).
+    result = run("formats", options={"days": [2], "per_day": 1000})
+    assert (result["data"]["rows"], result["data"]["days"], result["data"]["customers"]) == (2000, 2, 100)
     assert result["data"]["customer_days"] >= 1 and result["data"]["days_per_customer_average"] > 1
     charts = {
         c["file"] for c in result["charts"]
     }  # named by the size, beside the default run's (none without matplotlib)
-    assert charts >= {"formats_4x1000.png", "formats_speedup_4x1000.png"} or "charts skipped" in result["notes"][-1]
+    assert charts >= {"formats_2x1000.png", "formats_speedup_2x1000.png"} or "charts skipped" in result["notes"][-1]
     reads = {(r["operation"], r["dataset"]): r for r in result["tables"][0]["rows"]}
     days = result["data"]["days"]
     assert reads[("full scan (13 columns)", "Parquet")]["files_read"] == days
