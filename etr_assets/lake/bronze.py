@@ -16,9 +16,9 @@ from etr_assets.lake.figures import WriteResult
 from etr_assets.lake.frames import conform
 from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.timetravel import record_change
-from etr_assets.lake.validate import Validated, read_validated
+from etr_assets.lake.validate import Validated, read_validated_days
 from etr_assets.lake.writes import append, current_snapshot_id, replace_days
-from etr_assets.sources.raw_zone import Batch, RawZone
+from etr_assets.sources.raw_zone import Batch, RawZone, batch_day_of_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,18 +84,17 @@ def load_bronze_days(
 
     suppression = suppression_list(spark, catalog) if feed.bronze.subject_column else None
     carry = tuple(c for c in (feed.quarantine.subject_column, feed.key_column) if c)
-    checked = {
-        day: read_validated(
-            spark,
-            raw.file_uris(batch),
-            feed.api_columns,
-            feed.bronze.checks,
-            day_column=feed.record_day_column,
-            day=batch.day,
-            carry_columns=carry,
-        )
-        for day, batch in chosen.items()
-    }
+    files = [uri for batch in chosen.values() for uri in raw.file_uris(batch)]
+    checked = read_validated_days(
+        spark,
+        files,
+        list(chosen),
+        batch_day_of_file,
+        feed.api_columns,
+        feed.bronze.checks,
+        feed.record_day_column,
+        carry,
+    )
     bronze = feed.bronze.qualified(catalog)
     dropped: dict[dt.date, frozenset[int]] = {}
     skipped: dict[str, str] = {}  # batch key -> why it waits

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from etr_assets.lake.frames import local_frame, parse_exactly
@@ -13,6 +14,8 @@ from etr_assets.lake.session import session_conf
 from etr_assets.lake.specs import Check, Column
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
 
@@ -32,14 +35,27 @@ class Validated:
         return self.quarantined_count / self.received if self.received else 0.0
 
     def release(self) -> None:
-        """Drop the persisted lines; a JVM that died (of the error being raised) must not replace that error."""
+        """Done with this day's lines: the persisted lines of its read go once every day of it is released."""
+        if self._cached is not None:
+            self._cached.release()
+            self._cached = None
+
+    _cached: _Shared | None = None
+
+
+class _Shared:
+    """The persisted lines of one read, shared by its days: dropped when the last of them is released."""
+
+    def __init__(self, frame, days: int):
+        self.frame, self.holders = frame, days
+
+    def release(self) -> None:
         from py4j.protocol import Py4JError
 
-        if self._cached is not None:
+        self.holders -= 1
+        if self.holders == 0:  # a JVM that died (of the error being raised) must not replace that error
             with contextlib.suppress(Py4JError, ConnectionError):
-                self._cached.unpersist()
-
-    _cached: object = None
+                self.frame.unpersist()
 
 
 # An unpaired UTF-16 surrogate escape: valid JSON, but no UTF-8 text, so the record is refused alone. Matched after
@@ -53,7 +69,7 @@ ESCAPED_BACKSLASH = r"\\\\"
 STRICT_JSON = {"allowNonNumericNumbers": "false"}
 
 
-def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column: str | None, day: dt.date | None):
+def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column: str | None):
     from pyspark.sql import functions as F
 
     rules = [
@@ -74,14 +90,17 @@ def _reasons(columns: tuple[Column, ...], checks: tuple[Check, ...], day_column:
     for check in checks:
         broken = ~F.coalesce(F.expr(check.predicate), F.lit(True))
         rules.append(F.when(broken, F.lit(f"out of range: {check.description}")))
-    if day_column and day:
-        found = F.col(day_column)
-        other_day = F.concat(F.lit(f"{day_column} "), found.cast("string"), F.lit(f" is not the batch day {day}"))
-        rules.append(F.when(found != F.lit(day), other_day))
+    if day_column:  # a line's batch day: none where the batch has no day
+        found, day = F.col(day_column), F.col(BATCH_DAY)
+        other_day = F.concat(
+            F.lit(f"{day_column} "), found.cast("string"), F.lit(" is not the batch day "), day.cast("string")
+        )
+        rules.append(F.when(found != day, other_day))
     return F.coalesce(*rules)
 
 
 PARALLEL_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+BATCH_DAY = "_batch_day"  # the day of the batch a line came from (null: a batch without a day)
 
 
 def read_validated(
@@ -95,7 +114,27 @@ def read_validated(
     carry_columns: tuple[str, ...] = (),
 ) -> Validated:
     """Every line of `files` checked against `columns` and `checks`; a quarantined record keeps `carry_columns`."""
+    from pyspark.sql import functions as F
+
+    batch_day = lambda _: F.lit(day).cast("date")
+    return read_validated_days(spark, files, [day], batch_day, columns, checks, day_column, carry_columns)[day]
+
+
+def read_validated_days(
+    spark: SparkSession,
+    files: list[str],
+    days: list[dt.date | None],
+    batch_day: Callable,
+    columns: tuple[Column, ...],
+    checks: tuple[Check, ...] = (),
+    day_column: str | None = None,
+    carry_columns: tuple[str, ...] = (),
+) -> dict[dt.date | None, Validated]:
+    """`read_validated` of the batches of several days in one read and one count (a range run's days cost a job,
+    not one each), each line's day given by `batch_day` of its file's URI (a Column of the date, null for none);
+    with `day_column`, a record of another day than its batch's is refused."""
     from pyspark import StorageLevel
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -112,7 +151,8 @@ def read_validated(
         ends = F.when(text.contains("\r"), F.split(text, "\\r\\n|\\r|\\n")).otherwise(F.split(text, "\n"))
         split = whole.select("source_file", F.posexplode(ends).alias("_index", "raw_text"))
         lines = split.select("raw_text", "source_file", (F.col("_index") + 1).cast("bigint").alias("line_number"))
-    line = ("raw_text", "source_file", "line_number")
+    lines = lines.withColumn(BATCH_DAY, batch_day(F.col("source_file")))
+    line = ("raw_text", "source_file", "line_number", BATCH_DAY)
     names = [c.name for c in columns]
     # The record's top-level fields the columns are read from (a nested column: the first field of its path).
     fields = list(dict.fromkeys(c.path[0] if c.path else c.name for c in columns))
@@ -148,7 +188,7 @@ def read_validated(
         *[parse_exactly(F.col(f"_text_{c.name}"), c.type).alias(c.name) for c in columns],
     )
     known = F.array(*[F.lit(n) for n in fields])
-    reason = _reasons(columns, checks, day_column, day).alias("_reason")
+    reason = _reasons(columns, checks, day_column).alias("_reason")
     checked = typed.select(*line, *names, reason, F.array_except("_keys", known).alias("_unknown"))
     # only a refused line's text is kept (what quarantine stores)
     undeclared = F.col("_unknown")
@@ -169,27 +209,40 @@ def read_validated(
     )
     with session_conf(spark, "spark.sql.inMemoryColumnarStorage.compressed", "false"):
         checked = checked.persist(StorageLevel.DISK_ONLY)
-        # One job counts both: each line's verdict, and each field of it the spec does not declare.
-        tally = checked.select(F.explode(F.concat(F.array(verdict), unknown_fields)).alias("entry")).groupBy("entry")
-        counted = [(row["entry"]["unknown"], row["entry"]["name"], row["count"]) for row in tally.count().collect()]
-    unknown = {name: count for is_field, name, count in counted if is_field}
-    verdicts = {name: count for is_field, name, count in counted if not is_field}
-    accepted_count, quarantined_count = verdicts.get("accepted", 0), verdicts.get("quarantined", 0)
+        # One job counts both, per batch day: each line's verdict, and each field of it the spec does not declare.
+        entry = F.explode(F.concat(F.array(verdict), unknown_fields)).alias("entry")
+        tally = checked.select(BATCH_DAY, entry).groupBy(BATCH_DAY, "entry").count().collect()
+    counted = {day: Counter() for day in days}
+    unknown = {day: Counter() for day in days}
+    for row in tally:
+        (unknown if row["entry"]["unknown"] else counted)[row[BATCH_DAY]][row["entry"]["name"]] = row["count"]
     refused = checked.where(F.col("_reason").isNotNull())
-    in_order = refused.orderBy("source_file", "line_number").select("source_file", "line_number", "_reason")
-    first = in_order.limit(5).collect() if quarantined_count else []
+    first: dict[dt.date | None, list[str]] = {day: [] for day in days}
+    if any(found["quarantined"] for found in counted.values()):  # each day's first 5 refused lines, in one job
+        place = Window.partitionBy(BATCH_DAY).orderBy("source_file", "line_number")
+        ranked = refused.select(
+            BATCH_DAY, "source_file", "line_number", "_reason", F.row_number().over(place).alias("n")
+        )
+        for r in ranked.where("n <= 5").orderBy(BATCH_DAY, "n").collect():
+            first[r[BATCH_DAY]].append(f"{r['source_file'].rsplit('/', 1)[-1]}:{r['line_number']}: {r['_reason']}")
     carried = [F.col(name) for name in dict.fromkeys(carry_columns)]
-    accepted = checked.where(F.col("_reason").isNull()).select(*names, F.col("source_file").alias("_source_file"))
-    quarantined = refused.select("source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *carried)
-    # limit 0: an empty relation to the optimizer, so writing an empty side does not scan the persisted lines
-    result = Validated(
-        accepted=accepted if accepted_count else accepted.limit(0),
-        quarantined=quarantined if quarantined_count else quarantined.limit(0),
-        received=accepted_count + quarantined_count,
-        accepted_count=accepted_count,
-        quarantined_count=quarantined_count,
-        unknown_fields=unknown,
-        first_reasons=[f"{r['source_file'].rsplit('/', 1)[-1]}:{r['line_number']}: {r['_reason']}" for r in first],
-    )
-    result._cached = checked
-    return result
+    shared = _Shared(checked, len(days))
+    validated = {}
+    for day, found in counted.items():
+        of_day = checked.where(F.col(BATCH_DAY).eqNullSafe(F.lit(day).cast("date")))
+        accepted = of_day.where(F.col("_reason").isNull()).select(*names, F.col("source_file").alias("_source_file"))
+        quarantined = of_day.where(F.col("_reason").isNotNull()).select(
+            "source_file", "line_number", "raw_text", F.col("_reason").alias("reason"), *carried
+        )
+        # limit 0: an empty relation to the optimizer, so writing an empty side does not scan the persisted lines
+        validated[day] = Validated(
+            accepted=accepted if found["accepted"] else accepted.limit(0),
+            quarantined=quarantined if found["quarantined"] else quarantined.limit(0),
+            received=found["accepted"] + found["quarantined"],
+            accepted_count=found["accepted"],
+            quarantined_count=found["quarantined"],
+            unknown_fields=dict(unknown[day]),
+            first_reasons=first[day],
+            _cached=shared,
+        )
+    return validated

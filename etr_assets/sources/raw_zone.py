@@ -117,6 +117,13 @@ class Batch:
         return dt.date.fromisoformat(self.batch_id[:10])
 
 
+def batch_day_of_file(uri):
+    """`Batch.day` of a batch's file, as a Spark Column of the file's URI (a Column): its folder is the batch id."""
+    from pyspark.sql import functions as F
+
+    return F.to_date(F.substring(F.element_at(F.split(uri, "/"), -2), 1, 10))
+
+
 @dataclasses.dataclass(frozen=True)
 class BatchManifest:
     files: tuple[str, ...]

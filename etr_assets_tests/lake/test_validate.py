@@ -144,3 +144,40 @@ def test_text_is_stored_exactly_or_refused_as_a_json_parser_reads_it(lake, tmp_p
         else:
             assert accepted.get(number) == text, (number, line)
     assert 0 < len(refused) < len(names)
+
+
+def test_several_days_batches_are_checked_in_one_read_each_day_counted_and_released_on_its_own(lake, tmp_path):
+    import datetime as dt
+
+    from etr_assets.lake.validate import read_validated_days
+    from etr_assets.sources.raw_zone import batch_day_of_file
+
+    columns = (*COLUMNS, Column("day", "date", required=True))
+    days, files = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)], []
+    for n, day in enumerate(days):  # each batch in a folder named as the raw zone names it: its day first
+        folder = tmp_path / f"{day}_20250104T000000000000Z_a1b2c{n}"
+        folder.mkdir()
+        lines = [f'{{"id": {n * 10 + i}, "day": "{day}"}}' for i in range(n + 1)]
+        if n == 1:  # a record of another day, a line that is no JSON, and a field no column declares
+            lines += ['{"id": 99, "day": "2025-01-01"}', "not json", '{"id": 98, "day": "2025-01-02", "x": 1}']
+        (folder / "part-00001.jsonl").write_text("\n".join(lines))
+        files.append(str(folder / "part-00001.jsonl"))
+
+    jobs = lake.sparkContext.statusTracker()
+    before = len(jobs.getJobIdsForGroup(None))
+    checked = read_validated_days(lake, files, days, batch_day_of_file, columns, day_column="day")
+    assert len(jobs.getJobIdsForGroup(None)) - before <= 2  # the count, and the day with refused lines' first ones
+    try:
+        counts = {d: (v.received, v.accepted_count, v.quarantined_count, v.unknown_fields) for d, v in checked.items()}
+        assert counts == {days[0]: (1, 1, 0, {}), days[1]: (5, 3, 2, {"x": 1}), days[2]: (3, 3, 0, {})}
+        assert checked[days[1]].first_reasons == [
+            "part-00001.jsonl:3: day 2025-01-01 is not the batch day 2025-01-02",
+            "part-00001.jsonl:4: not a JSON object",
+        ]
+        assert sorted(r["id"] for r in checked[days[2]].accepted.collect()) == [20, 21, 22]
+        checked.pop(days[1]).release()  # a refused day let go first: the others still read their lines
+        assert sorted(r["id"] for r in checked[days[0]].accepted.collect()) == [0]
+    finally:
+        for validated in checked.values():
+            validated.release()
+    assert not lake.sparkContext._jsc.getPersistentRDDs()  # the last day released dropped the persisted lines
