@@ -47,6 +47,7 @@ def pytest_configure(config):
 # the suite's longest path.
 LONGEST_FIRST = (
     "defs/test_propagation.py",
+    "bench/test_s3_costs.py",
     "test_crash_recovery.py",
     "test_cli_subprocess.py",
     "bench/test_scd2.py",
