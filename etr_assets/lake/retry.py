@@ -19,6 +19,7 @@ CONFLICT_MARKERS = (
     "Found new conflicting delete files",
     "Cannot commit, found new",
     "Missing required files to delete",  # a compaction whose input files a concurrent overwrite replaced
+    "could not be found in the latest snapshot",  # a manifest rewrite whose manifests a concurrent commit merged
     "Requirement failed: branch main has changed",
     "Cannot fast-forward: main is not an ancestor",  # main moved while a branch was written (scd2)
 )

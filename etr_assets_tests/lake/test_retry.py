@@ -56,3 +56,14 @@ def test_commit_failed_is_a_conflict():
         FakeJavaError("org.apache.iceberg.exceptions.CommitFailedException: Version 4 already exists")
     )
     assert not is_commit_conflict(FakeJavaError("org.apache.spark.sql.AnalysisException: table not found"))
+
+
+def test_a_manifest_rewrite_whose_manifests_a_concurrent_commit_merged_is_a_conflict():
+    # Seen in the suite: a commit merged the manifests rewrite_manifests had planned to replace (every table merges
+    # them every 8 commits); planned again from the new snapshot, it succeeds.
+    assert is_commit_conflict(
+        FakeJavaError(
+            "org.apache.iceberg.exceptions.ValidationException: Deleted manifest file:/w/t/metadata/a-m0.avro "
+            "could not be found in the latest snapshot 3821546123312976809"
+        )
+    )
