@@ -415,15 +415,13 @@ def _table_options(node: _Node, columns_of: dict | None = None) -> TableOptions:
     properties = fields["properties"].strings() if "properties" in fields else {}
     columns = []
     for item in fields["columns"].sequence() if "columns" in fields else []:
-        if isinstance(item.node, yaml.ScalarNode):
-            column = HistoryColumn(item.identifier())
-        else:
-            given = item.mapping(("name", "type", "doc"), ("name",))
-            column = HistoryColumn(
-                given["name"].identifier(),
-                _column_type(given["type"]) if "type" in given else None,
-                given["doc"].text() if "doc" in given else None,
-            )
+        scalar = isinstance(item.node, yaml.ScalarNode)  # a column's name alone
+        given = {"name": item} if scalar else item.mapping(("name", "type", "doc"), ("name",))
+        column = HistoryColumn(
+            given["name"].identifier(),
+            _column_type(given["type"]) if "type" in given else None,
+            given["doc"].text() if "doc" in given else None,
+        )
         if column.name not in columns_of:
             raise item.fail(f"{column.name!r} is not a column of this resource; its columns: {', '.join(columns_of)}")
         columns.append(column)

@@ -131,12 +131,8 @@ def analyse(document: object, name: str, resource: str) -> Draft:
         where = ".".join(selector) or "the body"
         raise DraftError(f"{name}: the records at {where} have no field a column can be declared for")
     key, sure = _key(columns, resource)
-    columns_by_name(columns)[key].required = True  # the declaration requires it; the TODO says why
+    next(c for c in columns if c.name == key).required = True  # the declaration requires it; the TODO says why
     return Draft(selector, len(records), columns, key, sure, _sequence(columns), skipped, _paging(document, selector))
-
-
-def columns_by_name(columns: list[DraftColumn]) -> dict[str, DraftColumn]:
-    return {c.name: c for c in columns}
 
 
 def _walk(record: dict, prefix: tuple[str, ...], leaves: dict, objects: dict) -> None:
@@ -300,7 +296,7 @@ def draft_source(sample: str, source: str, resource: str, path: str | None = Non
 
 def render(draft: Draft, source: str, resource: str, path: str | None, sample: str) -> str:
     """The draft as a component file; every choice a person must make is a `# TODO` beside a default that parses."""
-    by_name = columns_by_name(draft.columns)
+    key_type = next(c.type for c in draft.columns if c.name == draft.key)
     variable = f"{source.upper()}_API_URL"
     where = ".".join(draft.selector) or "the body"
     few = " (one record: unique and required are guesses)" if draft.records == 1 else ""
@@ -387,7 +383,7 @@ def render(draft: Draft, source: str, resource: str, path: str | None, sample: s
         "      # TODO checks: a rule each record must pass (SQL on the columns), else it is quarantined, e.g.",
         "      # checks:",
         f"      #   - {{description: {draft.key} is positive, sql: {draft.key} > 0}}"
-        if by_name[draft.key].type == "bigint"
+        if key_type == "bigint"
         else f"      #   - {{description: {draft.key} is not blank, sql: \"trim({draft.key}) <> ''\"}}",
         "",
     ]

@@ -232,7 +232,8 @@ class RawZone:
         its age and the run that started it (read from the index and each open batch's markers)."""
         found = []
         for batch in self.pending(source, endpoint):
-            marker = self._marker(batch)
+            pending = f"{batch.key}/{PENDING}"  # a crash can come before this marker is written
+            marker = json.loads(self.storage.read_bytes(pending)) if self.storage.exists(pending) else {}
             age, run_id = now - self._started_at(batch, marker), marker.get("run_id") or None
             if age >= older_than:
                 found.append(OpenBatch(batch, sealed=self.manifest(batch) is not None, age=age, run_id=run_id))
@@ -242,18 +243,9 @@ class RawZone:
         """Pending batches started longer ago than `older_than`: a load that failed or never ran."""
         return self.open_batches(source, endpoint, now, older_than)
 
-    def started_at(self, batch: Batch) -> dt.datetime:
-        """When the batch started: from its .pending marker, else from its id (a crash can precede the marker)."""
-        return self._started_at(batch, self._marker(batch))
-
-    def _marker(self, batch: Batch) -> dict:
-        """The batch's .pending marker ({} when a crash came before it was written)."""
-        if not self.storage.exists(f"{batch.key}/{PENDING}"):
-            return {}
-        return json.loads(self.storage.read_bytes(f"{batch.key}/{PENDING}"))
-
     @staticmethod
     def _started_at(batch: Batch, marker: dict) -> dt.datetime:
+        """When the batch started: from its .pending marker, else from its id (a crash can precede the marker)."""
         if "started_at" in marker:
             return dt.datetime.fromisoformat(marker["started_at"])
         return dt.datetime.strptime(batch.batch_id.split("_")[1], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.UTC)
