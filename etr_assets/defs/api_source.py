@@ -2,12 +2,10 @@
 becomes, per resource, `raw/<source>_<resource>` (batches with markers), its bronze table with quarantine, and for
 entities its SCD2 history in landing: one asset group per source, with its own job and daily schedule (stopped)."""
 
-import contextlib
 import contextvars
 import datetime as dt
 import warnings
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,15 +39,6 @@ from etr_assets.tables.declared import SHIPPED_SOURCES, SOURCES, DeclaredSource,
 _SETTINGS: contextvars.ContextVar[Settings | None] = contextvars.ContextVar("etr_settings", default=None)
 
 
-@contextlib.contextmanager
-def building_with(settings: Settings) -> Iterator[None]:
-    token = _SETTINGS.set(settings)
-    try:
-        yield
-    finally:
-        _SETTINGS.reset(token)
-
-
 class ApiSource(dg.Component, dg.Model, dg.Resolvable):
     """An HTTP API declared in YAML: client (base URL, auth, paginator, data selector) and resources (docs/sources.md).
     The file is parsed by etr_assets.sources.declaration, which names the file, line and field of any mistake."""
@@ -70,10 +59,6 @@ class ApiSource(dg.Component, dg.Model, dg.Resolvable):
 
 def raw_key(feed: RawFeed) -> dg.AssetKey:
     return dg.AssetKey(["raw", f"{feed.source}_{feed.endpoint}"])
-
-
-def api_resource_key(source_name: str) -> str:
-    return f"{source_name}_api"
 
 
 def source_job_name(source_name: str) -> str:
@@ -101,7 +86,7 @@ def source_definitions(settings: Settings, declared: DeclaredSource) -> dg.Defin
 
 
 def _raw_asset(settings: Settings, declared: DeclaredSource, resource: Resource) -> dg.AssetsDefinition:
-    name, api = resource.name, api_resource_key(declared.name)
+    name, api = resource.name, f"{declared.name}_api"  # the resource `source_resources` makes
     feed = declared.raw_feed(name)
     what = resource.description or (
         f"the day's {name}" if resource.kind == ResourceKind.EVENTS else f"the {name} list as of the day"
@@ -216,10 +201,14 @@ def declared_definitions(settings: Settings) -> dg.Definitions:
     component is built by its path: the folder's root would also import every installed integration's component
     types for the UI's catalogue (a second at each load)."""
     tree = dg.ComponentTree.for_project(path_within_project=SHIPPED_DEFS)
-    with building_with(settings), warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.BetaWarning)  # Dagster's own code references of a component's assets
-        files = declaration_files(SHIPPED_DEFS)
-        shipped = [tree.build_defs_at_path(path.parent.relative_to(SHIPPED_DEFS)) for path in files]
+    token = _SETTINGS.set(settings)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.BetaWarning)  # Dagster's own code references of a component's assets
+            files = declaration_files(SHIPPED_DEFS)
+            shipped = [tree.build_defs_at_path(path.parent.relative_to(SHIPPED_DEFS)) for path in files]
+    finally:
+        _SETTINGS.reset(token)
     built = {declared.name for declared in SOURCES if declared.declaration.file in map(str, files)}
     extra = [source_definitions(settings, declared) for declared in SOURCES if declared.name not in built]
     return dg.Definitions.merge(*shipped, *extra)

@@ -11,6 +11,7 @@ from etr_assets.defs.api_source import raw_key, source_job_name
 from etr_assets.defs.common import IN_FLIGHT, previous_day, table_asset, table_key
 from etr_assets.defs.resources import LakeResource, LayerRunner, RawZoneResource
 from etr_assets.defs.run_guard import is_dead
+from etr_assets.lake.specs import TableSpec
 from etr_assets.settings import Settings
 from etr_assets.tables.entities import GOLD_CUSTOMER_ACTIVITY, GOLD_CUSTOMER_PROFILES, LANDING_CUSTOMERS
 from etr_assets.tables.feeds import ENTITY_FEEDS, RAW_FEEDS, TRANSACTIONS
@@ -35,36 +36,33 @@ def build_assets(settings: Settings) -> list[dg.AssetsDefinition]:
     ):
         yield from layer_runner.run(context, lake, full_refresh=config.full_refresh)
 
-    @table_asset(
-        settings,
-        GOLD_DAILY_SUMMARY,
-        [table_key(SILVER_TRANSACTIONS)],
-        "Daily summary per currency: counts by outcome, approved and refunded amounts, distinct customers; "
-        "published through write-audit-publish.",
-    )
-    def gold_bnpl_daily_summary(context: dg.AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
-        yield from layer_runner.run(context, lake)
+    def gold(spec: TableSpec, deps: list[dg.AssetKey | dg.AssetDep], description: str) -> dg.AssetsDefinition:
+        @table_asset(settings, spec, deps, description)
+        def build(context: dg.AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
+            yield from layer_runner.run(context, lake)
 
-    @table_asset(
-        settings,
-        GOLD_CUSTOMER_ACTIVITY,
-        [table_key(SILVER_TRANSACTIONS), previous_day(table_key(GOLD_CUSTOMER_ACTIVITY))],
-        "Each customer's transactions, approved amount and latest transaction up to the end of the day: the day "
-        "before's figures plus the day's silver rows (a day never reads all of silver).",
-    )
-    def gold_customer_activity(context: dg.AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
-        yield from layer_runner.run(context, lake)
+        return build
 
-    @table_asset(
-        settings,
-        GOLD_CUSTOMER_PROFILES,
-        [table_key(LANDING_CUSTOMERS), table_key(GOLD_CUSTOMER_ACTIVITY)],
-        "Each customer as of the end of the day (the SCD2 version valid then) with their activity up to it.",
-    )
-    def gold_customer_profiles(context: dg.AssetExecutionContext, lake: LakeResource, layer_runner: LayerRunner):
-        yield from layer_runner.run(context, lake)
-
-    return [silver_bnpl_transactions_clean, gold_bnpl_daily_summary, gold_customer_activity, gold_customer_profiles]
+    return [
+        silver_bnpl_transactions_clean,
+        gold(
+            GOLD_DAILY_SUMMARY,
+            [table_key(SILVER_TRANSACTIONS)],
+            "Daily summary per currency: counts by outcome, approved and refunded amounts, distinct customers; "
+            "published through write-audit-publish.",
+        ),
+        gold(
+            GOLD_CUSTOMER_ACTIVITY,
+            [table_key(SILVER_TRANSACTIONS), previous_day(table_key(GOLD_CUSTOMER_ACTIVITY))],
+            "Each customer's transactions, approved amount and latest transaction up to the end of the day: the day "
+            "before's figures plus the day's silver rows (a day never reads all of silver).",
+        ),
+        gold(
+            GOLD_CUSTOMER_PROFILES,
+            [table_key(LANDING_CUSTOMERS), table_key(GOLD_CUSTOMER_ACTIVITY)],
+            "Each customer as of the end of the day (the SCD2 version valid then) with their activity up to it.",
+        ),
+    ]
 
 
 # What must run again for a day whose raw batch was not loaded.
