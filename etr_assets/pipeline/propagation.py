@@ -26,7 +26,6 @@ SILVER, HISTORY = layer_name(SILVER_TRANSACTIONS), layer_name(LANDING_CUSTOMERS)
 SUMMARY, ACTIVITY, PROFILES = (layer_name(s) for s in DERIVED_SPECS)
 DERIVED = (SUMMARY, ACTIVITY, PROFILES)  # the tables whose days are judged, in the order they are built
 INPUTS = (SILVER, HISTORY)
-ONE_DAY = dt.timedelta(days=1)
 
 Built = Mapping[str, Mapping[str, int]]  # table layer -> day (YYYY-MM-DD) -> order it was last built in
 
@@ -64,10 +63,6 @@ def _blocks(stale: Mapping[str, str], built: Mapping[str, int]) -> list[tuple[st
     return blocks + ([tuple(current)] if current else [])
 
 
-def _day_before(day: str) -> str:
-    return (dt.date.fromisoformat(day) - ONE_DAY).isoformat()
-
-
 def out_of_date(built: Built) -> OutOfDate:
     """The out-of-date days of every derived table (see the module's rules)."""
     silver, history = built.get(SILVER, {}), built.get(HISTORY, {})
@@ -78,7 +73,7 @@ def out_of_date(built: Built) -> OutOfDate:
             stale[SUMMARY][day] = f"{SILVER} of {day} was rebuilt after it"
     newest_silver = _running_max(silver, activity)
     for day in sorted(activity):
-        order, before = activity[day], _day_before(day)
+        order, before = activity[day], (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
         if silver.get(day, -1) > order:
             stale[ACTIVITY][day] = f"{SILVER} of {day} was rebuilt after it"
         elif before in stale[ACTIVITY]:

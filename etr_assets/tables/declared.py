@@ -220,8 +220,8 @@ def load_sources(folders: tuple) -> tuple[DeclaredSource, ...]:
                 raise DeclarationError(f"{path}: source {source.name} is declared twice (also in {names[source.name]})")
             names[source.name] = path
             for resource, feed in source.feeds.items():
-                where = source.declaration.resource(resource).where
-                for spec in _tables_of(feed):
+                where, raw = source.declaration.resource(resource).where, source.raw_feed(resource)
+                for spec in (raw.bronze, raw.quarantine, *([feed.landing] if isinstance(feed, EntityFeed) else [])):
                     if spec.identifier in tables:
                         raise DeclarationError(
                             f"{where}: writes table {spec.identifier}, which {tables[spec.identifier]} writes too"
@@ -229,11 +229,6 @@ def load_sources(folders: tuple) -> tuple[DeclaredSource, ...]:
                     tables[spec.identifier] = where.rsplit(": ", 1)[0]
             sources.append(source)
     return tuple(sources)
-
-
-def _tables_of(feed: RawFeed | EntityFeed) -> tuple[TableSpec, ...]:
-    raw = feed.raw if isinstance(feed, EntityFeed) else feed
-    return (raw.bronze, raw.quarantine) + ((feed.landing,) if isinstance(feed, EntityFeed) else ())
 
 
 SOURCES: tuple[DeclaredSource, ...] = load_sources(source_dirs())
