@@ -196,10 +196,8 @@ SHIPPED_DEFS = Path(str(SHIPPED_SOURCES))  # the defs folder of `dg` (pyproject.
 
 
 def declared_definitions(settings: Settings) -> dg.Definitions:
-    """Every declared source's definitions: the shipped ones as the Components of this project's defs folder (what
-    `dg list defs` and `dg check defs` read), those of ETR_SOURCE_DIRS' folders through the same builder. Each
-    component is built by its path: the folder's root would also import every installed integration's component
-    types for the UI's catalogue (a second at each load)."""
+    """Every declared source's definitions: the shipped ones as this defs folder's Components (what `dg` reads), each
+    built by its path (the folder's root imports every installed integration's component types, a second a load)."""
     tree = dg.ComponentTree.for_project(path_within_project=SHIPPED_DEFS)
     token = _SETTINGS.set(settings)
     try:

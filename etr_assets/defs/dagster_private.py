@@ -30,10 +30,8 @@ def spark_started(lazy) -> bool:
 
 
 def refused_step(plan_context, execution_plan, reason: str, metadata: Mapping[str, object]) -> dg.DagsterEvent:
-    """The run's first step failed with `reason` as its message, without running (logged as it is made, as an
-    executor logs a step it could not run): no error, so no stack trace, only the `dg.Failure` data its code would
-    have raised. A `Failure` raised in the step is logged with Dagster's stack twice (the step's failure, the
-    run's); one raised by the executor, with the stack, as the run's exception."""
+    """The run's first step failed with `reason`, without running and without a stack trace (a `Failure` raised in
+    the step logs Dagster's stack twice; one raised by the executor, as the run's exception)."""
     step = execution_plan.get_steps_to_execute_in_topo_order()[0]
     failure = UserFailureData(label="intentional-failure", description=reason, metadata=metadata)
     data = StepFailureData(error=None, user_failure_data=failure)
@@ -47,8 +45,7 @@ def report_engine_event(instance: dg.DagsterInstance, run: dg.DagsterRun, messag
 
 
 def run_reaction(run: dg.DagsterRun) -> DagsterRunReaction:
-    """What a sensor returns for a run it acted on. The sensor daemon records a tick without run requests as
-    SKIPPED, whatever it did (a `SensorResult` with `asset_events` too), unless it returns reactions: then the tick
-    is SUCCESS, names the run, and the run's log says the sensor acted on it (`dagster/_daemon/sensor.py`,
-    `_evaluate_sensor`). Public only through `@run_status_sensor`, which watches run events, not processes."""
+    """What a sensor returns for a run it acted on: the daemon records a tick without run requests as SKIPPED unless
+    it returns reactions, which also name the run and log the sensor's action in it (`_evaluate_sensor`). Public
+    only through `@run_status_sensor`, which watches run events, not processes."""
     return DagsterRunReaction(dagster_run=run, run_status=run.status)

@@ -82,12 +82,9 @@ def judge_outside(
     since: tuple[int, int] | None,
     writers: list[tuple[float, dg.DagsterRun]],
 ) -> tuple[CheckOutcome, tuple[int, int], str]:
-    """The moves of main after `since` (None: a first look) judged one by one, oldest first: Dagster's when an event
-    of the asset names the snapshot it moved to (a materialization's `snapshot_id`, the observation of a maintenance,
-    erasure or rollback; for a rollback, an event recorded after it); a rewrite that changes no rows (`replace`) is
-    not judged; any other is outside Dagster, whatever came after it. A move no event names yet while a run that may
-    have made it is in progress waits, with every later one, for a later look. Returns the outcome, the position
-    judged through ((0, 0) for a table with no move yet: its first ones are all new) and what waits, if anything."""
+    """The moves of main after `since` (None: a first look), oldest first: Dagster's when an event of the asset names
+    the snapshot (for a rollback, one recorded after it). A move a running writer may have made waits, with every
+    later one. Returns the outcome, the position judged through ((0, 0): no move yet) and what waits."""
     key = table_key(spec)
     if since is None:
         since_text = f"its newest {FIRST_LOOK} changes (the check's first look)"

@@ -1,8 +1,7 @@
 """The `propagate_corrections` sensor: finds the gold days built before something they derive from changed
-(etr_assets.pipeline.propagation), marks each on its asset page (the day's `up_to_date` check fails with why, recorded
-by a short `flag_out_of_date` run), and re-derives them with `rederive_gold`: one single-run backfill per range of
-days, one commit per table. Stopped by default, like every automation here (docs/lifecycle.md, "Corrections
-propagate")."""
+(etr_assets.pipeline.propagation), marks each on its asset page (its `up_to_date` check fails with why, recorded by a
+short `flag_out_of_date` run), and re-derives them with `rederive_gold`, one single-run backfill per range of days.
+Stopped by default, like every automation here (docs/lifecycle.md, "Corrections propagate")."""
 
 import json
 
@@ -59,18 +58,14 @@ def flag_out_of_date():
     flag_days()
 
 
-def rederive_job(settings: Settings):
-    return dg.define_asset_job(
+def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, list]:
+    """The sensor and the two jobs it launches."""
+    rederive = dg.define_asset_job(
         name=REDERIVE_JOB,
         selection=dg.AssetSelection.assets(*(table_key(spec) for spec in DERIVED_SPECS)),
         partitions_def=daily_partitions(settings),
         description="Re-derives out-of-date gold days (propagate_corrections): a range of days as one run.",
     )
-
-
-def build_propagation_sensor(settings: Settings) -> tuple[dg.SensorDefinition, list]:
-    """The sensor and the two jobs it launches."""
-    rederive = rederive_job(settings)
 
     @dg.sensor(
         name="propagate_corrections",

@@ -134,10 +134,8 @@ class DeadRun:
 
 
 def reap_dead_runs(instance, current_run_id: str | None = None, ended_since: float | None = None) -> list[DeadRun]:
-    """Fail the runs of this host whose worker process is gone, free the pool slots of those and of ended runs
-    whose process is gone, and say in each run's log why it ended (once). `ended_since` (epoch seconds): also
-    explain the runs of this host that failed since then, their slots already freed (a code server marks a run
-    failed when its process dies, and Dagster's run monitoring frees its slots later)."""
+    """Fail this host's runs whose worker process is gone, free their pool slots, and say once in each run's log why
+    it ended; `ended_since` (epoch seconds): also the runs a code server marked failed since then."""
     storage = instance.event_log_storage
     pools = storage.supports_global_concurrency_limits
     holders = storage.get_concurrency_run_ids() if pools else set()
@@ -176,8 +174,7 @@ def reap_dead_runs(instance, current_run_id: str | None = None, ended_since: flo
 
 def refusal(plan_context) -> str | None:
     """Why the run cannot run, in one line, or None: a run materializing assets of daily partitions must name days
-    of them (the check `etr run` makes of its request). Other runs run as they are: a job without partitions, and a
-    run of checks alone (*Execute* on a table's `commits_outside_dagster` check, say: its job has the partitions)."""
+    of them, as `etr run` checks; a run of checks alone (*Execute* on a check) runs as it is."""
     layer = plan_context.job.get_definition().asset_layer
     daily = [layer.get(key).partitions_def for key in layer.selected_asset_keys]
     partitions = next((p for p in daily if isinstance(p, dg.TimeWindowPartitionsDefinition)), None)

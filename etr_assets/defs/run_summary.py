@@ -96,8 +96,7 @@ def full_run_id(instance: DagsterInstance, run_id: str) -> str:
 def summarize_run(
     instance: DagsterInstance, run_id: str | None = None, worker_gone: tuple[str, str] | None = None
 ) -> RunSummary | None:
-    """The run `run_id` (default: the newest finished run of the instance: succeeded, failed or canceled, not one
-    still queued, starting or running), or None when there is no such run. `worker_gone`: (step, why) of a run
+    """The run `run_id` (default: the instance's newest finished run), or None. `worker_gone`: (step, why) of a run
     whose process is gone, as the run guard is about to record it."""
     newest = RunsFilter(statuses=FINISHED)
     runs = [instance.get_run_by_id(full_run_id(instance, run_id))] if run_id else instance.get_runs(newest, limit=1)
