@@ -35,9 +35,8 @@ def dagster_home(etr_home: Path, environ: Mapping[str, str] | None = None) -> Pa
 
 
 def run(request: str | None, start: dt.date, etr_home: Path, verbose: bool = False, job: str = JOB) -> int:
-    """`etr run`: check the request, launch its run of `job` (etr_pipeline, or a declared source's job), follow it
-    (`verbose`: Dagster's whole log), end with its id and summary. Exits 0 when the run succeeded, 1 when it failed,
-    2 (and no run) for a mistake in the request."""
+    """`etr run`: check the request, launch and follow its run of `job`, end with its id and summary. Exits 0 when
+    the run succeeded, 1 when it failed, 2 (and no run) for a mistake in the request."""
     try:
         days = parse_request(request, start)
         if job not in (jobs := runnable_jobs()):

@@ -48,10 +48,8 @@ def cursor_stamp(upstream_snapshot_id: int | None, days: list[dt.date]) -> dict[
 
 
 def stamped_cursors(spark: SparkSession, downstream: str, days: list[dt.date]) -> dict[dt.date, Cursor | None]:
-    """Per day, the cursor of the newest commit in main's history that rebuilt it (see `cursor_stamp`), None when
-    no kept commit did (never built, or expired). Walks main's snapshots on metadata, newest first, until every day
-    is found: a commit that did not rebuild a day (a compaction, an erasure's delete) is passed over, and after a
-    rollback the walk starts from the snapshot main went back to, whose stamps describe what it holds."""
+    """Per day, the cursor of the newest commit in main's history that rebuilt it (None: no kept commit did), read
+    from metadata; after a rollback, from the snapshot main went back to, whose stamps describe what it holds."""
     found: dict[dt.date, Cursor] = {}
     if not spark.catalog.tableExists(downstream):
         return dict.fromkeys(days)

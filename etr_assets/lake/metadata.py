@@ -342,10 +342,8 @@ def utc_text(ms: int) -> str:
 
 
 def main_changes(table, since: tuple[int, int] | None, first_look: int) -> list[MainChange]:
-    """The moves of main after `since` (a change's `position`: when, and to which snapshot), oldest first, read from
-    the end of the snapshot log back to `since` (or, if expiry dropped that entry, to its time): what is new, never
-    the whole history. `since` None: the last `first_look` moves. Entries whose snapshot expiry removed are left out
-    (nothing is left to describe)."""
+    """The moves of main after `since` (a change's `position`), oldest first, read back from the end of the snapshot
+    log so only what is new is read; `since` None: the last `first_look` moves. Expired snapshots are left out."""
     metadata = table.metadata
     log = metadata.snapshot_log
     new = []

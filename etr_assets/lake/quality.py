@@ -243,9 +243,8 @@ def row_count_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> Ch
 def outside_commits_outcome(
     outside: list[MainChange], since: str, judged: int, note: str = "", shown: int = 10
 ) -> CheckOutcome:
-    """The moves of main since the check last ran that Dagster recorded no event of (another tool committed, or
-    rolled back): each named with its snapshot, time, operation and rows (WARN). `since`: where the check last
-    stopped (or what it first looked at); `judged`: the moves judged; `note`: e.g. why later moves wait."""
+    """The moves of main since `since` that Dagster recorded no event of (another tool committed, or rolled back),
+    each named (WARN). `judged`: the moves judged; `note`: e.g. why later moves wait."""
     listed = "; ".join(change.describe() for change in outside[:shown])
     if len(outside) > shown:
         listed += f"; and {len(outside) - shown} more"

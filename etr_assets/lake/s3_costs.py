@@ -28,9 +28,8 @@ S3A_COUNTERS: dict[RequestKind, tuple[str, ...]] = {
 
 
 def s3a_request_counts(spark: SparkSession, catalog: str) -> Counter[RequestKind]:
-    """Every S3 request S3A has made in this JVM (the driver and, in local mode, its executors) to the bucket of
-    `catalog`'s warehouse, by kind; empty when the warehouse is not on S3A (the local profile; S3FileIO on Glue and
-    EMR counts none)."""
+    """Every S3 request S3A has made in this JVM (in local mode, its executors' too) to `catalog`'s warehouse bucket,
+    by kind; empty when the warehouse is not on S3A (S3FileIO on Glue and EMR counts none)."""
     warehouse = spark.conf.get(f"spark.sql.catalog.{catalog}.warehouse", "")
     counts: Counter[RequestKind] = Counter()
     if not warehouse.startswith("s3a://"):

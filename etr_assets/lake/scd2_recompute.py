@@ -93,12 +93,9 @@ class Rewrite:
 
 
 def observations(records: DataFrame, scd2: Scd2, mode: FeedMode, held: DataFrame | None = None) -> DataFrame:
-    """Per (key, batch) the latest record, plus absence markers of full snapshots.
-
-    `records` has the key, the sequence, the tracked columns, any other columns to carry, and `_batch_id`,
-    `_source_file` and `_snapshot_at` (when the batch's snapshot was taken). `held`: (key, `_batch_id`) of records a
-    snapshot sent that could not be read; they are not absences.
-    """
+    """Per (key, batch) the latest record, plus absence markers of full snapshots. `records` has the key, the
+    sequence, the tracked and carried columns, `_batch_id`, `_source_file` and `_snapshot_at` (when the batch's
+    snapshot was taken). `held`: (key, `_batch_id`) of records a snapshot sent that could not be read: no absences."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -214,9 +211,8 @@ def difference(spark: SparkSession, spec: TableSpec, target: str, versions, keys
 
 
 def write_difference(spark: SparkSession, spec: TableSpec, target: str, delta, inserts: bool = True) -> None:
-    """One MERGE of `difference`'s rows into `target` (a table, or a branch of one), in `spark` (the session the
-    view of `delta` is made in). `inserts=False`: its updates and deletes only (the caller appends the inserts):
-    with no NOT MATCHED clause the MERGE is an inner join, which Spark may broadcast the rows into."""
+    """One MERGE of `difference`'s rows into `target` (a table or a branch). `inserts=False`: updates and deletes only
+    (the caller appends the inserts): with no NOT MATCHED clause Spark may broadcast the rows into an inner join."""
     from pyspark.sql import functions as F
 
     key = _scd2_of(spec).key
@@ -242,8 +238,7 @@ def write_difference(spark: SparkSession, spec: TableSpec, target: str, delta, i
 
 def rewrite(spec: TableSpec, log: ObservationLog, gained: Gained, table, state, present, batches) -> Rewrite | None:
     """What the new rows (`gained.records`; `present`, their latest record per key and batch) change in `table`'s
-    versions (those of the keys to look at, `state` their state hash), or None when they change nothing. `batches`:
-    the new rows' (`Batch`)."""
+    versions (`state`: their state hash), or None when they change nothing."""
     from pyspark.sql import functions as F
 
     spark, key = table.sparkSession, spec.scd2.key
@@ -268,9 +263,8 @@ def rewrite(spec: TableSpec, log: ObservationLog, gained: Gained, table, state, 
 
 
 def affected_keys(spec: TableSpec, log: ObservationLog, gained: Gained, table, state, present, batches) -> DataFrame:
-    """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does (module
-    docstring). `table`: the rows to compare with, `state` their state hash; `present`: the new rows' latest record
-    per key and batch (`latest_records`); `batches`: the new rows'."""
+    """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does; arguments as
+    `rewrite`'s."""
     from pyspark.sql import functions as F
 
     spark, key = present.sparkSession, spec.scd2.key
@@ -331,11 +325,9 @@ def file_ranks(spark: SparkSession, files: list[str]) -> DataFrame:
 
 
 def latest_records(spec: TableSpec, records: DataFrame, ranks: DataFrame | None = None, by_batch=True) -> DataFrame:
-    """Each batch's latest record per key, picked as `observations` picks it (newest sequence, then source file,
-    then state), in narrow columns: the key, `_batch_id`, `PICKED`, the state's fingerprint `_state`, `others_hash`
-    as `_others`, and `_alone` (the key's only record there; a record tied with it in that order can only be among
-    the others). `ranks` (`file_ranks`) lets the sort compare a number, not a path; `by_batch=False` for one batch:
-    partitioned by the key alone, so a join by the key reuses the shuffle."""
+    """Each batch's latest record per key, picked as `observations` picks it, in narrow columns (`_alone`: the key's
+    only record there, so no tie). `ranks` (`file_ranks`) lets the sort compare a number, not a path; `by_batch=False`
+    for one batch: partitioned by the key alone, so a join by the key reuses the shuffle."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -389,9 +381,8 @@ def _removed_absences(spec: TableSpec, log: ObservationLog, versions, present, r
 
 
 def _rebuild(spec: TableSpec, log: ObservationLog, table, records, affected, snapshots: list[Batch]):
-    """(versions, the rows they replace, frames cached for them) of the affected keys from each one's anchor on.
-    `records`: the affected keys' log rows that may hold observations at or after their `_lo`; `snapshots`: every
-    snapshot taken at or after the earliest `_lo`."""
+    """(versions, the rows they replace, frames cached for them) of the affected keys from each one's anchor on, from
+    their log rows that may hold observations since their `_lo` and every snapshot since the earliest `_lo`."""
     from pyspark.sql import functions as F
 
     spark, scd2 = table.sparkSession, spec.scd2
@@ -435,9 +426,8 @@ def _rebuild(spec: TableSpec, log: ObservationLog, table, records, affected, sna
 
 
 def _window_records(spark: SparkSession, spec: TableSpec, log: ObservationLog, head: int, since_micros: int):
-    """The log's records (at snapshot `head`) that may hold an observation at or after `since_micros`: a snapshot
-    taken since, or a sequence since. Pruned before `to_records` by the snapshot's day and the sequence, when the
-    log has them."""
+    """The log's records (at snapshot `head`) that may hold an observation at or after `since_micros`, pruned before
+    `to_records` by the snapshot's day and the sequence when the log has them."""
     from pyspark.sql import functions as F
 
     sequence = spec.scd2.sequence

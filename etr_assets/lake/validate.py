@@ -130,9 +130,8 @@ def read_validated_days(
     day_column: str | None = None,
     carry_columns: tuple[str, ...] = (),
 ) -> dict[dt.date | None, Validated]:
-    """`read_validated` of the batches of several days in one read and one count (a range run's days cost a job,
-    not one each), each line's day given by `batch_day` of its file's URI (a Column of the date, null for none);
-    with `day_column`, a record of another day than its batch's is refused."""
+    """The batches of several days validated in one read and one count (a range run's days cost a job, not one each),
+    each line's day from `batch_day` of its file's URI; with `day_column`, a record of another day is refused."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F

@@ -1,15 +1,7 @@
 """Which days of the gold tables are out of date: built before something they were derived from changed (a corrected
 silver day, a history given a late day, a day before them rebuilt or built late). Judged from the order in which
 partitions were last built (Dagster's event storage ids, which only grow), per table and day; plain Python, so the
-sensor, the checks and the tests share one rule (docs/lifecycle.md, "Corrections propagate").
-
-The rules, with `built[t][d]` the order table t's day d was last built in:
-- the daily summary of d is out of date when silver's d was built after it;
-- customer activity of d carries the day before's: it is out of date when silver's d was built after it, or when
-  the day before's activity is out of date or was built after it; with no activity the day before (summed from
-  every earlier silver day), when any silver day up to d was built after it;
-- customer profiles of d are out of date when the activity of d is, or was built after them, or when the customer
-  history took in a day up to d after them.
+sensor, the checks and the tests share one rule (its table of rules: docs/lifecycle.md, "Corrections propagate").
 A day never built is missing, not out of date."""
 
 from __future__ import annotations
@@ -40,10 +32,8 @@ class OutOfDate:
         return any(self.days.values())
 
     def runs(self, built: Built) -> list[tuple[tuple[str, ...], str, str]]:
-        """The runs that re-derive them: (tables, first day, last day), one per distinct range of consecutive
-        out-of-date days (a day between them never built is built too), tables of one range in one run: a single-run
-        backfill, one commit per table. A correction `n` days back is one run of its days for the tables carried
-        forward, and one of the day itself for the summary."""
+        """(tables, first day, last day) of the runs that re-derive them: one single-run backfill per distinct range
+        of consecutive out-of-date days (a day between them never built is built too), one commit per table."""
         ranges: dict[tuple[str, str], list[str]] = {}
         for table in DERIVED:
             for first, last in _blocks(self.days.get(table, {}), built.get(table, {})):

@@ -82,9 +82,8 @@ def write_days(spark, catalog: str, spec, rows, days, day_column: str, changes, 
 def build_silver(
     spark, catalog: str, days: list[dt.date], audit_branch: str | None = None, full_refresh: bool = False
 ) -> WriteResult:
-    """Rebuild `days` of silver, reading only the bronze rows each day needs since it was last built: its cursor,
-    stamped on the silver commit that last rebuilt it, as this one stamps the days it rebuilds
-    (docs/lifecycle.md#incremental-silver)."""
+    """Rebuild `days` of silver, reading only the bronze rows each day needs since the silver commit that last rebuilt
+    it, by the cursor stamped on that commit (docs/lifecycle.md#incremental-silver)."""
     from pyspark.sql import functions as F
 
     bronze_table, silver_table = BRONZE_TRANSACTIONS.qualified(catalog), SILVER_TRANSACTIONS.qualified(catalog)

@@ -19,9 +19,8 @@ PAGES_IN_FLIGHT = 8  # pages held in memory waiting to be stored, at most
 def fetch_day(
     client: SourceClient, raw: RawZone, endpoint: str, day: dt.date, run_id: str | None = None
 ) -> tuple[Batch, BatchManifest]:
-    """Fetch every page of the source's resource `endpoint` for `day` into a new pending batch, then seal it once
-    every page is stored (a batch cut off midway is never loaded). Pages are written while the next ones
-    download. `run_id`: the run fetching, recorded in the batch (whether its run ended tells a retry when to come)."""
+    """Fetch every page of `endpoint` for `day` into a new pending batch, sealed once every page is stored (a batch
+    cut off midway is never loaded). `run_id` is recorded in the batch: whether its run ended tells a retry when."""
     declaration = client.declaration
     if endpoint not in declaration.names:
         raise ValueError(

@@ -27,9 +27,8 @@ _JSON_KINDS = {dict: "object", list: "list", str: "string", bool: "boolean", typ
 
 @dataclasses.dataclass
 class SourceClient:
-    """A declared source's client. `secrets`: auth field name -> value (`token`, `api_key`, `password`, `client_id`,
-    `client_secret`), overriding the declaration's fields; the rest overrides the declaration's client, for a run or
-    a test."""
+    """A declared source's client. `secrets` (auth field name -> value) and the other fields override the
+    declaration's, for a run or a test."""
 
     declaration: SourceDeclaration = dataclasses.field(repr=False)
     base_url: str
@@ -66,9 +65,8 @@ class SourceClient:
         return document
 
     def iter_record_texts(self, resource: Resource, day: dt.date | None) -> Iterator[list[str]]:
-        """Each page's records, as the exact JSON text the API sent for each (`record_texts`), until the paginator
-        finds no next page. A next page already read (the same cursor, URL or page), or paging past max_pages, is an
-        ApiError instead of a loop."""
+        """Each page's records, as the exact JSON text the API sent, until the paginator finds no next page; a next
+        page already read, or paging past max_pages, is an ApiError instead of a loop."""
         from requests import Request
 
         kind, selector = self.declaration.client.paginator.type, self.declaration.client.data_selector
