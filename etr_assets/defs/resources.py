@@ -74,10 +74,9 @@ class RawZoneResource(dg.ConfigurableResource):
 
 
 class SourceApiResource(dg.ConfigurableResource):
-    """A declared source's API (etr_assets/defs/sources/). Its URL and secrets are read from the environment variables
-    its declaration names when a step first asks for a client, never stored by Dagster. In the local profile, a source
-    with a synthetic API and no URL gets that API started on loopback for the run (resources initialised again after
-    the run, as `dagster job execute` does, start none)."""
+    """A declared source's API: its URL and secrets are read from the environment when a step first asks for a
+    client, never stored by Dagster. Locally, a synthetic API with no URL is started on loopback for the run (not by
+    resources initialised again after the run, as `dagster job execute` does)."""
 
     source: str
     base_url: str = ""  # overrides the declaration's (a setting: ETR_API_URL for the BNPL source)

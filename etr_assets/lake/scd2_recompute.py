@@ -45,31 +45,27 @@ class Action(StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class ObservationLog:
-    """The options of an apply: the log (a qualified table name) and how to read it. `to_records(log rows)` gives
-    SCD2 records (`observations`' input, with `_snapshot_at`); `held`: (key, `_batch_id`) of records full snapshots
-    sent that could not be read (not absences); `snapshot_day`: the log's date column (its partition) such that no
-    row's `_snapshot_at` is after the start of the next day, so a window reads only the days since its change."""
+    """The options of an apply: the log and how to read it."""
 
-    table: str
-    to_records: Callable[[DataFrame], DataFrame]
+    table: str  # qualified
+    to_records: Callable[[DataFrame], DataFrame]  # log rows -> SCD2 records (`observations`' input)
     mode: FeedMode
-    held: DataFrame | None = None
+    held: DataFrame | None = None  # (key, `_batch_id`) of records full snapshots sent unreadable: not absences
+    # The log's date column (its partition), no row's `_snapshot_at` after the next day's start: a window reads only
+    # the days since its change.
     snapshot_day: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Gained:
-    """What the log gained since the last apply, as SCD2 records, read at log snapshot `head`: `records` (with every
-    row of a day it replaced); `removed`, `still_sent`: the replaced days' rows as they were (None: it only gained) and
-    the rows of the days beside them, which may send a removed record again. `base`: the table's snapshot checked
-    (None: still empty); `watermark`: the latest observation time applied before (microseconds)."""
+    """What the log gained since the last apply, as SCD2 records."""
 
-    records: DataFrame
-    head: int
-    base: int | None
-    watermark: int
-    removed: DataFrame | None = None
-    still_sent: DataFrame | None = None
+    records: DataFrame  # with every row of a day it replaced
+    head: int  # the log snapshot read
+    base: int | None  # the table's snapshot checked (None: still empty)
+    watermark: int  # the latest observation time applied before (microseconds)
+    removed: DataFrame | None = None  # the replaced days' rows as they were (None: it only gained)
+    still_sent: DataFrame | None = None  # the rows of the days beside them, which may send a removed record again
 
 
 class Batch(NamedTuple):
@@ -263,8 +259,7 @@ def rewrite(spec: TableSpec, log: ObservationLog, gained: Gained, table, state, 
 
 
 def affected_keys(spec: TableSpec, log: ObservationLog, gained: Gained, table, state, present, batches) -> DataFrame:
-    """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does; arguments as
-    `rewrite`'s."""
+    """(key, `_lo`): each key some new or removed observation changes, and the earliest time one does."""
     from pyspark.sql import functions as F
 
     spark, key = present.sparkSession, spec.scd2.key

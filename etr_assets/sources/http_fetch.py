@@ -27,8 +27,7 @@ _JSON_KINDS = {dict: "object", list: "list", str: "string", bool: "boolean", typ
 
 @dataclasses.dataclass
 class SourceClient:
-    """A declared source's client. `secrets` (auth field name -> value) and the other fields override the
-    declaration's, for a run or a test."""
+    """A declared source's client; `secrets` (auth field -> value) and the other fields override the declaration's."""
 
     declaration: SourceDeclaration = dataclasses.field(repr=False)
     base_url: str
