@@ -99,10 +99,8 @@ def cmd_tables(settings: Settings, args: argparse.Namespace) -> int:
 
 def _table_row(s) -> list:
     name = s.table if s.has_spec else f"{s.table} (no spec)"
-    if s.problem:
-        return [name, "-", "-", "-", "-", "-", s.problem[:120]]
-    if not s.exists:
-        return [name, "-", "-", "-", "-", "-", "not created yet"]
+    if s.problem or not s.exists:
+        return [name, "-", "-", "-", "-", "-", s.problem[:120] or "not created yet"]
     # The last write, not the metadata's last change (snapshot expiry or an ALTER writes no row).
     stamp = lambda t: f"{t:%Y-%m-%d %H:%M:%S}Z"
     when = stamp(s.last_write) if s.last_write else f"never written, made {stamp(s.last_updated)}"

@@ -117,10 +117,6 @@ class Settings:
         return self.driver_memory or driver_memory_for(machine_memory_bytes())
 
     @property
-    def scratch_dir(self) -> Path:
-        return self.home / "spark"
-
-    @property
     def format_version(self) -> int:
         """The Iceberg format version of new tables (unless their spec pins one): ETR_TABLE_FORMAT_VERSION, else 3,
         but 2 on aws, where Amazon Athena (which cannot read v3) queries the tables."""

@@ -111,7 +111,7 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
 
 def spark_conf(settings: Settings) -> dict[str, str]:
     """Everything a session for this profile needs: static settings, jars, catalog."""
-    scratch = settings.scratch_dir
+    scratch = settings.home / "spark"  # Spark's scratch: its local dirs, spark-warehouse, S3A's upload buffers
     java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J_FILE} -Duser.timezone=UTC"
     conf = {
         "spark.master": settings.spark_master,
