@@ -15,7 +15,7 @@ from etr_assets.errors import AuditFailed
 from etr_assets.lake.bronze import load_bronze_days
 from etr_assets.lake.evolve import TableChanges
 from etr_assets.lake.exhaustion import exhaustion
-from etr_assets.lake.feeds import EntityFeed, RawFeed
+from etr_assets.lake.feeds import EntityFeed
 from etr_assets.lake.figures import Tagged, WriteResult, layer_figures
 from etr_assets.lake.quality import CheckOutcome, Severity, metrics_of, post_write_outcomes, record_metrics
 from etr_assets.lake.s3_costs import request_figures, s3a_request_counts
@@ -122,33 +122,17 @@ def report_layer(
     return Report(f, list(finished.outcomes), logs)
 
 
-def _policy(request: BronzeRequest) -> dict[str, float]:
-    return {"max_reject_rate": request.max_reject_rate, "max_day_shrink": request.max_day_shrink}
-
-
-def _events_bronze(feed: RawFeed, spark, catalog, raw, request: BronzeRequest) -> WriteResult:
+def _bronze(load, feed, spark, catalog, raw, request: BronzeRequest) -> WriteResult:
     """Replace each day of bronze with its newest downloaded raw batch, then mark it complete."""
-    return load_bronze_days(spark, catalog, raw(), feed, request.dates, **_policy(request))
+    policy = {"max_reject_rate": request.max_reject_rate, "max_day_shrink": request.max_day_shrink}
+    return load(spark, catalog, raw(), feed, request.dates, **policy)
 
 
-def _entity_bronze(feed: EntityFeed, spark, catalog, raw, request: BronzeRequest) -> WriteResult:
-    return entities.load_bronze(spark, catalog, raw(), feed, request.dates, **_policy(request))
-
-
-def _silver_transactions(spark, catalog, raw, request: RebuildRequest) -> WriteResult:
-    return transactions.build_silver(spark, catalog, request.dates, request.audit_branch, request.full_refresh)
-
-
-def _daily_summary(spark, catalog, raw, request: LayerRequest) -> WriteResult:
-    return transactions.build_gold(spark, catalog, request.dates, request.audit_branch)
-
-
-def _customer_activity(spark, catalog, raw, request: LayerRequest) -> WriteResult:
-    return entities.build_customer_activity(spark, catalog, request.dates)
-
-
-def _customer_profiles(spark, catalog, raw, request: LayerRequest) -> WriteResult:
-    return entities.build_customer_profiles(spark, catalog, request.dates)
+def _dated(build, *options: str) -> Build:
+    """A build that reads no raw zone: `build(spark, catalog, days, *the request's options named)`."""
+    return lambda spark, catalog, raw, request: build(
+        spark, catalog, request.dates, *(getattr(request, o) for o in options)
+    )
 
 
 def _entity_history(feed: EntityFeed, spark, catalog, raw, request: RebuildRequest) -> WriteResult:
@@ -205,24 +189,20 @@ def layer_name(spec: TableSpec) -> str:
     return f"{spec.namespace}/{spec.name}"
 
 
-def _is_entity(feed: RawFeed) -> bool:
-    return any(entity.raw is feed for entity in ENTITY_FEEDS)
-
-
 LAYERS: dict[str, Layer] = {
     layer_name(layer.spec): layer
     for layer in (
         # Every declared source's: bronze of each endpoint, the history of each entity list.
         *(
-            Layer(feed.bronze, partial(_events_bronze, feed), BronzeRequest)
+            Layer(feed.bronze, partial(_bronze, load_bronze_days, feed), BronzeRequest)
             for feed in RAW_FEEDS
-            if not _is_entity(feed)
+            if not any(entity.raw is feed for entity in ENTITY_FEEDS)
         ),
-        *(Layer(feed.raw.bronze, partial(_entity_bronze, feed), BronzeRequest) for feed in ENTITY_FEEDS),
+        *(Layer(feed.raw.bronze, partial(_bronze, entities.load_bronze, feed), BronzeRequest) for feed in ENTITY_FEEDS),
         *(Layer(feed.landing, partial(_entity_history, feed), RebuildRequest) for feed in ENTITY_FEEDS),
-        Layer(SILVER_TRANSACTIONS, _silver_transactions, RebuildRequest),
-        Layer(GOLD_DAILY_SUMMARY, _daily_summary),
-        Layer(GOLD_CUSTOMER_ACTIVITY, _customer_activity),
-        Layer(GOLD_CUSTOMER_PROFILES, _customer_profiles),
+        Layer(SILVER_TRANSACTIONS, _dated(transactions.build_silver, "audit_branch", "full_refresh"), RebuildRequest),
+        Layer(GOLD_DAILY_SUMMARY, _dated(transactions.build_gold, "audit_branch")),
+        Layer(GOLD_CUSTOMER_ACTIVITY, _dated(entities.build_customer_activity)),
+        Layer(GOLD_CUSTOMER_PROFILES, _dated(entities.build_customer_profiles)),
     )
 }
