@@ -92,13 +92,10 @@ class Scd2Result:
 
 
 @dataclasses.dataclass(frozen=True)
-class Applied:
-    """An incremental apply done: its result, the watermark after it, and whether the commit that published it set
-    the cursor too."""
-
+class Applied:  # an incremental apply done
     result: Scd2Result
-    watermark: int | None
-    cursor_set: bool = False
+    watermark: int | None  # after it
+    cursor_set: bool = False  # whether the commit that published it set the cursor too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,11 +128,9 @@ def write_cursor(spark: SparkSession, qualified: str, cursor: Scd2Cursor) -> Non
 def apply_observations(
     spark: SparkSession, catalog: str, spec: TableSpec, records, mode: FeedMode, keys=None, held=None
 ) -> Scd2Result:
-    """The whole step, without a log: observations -> history -> one MERGE (`scd2_recompute.recompute`). `keys`:
-    which keys to recompute (default: all); `held`: keys full snapshots sent but could not be read.
-
-    A MERGE that loses to a concurrent commit on the same files is recomputed from fresh data and re-run.
-    """
+    """The whole step, without a log: observations -> history -> one MERGE (`scd2_recompute.recompute`), recomputed
+    from fresh data if it loses to a concurrent commit. `keys`: which keys to recompute (default: all); `held`: keys
+    full snapshots sent but could not be read."""
     target = spec.qualified(catalog)
     attempt = lambda: _result(spark, target, recompute(spark, catalog, spec, records, mode, keys, held))
     return _with_retries(spark, target, attempt)
@@ -286,11 +281,8 @@ def _gained(spark, log: ObservationLog, cursor: Scd2Cursor, head: int, base: int
 
 
 def apply_incremental(spark: SparkSession, catalog: str, spec: TableSpec, log: ObservationLog, gained: Gained):
-    """Apply what the log gained: one new batch is first compared with the current versions (by the state hash each
-    stores), which in the daily case settles every key; the keys they cannot settle (a record older than its key's
-    current version, an absence inside history, several batches or a reloaded day at once) are rewritten from their
-    first change on. All of it is written on a branch made at `gained.base` that one fast-forward of main publishes,
-    with the cursor, only if main is still there. Returns `Applied`."""
+    """Apply what the log gained (module docstring). The current versions cannot settle a record older than its key's
+    current version, an absence inside history, or several batches or a reloaded day at once: the window does."""
     from pyspark.sql import functions as F
 
     key, target = spec.scd2.key, spec.qualified(catalog)
@@ -356,7 +348,13 @@ def apply_incremental(spark: SparkSession, catalog: str, spec: TableSpec, log: O
             # By the key alone: a key has at most one current version, and a join by one number (Spark hashes it
             # into an array when keys are dense) is what the MERGE and the copies' join spend their time in.
             staged = settled.where(F.col("_current_from").isNotNull() & F.col(_CLOSE).isNotNull()).select(key, _CLOSE)
-            closed = _closed_copies(spec, table, staged, closes <= broadcast_up_to)
+            # Their ended copies, as the current versions read at the checked snapshot.
+            ended = {"_valid_to": F.col(_CLOSE), "_is_current": F.lit(False), "_ingested_at": F.current_timestamp()}
+            closed = (
+                table.where(CURRENT_VERSIONS)
+                .join(F.broadcast(staged) if closes <= broadcast_up_to else staged, key)
+                .select(*[ended.get(c, F.col(c)).alias(c) for c in spec.column_names])
+            )
             versions = closed if versions is None else versions.unionByName(closed)
         inserted, updated, deleted = (delta_counts.get(a, 0) for a in (Action.INSERT, Action.UPDATE, Action.DELETE))
         if inserted:  # appended with the other new rows, so the rewrite's MERGE only matches
@@ -539,19 +537,6 @@ def _new_versions(records, spec: TableSpec, settled, counts: _Settled, broadcast
         F.expr(spec.state_hash_sql).alias(STATE_HASH_COLUMN),
     )
     return conform(versions, spec)
-
-
-def _closed_copies(spec: TableSpec, table: DataFrame, staged: DataFrame, broadcast: bool) -> DataFrame:
-    """The current versions `staged` closes, as they read at the checked snapshot, ended at their `_close_at`."""
-    from pyspark.sql import functions as F
-
-    staged = F.broadcast(staged) if broadcast else staged
-    ended = {"_valid_to": F.col(_CLOSE), "_is_current": F.lit(False), "_ingested_at": F.current_timestamp()}
-    return (
-        table.where(CURRENT_VERSIONS)
-        .join(staged, spec.scd2.key)
-        .select(*[ended.get(c, F.col(c)).alias(c) for c in spec.column_names])
-    )
 
 
 def _publish(spark, target: str, gained: Gained, write: Callable[[str], None], watermark: int) -> bool:

@@ -68,24 +68,19 @@ class Gained:
     still_sent: DataFrame | None = None  # the rows of the days beside them, which may send a removed record again
 
 
-class Batch(NamedTuple):
-    """A batch of log rows: its id, when its snapshot was taken, its latest sequence (microseconds)."""
-
+class Batch(NamedTuple):  # a batch of log rows (times in microseconds)
     id: str
-    snapshot: int
-    latest: int | None = None
+    snapshot: int  # when its snapshot was taken
+    latest: int | None = None  # its latest sequence
 
 
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
-    """The versions the affected keys (`keys`: key, `_lo`) should have from each one's anchor on, the rows they
-    replace (`existing`), why (`reason`), and the frames cached for them (unpersist after the write)."""
-
-    versions: DataFrame
-    existing: DataFrame
-    keys: DataFrame
+    versions: DataFrame  # what the affected keys should have from each one's anchor on
+    existing: DataFrame  # the rows those replace
+    keys: DataFrame  # the affected keys: key, `_lo`
     reason: str
-    cached: tuple
+    cached: tuple  # frames cached for them (unpersist after the write)
 
 
 def observations(records: DataFrame, scd2: Scd2, mode: FeedMode, held: DataFrame | None = None) -> DataFrame:
@@ -250,7 +245,10 @@ def rewrite(spec: TableSpec, log: ObservationLog, gained: Gained, table, state, 
         records, snapshots, source = gained.records, batches, "the new rows only"
     else:
         records = _window_records(spark, spec, log, gained.head, lo)
-        snapshots = _snapshots_since(records, lo) if log.mode == FeedMode.FULL else []
+        snapshots, micros = [], F.unix_micros("_snapshot_at")
+        if log.mode == FeedMode.FULL:  # every snapshot taken since `lo`
+            found = records.where(micros >= lo).select("_batch_id", micros).distinct().collect()
+            snapshots = [Batch(row[0], row[1]) for row in found]
         source = f"the log since {when(lo)}" + (f" ({len(snapshots)} snapshot(s))" if snapshots else "")
     records = records.join(affected, key, "left_semi")
     versions, existing, cached = _rebuild(spec, log, table, records, affected, snapshots)
@@ -440,15 +438,6 @@ def _window_records(spark: SparkSession, spec: TableSpec, log: ObservationLog, h
     else:
         pruned, exact = later, F.col(sequence) >= since
     return log.to_records(rows if pruned is None else rows.where(pruned)).where(exact)
-
-
-def _snapshots_since(records: DataFrame, since_micros: int) -> list[Batch]:
-    """Every snapshot in `records` taken at or after `since_micros`."""
-    from pyspark.sql import functions as F
-
-    micros = F.unix_micros("_snapshot_at")
-    found = records.where(micros >= since_micros).select("_batch_id", micros).distinct().collect()
-    return [Batch(row[0], row[1]) for row in found]
 
 
 def _snapshots(spark: SparkSession, batches: list[Batch]) -> DataFrame:
