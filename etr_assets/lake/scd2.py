@@ -304,7 +304,7 @@ def apply_incremental(spark: SparkSession, catalog: str, spec: TableSpec, log: O
     try:
         if one_batch:
             settled = _settle(spec, log, table, state, present, gained.watermark, batches[0])
-            planned = _planned_by(_session_with(spark, ADAPTIVE, "false"), settled)  # cached for `settled` too
+            planned = _planned_with(spark, ADAPTIVE, "false", settled)  # cached for `settled` too
             cached.append(planned.cache())
             counts = _Settled.of(planned)
             notes.append(counts.note())
@@ -365,8 +365,8 @@ def apply_incremental(spark: SparkSession, catalog: str, spec: TableSpec, log: O
             if staged is not None:
                 _delete_closed(spark, spec, into, staged, closes <= broadcast_up_to)
             if updated or deleted:
-                merging = _session_with(spark, BROADCAST_THRESHOLD, str(DELTA_BROADCAST_BYTES))
-                write_difference(merging, spec, into, _planned_by(merging, delta), inserts=False)
+                merging = _planned_with(spark, BROADCAST_THRESHOLD, str(DELTA_BROADCAST_BYTES), delta)
+                write_difference(merging.sparkSession, spec, into, merging, inserts=False)
             if versions is not None:
                 versions.writeTo(into).append()
 
@@ -604,19 +604,14 @@ def _with_retries(spark: SparkSession, target: str, attempt):
     return run_with_retries(attempt, f"SCD2 merge into {target}", attempts=8, max_delay=30.0, on_retry=refresh)
 
 
-def _session_with(spark: SparkSession, key: str, value: str) -> SparkSession:
-    """The caller's session cloned (settings, catalogs, views) with `key` set: a step gets the setting it needs while
-    the caller's session, which other work in the process may be using, never changes."""
-    from pyspark.sql import SparkSession
+def _planned_with(spark: SparkSession, key: str, value: str, frame: DataFrame) -> DataFrame:
+    """`frame` planned and run by the caller's session cloned (settings, catalogs, views) with `key` set: a step gets
+    the setting it needs while the caller's session, which other work in the process may be using, never changes.
+    The plan is the same, so a cache either session makes serves both."""
+    from pyspark.sql import DataFrame, SparkSession
 
     clone = spark._jsparkSession.cloneSession()
     clone.conf().set(key, value)
-    return SparkSession(spark.sparkContext, clone)
-
-
-def _planned_by(session: SparkSession, frame: DataFrame) -> DataFrame:
-    """`frame` planned and run by `session`: the same plan, so a cache either session makes serves both."""
-    from pyspark.sql import DataFrame
-
+    session = SparkSession(spark.sparkContext, clone)
     plan = frame._jdf.queryExecution().analyzed()
     return DataFrame(session._jvm.org.apache.spark.sql.Dataset.ofRows(session._jsparkSession, plan), session)
