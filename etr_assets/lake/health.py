@@ -138,11 +138,6 @@ def retained_snapshots(spec: TableSpec) -> int:
     return int(spec.table_properties["history.expire.min-snapshots-to-keep"])
 
 
-def retention_days(spec: TableSpec) -> float:
-    """How old a snapshot must be before expiry may remove it (the spec's history.expire.max-snapshot-age-ms)."""
-    return int(spec.table_properties["history.expire.max-snapshot-age-ms"]) / 86_400_000
-
-
 def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
     """OK, WARN or ERROR, with one reason per threshold passed (figure, value and limit named)."""
     limits = spec.health
@@ -164,7 +159,8 @@ def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
     over("delete files", health.delete_files, limits.max_delete_files)
     # Expiry removes snapshots past the retention age beyond the newest it always keeps: until one is, maintenance
     # cannot lower the count (a table committed to 20 times a day keeps 140 for a 7-day retention).
-    expirable = health.snapshots > retained_snapshots(spec) and health.oldest_snapshot_age_days > retention_days(spec)
+    retention_days = int(spec.table_properties["history.expire.max-snapshot-age-ms"]) / 86_400_000
+    expirable = health.snapshots > retained_snapshots(spec) and health.oldest_snapshot_age_days > retention_days
     if expirable:
         over("snapshots", health.snapshots, limits.max_snapshots)
     if health.snapshots > retained_snapshots(spec):  # expiry keeps that many, however old: nothing to fix below it

@@ -176,10 +176,7 @@ def reference_outcome(
     column, day_column = reference.column, spec.day_column
     rows = df.where(F.col(day_column).isin(sorted(days))) if day_column else df
     rows = rows.where(F.col(column).isNotNull())
-
-    def known(table):
-        return table.select(F.col(reference.key).alias(column)).distinct()
-
+    known = lambda table: table.select(F.col(reference.key).alias(column)).distinct()
     if most_keys is not None:
         rows = rows.join(known(referenced_df.where(most_keys)), column, "left_anti")
         groups = [column, day_column] if day_column else [column]
