@@ -145,22 +145,6 @@ class TableName(NamedTuple):
 _VERSION_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
 
 
-def _local_metadata_file(settings: Settings, spec: TableSpec | TableName) -> Path | None:
-    """The Hadoop catalog's current metadata.json (its number is in metadata/version-hint.text, or, as Iceberg
-    does without a hint, the highest version present); None if the table was never created."""
-    folder = Path(urlparse(settings.warehouse).path) / spec.namespace / spec.name / "metadata"
-    hint = folder / "version-hint.text"
-    if not hint.exists():  # listed only then: the hint is the normal case and `etr tables` reads every table
-        files = folder.iterdir() if folder.is_dir() else ()
-        return max(((int(m.group(1)), p) for p in files if (m := _VERSION_FILE.match(p.name))), default=(0, None))[1]
-    path = folder / f"v{hint.read_text().strip()}.metadata.json"
-    if not path.exists():
-        raise MetadataUnreadable(
-            f"metadata file missing: {path} (named by {hint.name}; the table's history is damaged)"
-        )
-    return path
-
-
 def catalog_tables(settings: Settings) -> list[TableName]:
     """Every table the profile's catalog holds, whatever made it."""
     if settings.profile == Profile.LOCAL:  # folders of the warehouse with metadata
@@ -175,8 +159,21 @@ def load_table(settings: Settings, spec: TableSpec | TableName):
     if settings.profile == Profile.LOCAL:
         from pyiceberg.table import StaticTable
 
-        if (metadata := _local_metadata_file(settings, spec)) is None:
-            return None
+        # The Hadoop catalog's current metadata.json: its number is in metadata/version-hint.text, or, as Iceberg
+        # does without a hint, the highest version present.
+        folder = Path(urlparse(settings.warehouse).path) / spec.namespace / spec.name / "metadata"
+        hint = folder / "version-hint.text"
+        if hint.exists():
+            metadata = folder / f"v{hint.read_text().strip()}.metadata.json"
+            if not metadata.exists():
+                raise MetadataUnreadable(
+                    f"metadata file missing: {metadata} (named by {hint.name}; the table's history is damaged)"
+                )
+        else:  # listed only then: the hint is the normal case and `etr tables` reads every table
+            files = folder.iterdir() if folder.is_dir() else ()
+            found = ((int(m.group(1)), p) for p in files if (m := _VERSION_FILE.match(p.name)))
+            if (metadata := max(found, default=(0, None))[1]) is None:  # never created
+                return None
         try:
             return StaticTable.from_metadata(str(metadata))
         except Exception as error:  # truncated or garbled JSON, a metadata file that is not Iceberg's
