@@ -28,11 +28,9 @@ class ReadMode(StrEnum):
 
 
 @dataclasses.dataclass(frozen=True)
-class Cursor:
-    """What a downstream day was last built from: the upstream snapshot, and the downstream snapshot after."""
-
+class Cursor:  # what a downstream day was last built from
     upstream_snapshot_id: int
-    downstream_snapshot_id: int | None = None
+    downstream_snapshot_id: int | None = None  # the downstream snapshot after
 
 
 # Snapshot properties of a downstream commit that rebuilt days: which days, and the upstream snapshot it read them at.

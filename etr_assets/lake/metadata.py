@@ -32,9 +32,7 @@ class RowCount:
 
 
 @dataclasses.dataclass(frozen=True)
-class PositionDeleteFile:
-    """A live position-delete file of a snapshot, as the row count needs it."""
-
+class PositionDeleteFile:  # a live position-delete file of a snapshot, as the row count needs it
     records: int  # the positions it deletes
     deletion_vector: bool  # a format v3 deletion vector (a Puffin blob), rather than a Parquet/Avro/ORC file
     data_file: str | None  # the one data file its positions are in; None for a partition-scoped file
