@@ -146,5 +146,10 @@ def append(spark: SparkSession, qualified: str, df: DataFrame, options: dict[str
 
 
 def table_location(spark: SparkSession, qualified: str) -> str:
-    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect()
-    return next((row["data_type"] for row in rows if row["col_name"] == "Location"), "")
+    # From the table object the catalog holds: DESCRIBE TABLE EXTENDED is a command Spark plans, and every layer run
+    # asks.
+    return str(
+        java_class(spark, "org.apache.iceberg.spark.Spark3Util")
+        .loadIcebergTable(spark._jsparkSession, qualified)
+        .location()
+    )
