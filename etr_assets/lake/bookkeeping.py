@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import local_frame, spark_schema
 from etr_assets.lake.retry import run_with_retries
-from etr_assets.lake.session import java_class
 from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
-from etr_assets.lake.writes import iceberg_table
+from etr_assets.lake.writes import files_of_days
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -130,7 +129,7 @@ def record_rows(spark: SparkSession, catalog: str, spec: TableSpec, rows: list[d
     written = {day for row in rows if (day := _day_of(row.get(column))) is not None}
     for day in sorted(written | {day - dt.timedelta(days=1) for day in written}):
         most = MAX_FILES_PER_DAY if day in written else 1  # the day before a written day is done with
-        if data_files_of_day(spark, spec.qualified(catalog), column, day) > most:
+        if len(files_of_days(spark, spec.qualified(catalog), column, day, day)) > most:
             compact_day(spark, catalog, spec, column, day)
 
 
@@ -140,31 +139,9 @@ def _day_of(value) -> dt.date | None:
     return value if isinstance(value, dt.date) else None
 
 
-def _day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
-    start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
-    return start, start + dt.timedelta(days=1)
-
-
-def data_files_of_day(spark: SparkSession, qualified: str, column: str, day: dt.date) -> int:
-    """Live data files of `day`'s partition, from the table's manifests (no Spark job)."""
-    table = iceberg_table(spark, qualified)
-    if table.currentSnapshot() is None:
-        return 0
-    expressions = java_class(spark, "org.apache.iceberg.expressions.Expressions")
-    start, end = (int(moment.timestamp() * 1_000_000) for moment in _day_bounds(day))
-    within = getattr(expressions, "and")(
-        expressions.greaterThanOrEqual(column, start), expressions.lessThan(column, end)
-    )
-    tasks = table.newScan().filter(within).planFiles()  # one task per file: files are planned whole
-    try:
-        return int(java_class(spark, "org.apache.iceberg.relocated.com.google.common.collect.Iterables").size(tasks))
-    finally:
-        tasks.close()
-
-
 def compact_day(spark: SparkSession, catalog: str, spec: TableSpec, column: str, day: dt.date) -> None:
     """rewrite_data_files on `day`'s partition alone: its small files become one (every row kept)."""
-    start, end = (f"TIMESTAMP '{moment:%Y-%m-%d %H:%M:%S}+00:00'" for moment in _day_bounds(day))
+    start, end = (f"TIMESTAMP '{moment:%Y-%m-%d 00:00:00}+00:00'" for moment in (day, day + dt.timedelta(days=1)))
     where = f"{column} >= {start} AND {column} < {end}"
     options = f"map('min-input-files', '2', 'target-file-size-bytes', '{spec.target_file_size_bytes}')"
     call = (

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, record_rows
 from etr_assets.lake.metadata import MainChange
+from etr_assets.lake.session import java_class
 from etr_assets.lake.specs import CURRENT_VERSIONS, Reference, TableSpec
+from etr_assets.lake.writes import files_of_days
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -205,14 +207,33 @@ def _reference_result(reference: Reference, count: int, values: list[str], by_da
     return CheckOutcome(reference.name, description, count == 0, count, ", ".join(values), Severity.WARN, by_day)
 
 
-def row_count_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date]) -> CheckOutcome:
-    """Each day's rows against the median of up to `row_count_window_days` earlier days that hold rows (WARN)."""
+def rows_per_day(spark: SparkSession, qualified: str, column: str, first: dt.date, last: dt.date):
+    """Rows per day of `column` (the table's days() partition) from `first` to `last`, from the record counts in the
+    manifests. None when a file there has deletes to apply (its count includes the deleted rows) or another
+    partitioning: its rows must be read then."""
+    anything, epoch = java_class(spark, "java.lang.Object")._java_lang_class, dt.date(1970, 1, 1)
+    counts: dict[dt.date, int] = {}
+    for task in files_of_days(spark, qualified, column, first, last):
+        source, fields = task.spec().schema().findField(column).fieldId(), list(task.spec().fields())
+        at = [i for i, f in enumerate(fields) if f.sourceId() == source and str(f.transform()) == "day"]
+        if not at or not task.deletes().isEmpty():
+            return None
+        on = epoch + dt.timedelta(days=task.file().partition().get(at[0], anything))
+        counts[on] = counts.get(on, 0) + task.file().recordCount()
+    return counts
+
+
+def row_count_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date], qualified: str | None = None):
+    """Each day's rows against the median of up to `row_count_window_days` earlier days that hold rows (WARN).
+    `qualified`: the table `df` reads, counted from its manifests (`rows_per_day`) where they can tell."""
     from pyspark.sql import functions as F
 
     rules, day_column = spec.quality, spec.day_column
     window = rules.row_count_window_days
     first = min(days) - dt.timedelta(days=window)
-    counts = dict(df.where(F.col(day_column).between(first, max(days))).groupBy(day_column).count().collect())
+    counts = rows_per_day(df.sparkSession, qualified, day_column, first, max(days)) if qualified else None
+    if counts is None:
+        counts = dict(df.where(F.col(day_column).between(first, max(days))).groupBy(day_column).count().collect())
     by_day, anomalies, notes, days_failed = {}, [], [], []
     for day in sorted(days):
         rows = counts.get(day, 0)
@@ -280,5 +301,5 @@ def post_write_outcomes(
             missing = f"{reference.table} was never written: nothing to check against"
             outcomes.append(CheckOutcome(reference.name, f"{reference.table} exists", False, 0, missing, Severity.WARN))
     if spec.day_column:
-        outcomes.append(row_count_outcome(table, spec, days))
+        outcomes.append(row_count_outcome(table, spec, days, spec.qualified(catalog)))
     return outcomes

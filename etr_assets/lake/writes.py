@@ -34,12 +34,30 @@ class CommitInfo:
     total_bytes: int = 0
 
 
-def iceberg_table(spark: SparkSession, qualified: str):
+def iceberg_table(spark: SparkSession, qualified: str, refresh: bool = True):
     """The table's Iceberg (Java) object, refreshed to its latest metadata: what a commit recorded, read without a
     Spark job (a metadata-table query is a job, and the suite runs thousands of them)."""
     table = java_class(spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(spark._jsparkSession, qualified)
-    table.refresh()  # the session's catalog may cache the table object; another writer may have committed since
+    if refresh:  # the session's catalog may cache the table object; another writer may have committed since
+        table.refresh()
     return table
+
+
+def files_of_days(spark: SparkSession, qualified: str, column: str, first: dt.date, last: dt.date) -> list:
+    """The scan tasks (one per live data file, with the deletes to apply to it) of the days of `column` from `first`
+    to `last`, planned from the manifests: no data file is read."""
+    expressions, epoch = java_class(spark, "org.apache.iceberg.expressions.Expressions"), dt.date(1970, 1, 1)
+    day = expressions.day(column)
+    within = getattr(expressions, "and")(
+        expressions.greaterThanOrEqual(day, (first - epoch).days), expressions.lessThanOrEqual(day, (last - epoch).days)
+    )
+    tasks = iceberg_table(spark, qualified).newScan().filter(within).planFiles()
+    try:
+        return list(
+            java_class(spark, "org.apache.iceberg.relocated.com.google.common.collect.Lists").newArrayList(tasks)
+        )
+    finally:
+        tasks.close()
 
 
 def current_snapshot_id(spark: SparkSession, qualified: str) -> int | None:
@@ -146,10 +164,5 @@ def append(spark: SparkSession, qualified: str, df: DataFrame, options: dict[str
 
 
 def table_location(spark: SparkSession, qualified: str) -> str:
-    # From the table object the catalog holds: DESCRIBE TABLE EXTENDED is a command Spark plans, and every layer run
-    # asks.
-    return str(
-        java_class(spark, "org.apache.iceberg.spark.Spark3Util")
-        .loadIcebergTable(spark._jsparkSession, qualified)
-        .location()
-    )
+    # Not DESCRIBE TABLE EXTENDED, a command Spark plans: every layer run asks. A table's location never changes.
+    return str(iceberg_table(spark, qualified, refresh=False).location())

@@ -17,6 +17,7 @@ from etr_assets.lake.quality import (
     record_metrics,
     reference_outcome,
     row_count_outcome,
+    rows_per_day,
     uniqueness_outcome,
 )
 from etr_assets.lake.specs import QualityRules
@@ -147,6 +148,39 @@ def test_row_count_anomaly_against_the_trailing_median(spark):
 
     strict = dataclasses.replace(SILVER_TRANSACTIONS, quality=QualityRules(row_count_tolerance=0.1))
     assert not row_count_outcome(normal, strict, [D1]).passed  # 120 is 20% above: beyond a 10% tolerance
+
+
+def test_the_row_count_comes_from_the_manifests_unless_deletes_are_pending(lake, settings):
+    """The days' record counts in the manifests: no data file is opened (here they are gone from disk). A day with a
+    delete file to apply is counted from its rows instead."""
+    import os
+
+    from etr_assets.lake.evolve import ensure_table
+    from etr_assets.lake.frames import conform
+
+    ensure_table(lake, settings.catalog, SILVER_TRANSACTIONS)
+    table = SILVER_TRANSACTIONS.qualified(settings.catalog)
+    days = [D1 - dt.timedelta(days=k) for k in range(8, -1, -1)]
+    rows = [(i * 10 + n, 10, 5, 1.0, "APPROVED", day) for i, day in enumerate(days) for n in range(4)]
+    typed = frame(lake, rows).selectExpr(
+        "*", "'EUR' AS currency", "3 AS instalments", "'CARD' AS payment_method", "current_timestamp() AS created_at",
+        "current_timestamp() AS updated_at", "'b' AS _batch_id", "current_timestamp() AS _processed_at",
+    )  # fmt: skip
+    conform(typed, SILVER_TRANSACTIONS).writeTo(table).append()
+    assert rows_per_day(lake, table, "transaction_date", days[0], D1) == dict.fromkeys(days, 4)
+
+    lake.sql(f"DELETE FROM {table} WHERE transaction_id = {len(days) * 10 - 10}")  # one row of D1: a delete file
+    assert rows_per_day(lake, table, "transaction_date", days[0], D1) is None
+    outcome = row_count_outcome(lake.table(table), SILVER_TRANSACTIONS, [D1], table)
+    assert outcome.passed and outcome.by_day == {str(D1): 3.0}
+
+    earlier = days[-2]
+    for (path,) in lake.sql(f"SELECT file_path FROM {table}.files WHERE content = 0").collect():
+        os.remove(path.removeprefix("file:"))
+    outcome = row_count_outcome(lake.table(table), SILVER_TRANSACTIONS, [earlier], table)
+    assert outcome.passed and outcome.by_day == {str(earlier): 4.0} and "no verdict" not in outcome.examples
+    with pytest.raises(Exception, match="(?i)not.*exist|FileNotFound|No such file"):
+        row_count_outcome(lake.table(table), SILVER_TRANSACTIONS, [earlier])  # what reading the rows would need
 
 
 def test_figures_are_recorded_per_table_partition_and_check(lake, settings):
