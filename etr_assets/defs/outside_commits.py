@@ -161,10 +161,6 @@ def judge_from(tags: dict[str, str], spec: TableSpec) -> tuple[int, int] | None:
     return tuple(position) if position else None
 
 
-def _later(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
-    return max((p for p in (a, b) if p is not None), key=lambda p: p[0], default=None)
-
-
 def outside_commits_job(checks: list[dg.AssetChecksDefinition]):
     """The checks alone: a run of it reads metadata and Dagster's events (no JVM, no table written)."""
     return dg.define_asset_job(
@@ -194,7 +190,8 @@ def outside_commits_sensor(settings: Settings, specs: list[TableSpec]) -> dg.Sen
         found, reported, waiting = {}, [], []
         for spec in specs:
             # Where this sensor, or the check run since, left off.
-            since = _later(looked.get(spec.identifier), recorded_position(context.instance, spec))
+            positions = (looked.get(spec.identifier), recorded_position(context.instance, spec))
+            since = max((p for p in positions if p is not None), key=lambda p: p[0], default=None)  # the later
             outcome, through, waits = judge_outside(settings, spec, context.instance, since, writers)
             looked[spec.identifier] = through
             if waits:
