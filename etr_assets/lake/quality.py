@@ -212,15 +212,14 @@ def rows_per_day(spark: SparkSession, qualified: str, column: str, first: dt.dat
     manifests. None when a file there has deletes to apply (its count includes the deleted rows) or another
     partitioning: its rows must be read then."""
     anything, epoch = java_class(spark, "java.lang.Object")._java_lang_class, dt.date(1970, 1, 1)
-    counts: dict[dt.date, int] = {}
+    counts: Counter[dt.date] = Counter()
     for task in files_of_days(spark, qualified, column, first, last):
         source, fields = task.spec().schema().findField(column).fieldId(), list(task.spec().fields())
         at = [i for i, f in enumerate(fields) if f.sourceId() == source and str(f.transform()) == "day"]
         if not at or not task.deletes().isEmpty():
             return None
-        on = epoch + dt.timedelta(days=task.file().partition().get(at[0], anything))
-        counts[on] = counts.get(on, 0) + task.file().recordCount()
-    return counts
+        counts[epoch + dt.timedelta(days=task.file().partition().get(at[0], anything))] += task.file().recordCount()
+    return dict(counts)
 
 
 def row_count_outcome(df: DataFrame, spec: TableSpec, days: list[dt.date], qualified: str | None = None):
