@@ -7,7 +7,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from etr_assets.errors import UnsafeEvolution
-from etr_assets.lake.specs import STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec, decimal_type
+from etr_assets.lake.session import java_class
+from etr_assets.lake.specs import CURSOR_PROPERTY, STATE_HASH_COLUMN, STATE_HASH_PROPERTY, TableSpec, decimal_type
 from etr_assets.lake.writes import iceberg_table
 
 if TYPE_CHECKING:
@@ -102,12 +103,14 @@ def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts:
 def _layout(spark: SparkSession, qualified: str) -> tuple:
     """What any ALTER changes (identity, schema, partitioning, sort order, properties) and a data commit does not."""
     table = iceberg_table(spark, qualified)
+    properties = java_class(spark, "java.util.HashMap")(table.properties())
+    properties.remove(CURSOR_PROPERTY)  # an SCD2 apply moves it in its data commit
     return (
         str(table.uuid()),
         table.schema().schemaId(),
         table.spec().specId(),
         table.sortOrder().orderId(),
-        table.properties().hashCode(),
+        properties.hashCode(),
     )
 
 

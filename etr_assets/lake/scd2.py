@@ -33,7 +33,7 @@ from etr_assets.lake.scd2_recompute import (
     state_of,
     write_difference,
 )
-from etr_assets.lake.specs import CURRENT_VERSIONS, STATE_HASH_COLUMN, TableSpec
+from etr_assets.lake.specs import CURRENT_VERSIONS, CURSOR_PROPERTY, STATE_HASH_COLUMN, TableSpec
 from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-CURSOR_PROPERTY = "etr.scd2.cursor"
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
 # The log's new rows are one day's files, small enough that Iceberg would read them all in one task; a task per file
 # (or row group) lets every core hash and sort them (the daily path reads them twice).

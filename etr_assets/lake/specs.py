@@ -196,6 +196,7 @@ STATE_HASH_COLUMN = "_state_hash"
 # The expression the table's `_state_hash` values were computed with (`TableSpec.state_hash_sql`). Set only once every
 # row carries it (evolution fills the column first): a reader may trust the stored hashes exactly when it matches.
 STATE_HASH_PROPERTY = "etr.scd2.state-hash"
+CURSOR_PROPERTY = "etr.scd2.cursor"  # where an SCD2 table keeps its cursor (`scd2.Scd2Cursor`)
 
 # Columns every SCD2 table carries (requirement R2, and the state hash), after its business columns.
 SCD2_COLUMNS = (
