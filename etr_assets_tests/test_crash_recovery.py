@@ -614,7 +614,7 @@ def test_a_kill_inside_start_batch_leaves_a_batch_the_pending_sensor_can_handle(
     except Exception as exc:  # noqa: BLE001 - any failure here is the finding
         pytest.fail(
             "PRODUCT BUG: SIGKILL between LocalStorage.write_bytes's mkdir and its os.replace of .pending (inside "
-            f"RawZone.start_batch) left {batch.key} with no .pending marker; RawZone.stale() -> RawZone.started_at() "
+            f"RawZone.start_batch) left {batch.key} with no .pending marker; RawZone.stale() -> RawZone._started_at() "
             f"then raises for it, so the raw_pending_batches sensor fails on every tick and never requests the re-run "
             f"that would settle the batch (nor reports any other pending batch of the endpoint): "
             f"{type(exc).__name__}: {exc}"
