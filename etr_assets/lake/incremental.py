@@ -146,7 +146,7 @@ def days_changed_by(
 ) -> dict[int, set[dt.date | None]]:
     """Per snapshot, the days whose files it added or deleted (metadata only); None: unknown. Read from each
     snapshot's own manifests: the `all_entries` table reads every manifest the table keeps."""
-    from etr_assets.lake.session import java_class
+    from etr_assets.lake.session import java_class, java_elements
 
     changed: dict[int, set[dt.date | None]] = {sid: set() for sid in snapshot_ids}
     if not snapshot_ids:
@@ -155,8 +155,8 @@ def days_changed_by(
     io, specs = table.io(), table.specs()
     field = f"{day_column}_day"  # the days(...) partition field; after partition evolution old files may lack it
     position: dict[int, int | None] = {}
-    for spec_id in specs.keySet():
-        names = [f.name() for f in specs.get(spec_id).fields()]
+    for spec_id in java_elements(specs.keySet()):
+        names = [f.name() for f in java_elements(specs.get(spec_id).fields())]
         position[int(spec_id)] = names.index(field) if field in names else None
     integer = java_class(spark, "java.lang.Class").forName("java.lang.Integer")
     epoch = dt.date(1970, 1, 1)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, record_rows
 from etr_assets.lake.metadata import MainChange
-from etr_assets.lake.session import java_class
+from etr_assets.lake.session import java_class, java_elements
 from etr_assets.lake.specs import CURRENT_VERSIONS, Reference, TableSpec
 from etr_assets.lake.writes import files_of_days
 
@@ -213,12 +213,16 @@ def rows_per_day(spark: SparkSession, qualified: str, column: str, first: dt.dat
     partitioning: its rows must be read then."""
     anything, epoch = java_class(spark, "java.lang.Object")._java_lang_class, dt.date(1970, 1, 1)
     counts: Counter[dt.date] = Counter()
+    day_field: dict[int, int | None] = {}  # per partition spec id, its day(column) field's position (py4j calls)
     for task in files_of_days(spark, qualified, column, first, last):
-        source, fields = task.spec().schema().findField(column).fieldId(), list(task.spec().fields())
-        at = [i for i, f in enumerate(fields) if f.sourceId() == source and str(f.transform()) == "day"]
-        if not at or not task.deletes().isEmpty():
+        file = task.file()
+        if (spec_id := file.specId()) not in day_field:
+            source, fields = task.spec().schema().findField(column).fieldId(), java_elements(task.spec().fields())
+            at = (i for i, f in enumerate(fields) if f.sourceId() == source and str(f.transform()) == "day")
+            day_field[spec_id] = next(at, None)
+        if day_field[spec_id] is None or not task.deletes().isEmpty():
             return None
-        counts[epoch + dt.timedelta(days=task.file().partition().get(at[0], anything))] += task.file().recordCount()
+        counts[epoch + dt.timedelta(days=file.partition().get(day_field[spec_id], anything))] += file.recordCount()
     return dict(counts)
 
 

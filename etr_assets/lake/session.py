@@ -7,6 +7,7 @@ import contextlib
 import glob
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -203,3 +204,11 @@ def java_class(spark: SparkSession, name: str):
     from py4j.java_gateway import JavaClass
 
     return JavaClass(name, spark.sparkContext._gateway._gateway_client)
+
+
+def java_elements(iterable) -> Iterator:
+    """The elements of a Java Iterable. py4j's own iteration ends when Java throws NoSuchElementException, which
+    pyspark converts by reading its stack trace over py4j, dearer than the elements; hasNext() ends without one."""
+    iterator = iterable.iterator()
+    while iterator.hasNext():
+        yield iterator.next()

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from etr_assets.lake.metadata import PositionDeleteFile, RowCount, row_count
-from etr_assets.lake.session import java_class
+from etr_assets.lake.session import java_class, java_elements
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,9 +53,7 @@ def files_of_days(spark: SparkSession, qualified: str, column: str, first: dt.da
     )
     tasks = iceberg_table(spark, qualified).newScan().filter(within).planFiles()
     try:
-        return list(
-            java_class(spark, "org.apache.iceberg.relocated.com.google.common.collect.Lists").newArrayList(tasks)
-        )
+        return list(java_elements(tasks))
     finally:
         tasks.close()
 
@@ -77,10 +75,11 @@ class JavaSnapshotFiles:
     def _live_files(self, deletes: bool):
         manifests = java_class(self._spark, "org.apache.iceberg.ManifestFiles")
         io, specs = self._table.io(), self._table.specs()
-        for manifest in self._snapshot.deleteManifests(io) if deletes else self._snapshot.dataManifests(io):
+        manifests_read = self._snapshot.deleteManifests(io) if deletes else self._snapshot.dataManifests(io)
+        for manifest in java_elements(manifests_read):
             reader = (manifests.readDeleteManifest if deletes else manifests.read)(manifest, io, specs)
             try:
-                yield from reader.iterator()  # live entries only
+                yield from java_elements(reader)  # live entries only
             finally:
                 reader.close()
 
@@ -131,8 +130,8 @@ def _write(spark: SparkSession, qualified: str, df: DataFrame, target: str, opti
     action(df.writeTo(target).options(**(options or {})).option(f"snapshot-property.{WRITE_ID_PROPERTY}", write_id))
     table = iceberg_table(spark, qualified)
     seen = set()
-    for ref in table.refs().values():
-        snapshot = table.snapshot(ref.snapshotId())
+    for ref in java_elements(table.refs().entrySet()):
+        snapshot = table.snapshot(ref.getValue().snapshotId())
         while snapshot is not None and snapshot.snapshotId() not in seen:
             seen.add(snapshot.snapshotId())
             if snapshot.summary().get(WRITE_ID_PROPERTY) == write_id:

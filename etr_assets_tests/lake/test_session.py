@@ -9,7 +9,14 @@ import pytest
 from etr_assets import settings as settings_module
 from etr_assets.errors import JarNotFound, NotAnIcebergSession, SettingsError
 from etr_assets.lake.scd2 import ADAPTIVE
-from etr_assets.lake.session import ICEBERG_EXTENSIONS, attach_catalog, iceberg_runtime_jar, session_conf, spark_conf
+from etr_assets.lake.session import (
+    ICEBERG_EXTENSIONS,
+    attach_catalog,
+    iceberg_runtime_jar,
+    java_elements,
+    session_conf,
+    spark_conf,
+)
 from etr_assets.settings import Compute, Profile, Settings, driver_memory_for
 
 
@@ -74,6 +81,23 @@ def test_a_setting_changed_for_a_block_is_the_sessions_own_again_after_it_fails(
         assert spark.conf.get(ADAPTIVE) == other
         raise RuntimeError("the block failed")
     assert spark.conf.get(ADAPTIVE) == before
+
+
+def test_a_java_collection_is_read_to_its_end_without_a_java_exception(spark, monkeypatch):
+    from pyspark.errors.exceptions import captured
+
+    converted = []  # every Java exception pyspark turns into a Python one (what py4j's own iteration ends with)
+    convert = captured.convert_exception
+    monkeypatch.setattr(captured, "convert_exception", lambda error: converted.append(error) or convert(error))
+    values = spark._jvm.java.util.ArrayList()
+    for value in ("a", "b", "c"):
+        values.add(value)
+    assert (
+        list(java_elements(values)) == ["a", "b", "c"] and list(java_elements(spark._jvm.java.util.ArrayList())) == []
+    )
+    assert converted == []
+    list(values)  # py4j's iteration: the exception this avoids
+    assert len(converted) == 1
 
 
 def test_settings_come_from_documented_variables(tmp_path):
