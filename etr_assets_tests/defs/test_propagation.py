@@ -56,7 +56,7 @@ def record_flags(instance, request: dg.RunRequest) -> dict[tuple[str, str], obje
 
 @pytest.mark.slow  # 130 days of five assets' events and the flag runs on a real instance: over 10 s
 def test_a_correction_marks_exactly_the_days_built_on_it_and_asks_for_their_runs():
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         for layer in ORDER:  # the lake built by ranges, as a backfill does
             built(instance, layer, *DAYS)
         assert skipped(tick(instance)) == "no gold day is out of date"
@@ -204,7 +204,7 @@ def test_a_late_day_and_corrections_40_days_back_leave_the_gold_a_build_in_order
     # The provider re-sends a day with other data: its synthetic API of another seed, for that day only.
     with (
         serve(ApiConfig(seed=99, transactions_per_day=settings.api_transactions_per_day)) as api,
-        dg.instance_for_test() as instance,
+        dg.DagsterInstance.ephemeral() as instance,
     ):
         monkeypatch.setenv("ETR_API_TOKEN", api.config.token)
         corrected = {"bnpl_api": SourceApiResource(source="bnpl", base_url=api.url, page_size=1000)}
