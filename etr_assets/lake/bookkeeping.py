@@ -11,7 +11,7 @@ from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.frames import local_frame, spark_schema
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.specs import MIB, TARGET_FILE_SIZE, Column, TableSpec
-from etr_assets.lake.writes import files_of_days
+from etr_assets.lake.writes import files_of_days, iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,7 +129,7 @@ def record_rows(spark: SparkSession, catalog: str, spec: TableSpec, rows: list[d
     written = {day for row in rows if (day := _day_of(row.get(column))) is not None}
     for day in sorted(written | {day - dt.timedelta(days=1) for day in written}):
         most = MAX_FILES_PER_DAY if day in written else 1  # the day before a written day is done with
-        if len(files_of_days(spark, spec.qualified(catalog), column, day, day)) > most:
+        if len(files_of_days(spark, iceberg_table(spark, spec.qualified(catalog)), column, day, day)) > most:
             compact_day(spark, catalog, spec, column, day)
 
 

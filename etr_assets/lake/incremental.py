@@ -12,7 +12,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from etr_assets.lake.writes import iceberg_table
+from etr_assets.lake.writes import EPOCH, day_field_positions, iceberg_table
 
 if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Operation
@@ -152,24 +152,16 @@ def days_changed_by(
     if not snapshot_ids:
         return changed
     table = iceberg_table(spark, qualified)
-    io, specs = table.io(), table.specs()
-    field = f"{day_column}_day"  # the days(...) partition field; after partition evolution old files may lack it
-    position: dict[int, int | None] = {}
-    for spec_id in java_elements(specs.keySet()):
-        names = [f.name() for f in java_elements(specs.get(spec_id).fields())]
-        position[int(spec_id)] = names.index(field) if field in names else None
+    io, position = table.io(), day_field_positions(table, day_column)  # old files may lack the day field
     integer = java_class(spark, "java.lang.Class").forName("java.lang.Integer")
-    epoch = dt.date(1970, 1, 1)
     for sid in snapshot_ids:
         if (snapshot := table.snapshot(int(sid))) is None:  # no longer kept: nothing known of it (nor its entries)
             continue
         for files in ("addedDataFiles", "removedDataFiles", "addedDeleteFiles", "removedDeleteFiles"):
-            it = getattr(snapshot, files)(io).iterator()
-            while it.hasNext():
-                file = it.next()
+            for file in java_elements(getattr(snapshot, files)(io)):
                 at = position.get(int(file.specId()))
                 value = None if at is None else file.partition().get(at, integer)
-                changed[sid].add(None if value is None else epoch + dt.timedelta(days=int(value)))
+                changed[sid].add(None if value is None else EPOCH + dt.timedelta(days=int(value)))
     return changed
 
 

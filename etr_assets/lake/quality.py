@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, record_rows
 from etr_assets.lake.metadata import MainChange
-from etr_assets.lake.session import java_class, java_elements
+from etr_assets.lake.session import java_class
 from etr_assets.lake.specs import CURRENT_VERSIONS, Reference, TableSpec
-from etr_assets.lake.writes import files_of_days
+from etr_assets.lake.writes import EPOCH, day_field_positions, files_of_days, iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -211,18 +211,13 @@ def rows_per_day(spark: SparkSession, qualified: str, column: str, first: dt.dat
     """Rows per day of `column` (the table's days() partition) from `first` to `last`, from the record counts in the
     manifests. None when a file there has deletes to apply (its count includes the deleted rows) or another
     partitioning: its rows must be read then."""
-    anything, epoch = java_class(spark, "java.lang.Object")._java_lang_class, dt.date(1970, 1, 1)
-    counts: Counter[dt.date] = Counter()
-    day_field: dict[int, int | None] = {}  # per partition spec id, its day(column) field's position (py4j calls)
-    for task in files_of_days(spark, qualified, column, first, last):
+    anything, table = java_class(spark, "java.lang.Object")._java_lang_class, iceberg_table(spark, qualified)
+    positions, counts = day_field_positions(table, column), Counter()
+    for task in files_of_days(spark, table, column, first, last):
         file = task.file()
-        if (spec_id := file.specId()) not in day_field:
-            source, fields = task.spec().schema().findField(column).fieldId(), java_elements(task.spec().fields())
-            at = (i for i, f in enumerate(fields) if f.sourceId() == source and str(f.transform()) == "day")
-            day_field[spec_id] = next(at, None)
-        if day_field[spec_id] is None or not task.deletes().isEmpty():
+        if (at := positions.get(int(file.specId()))) is None or not task.deletes().isEmpty():
             return None
-        counts[epoch + dt.timedelta(days=file.partition().get(day_field[spec_id], anything))] += file.recordCount()
+        counts[EPOCH + dt.timedelta(days=file.partition().get(at, anything))] += file.recordCount()
     return dict(counts)
 
 

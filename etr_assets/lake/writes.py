@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 WRITE_ID_PROPERTY = "etr.write-id"
+EPOCH = dt.date(1970, 1, 1)  # what Iceberg's day() partition values count from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,19 +44,31 @@ def iceberg_table(spark: SparkSession, qualified: str, refresh: bool = True):
     return table
 
 
-def files_of_days(spark: SparkSession, qualified: str, column: str, first: dt.date, last: dt.date) -> list:
-    """The scan tasks (one per live data file, with the deletes to apply to it) of the days of `column` from `first`
-    to `last`, planned from the manifests: no data file is read."""
-    expressions, epoch = java_class(spark, "org.apache.iceberg.expressions.Expressions"), dt.date(1970, 1, 1)
+def files_of_days(spark: SparkSession, table, column: str, first: dt.date, last: dt.date) -> list:
+    """The scan tasks (one per live data file, with the deletes to apply to it) of `table` (`iceberg_table`) in the
+    days of `column` from `first` to `last`, planned from the manifests: no data file is read."""
+    expressions = java_class(spark, "org.apache.iceberg.expressions.Expressions")
     day = expressions.day(column)
     within = getattr(expressions, "and")(
-        expressions.greaterThanOrEqual(day, (first - epoch).days), expressions.lessThanOrEqual(day, (last - epoch).days)
+        expressions.greaterThanOrEqual(day, (first - EPOCH).days), expressions.lessThanOrEqual(day, (last - EPOCH).days)
     )
-    tasks = iceberg_table(spark, qualified).newScan().filter(within).planFiles()
+    tasks = table.newScan().filter(within).planFiles()
     try:
         return list(java_elements(tasks))
     finally:
         tasks.close()
+
+
+def day_field_positions(table, column: str) -> dict[int, int | None]:
+    """Per partition spec id of `table`, where its day(`column`) field is among the spec's fields (None: nowhere, as
+    in a spec from before the table was partitioned by day)."""
+    specs, positions = table.specs(), {}
+    for spec_id in java_elements(specs.keySet()):
+        spec = specs.get(spec_id)
+        source, fields = spec.schema().findField(column).fieldId(), java_elements(spec.fields())
+        at = (i for i, f in enumerate(fields) if f.sourceId() == source and str(f.transform()) == "day")
+        positions[int(spec_id)] = next(at, None)
+    return positions
 
 
 def current_snapshot_id(spark: SparkSession, qualified: str) -> int | None:
