@@ -307,12 +307,10 @@ def _column_type(node: _Node) -> str:
 
 def _auth(node: _Node) -> Auth:
     fields = node.mapping(("type", *dict.fromkeys(n for spec in AUTH_FIELDS.values() for n, _, _ in spec)), ("type",))
-    kind = fields["type"].choice(AuthType)
+    kind = fields.pop("type").choice(AuthType)
     allowed = {name: (secret, required) for name, secret, required in AUTH_FIELDS[kind]}
     values: dict[str, object] = {}
     for name, child in fields.items():
-        if name == "type":
-            continue
         if name not in allowed:
             raise child.fail(f"not a field of auth type {kind}; it takes {', '.join(allowed) or 'no field'}")
         if name == "scopes":
@@ -482,8 +480,7 @@ def _resource(node: _Node) -> Resource:
             raise fields["tracked"].fail("the key and the sequence are not tracked columns")
     if key and not names[key].required:
         raise fields["key"].fail(f"key column {key} must be required: true (a record without it cannot be placed)")
-    pii = [c.name for c in columns if c.pii]
-    if pii and subject is None:
+    if (pii := [c.name for c in columns if c.pii]) and subject is None:
         raise node.fail(f"columns {', '.join(pii)} hold personal data: name the subject column to erase by")
     checks = []
     for item in fields["checks"].sequence() if "checks" in fields else []:
@@ -549,8 +546,7 @@ def load_declaration(path: str | Path | Traversable) -> SourceDeclaration:
         text = (path if hasattr(path, "read_text") else Path(path)).read_text(encoding="utf-8")
         document = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as bad:
-        mark = getattr(bad, "problem_mark", None)
-        line = f"{mark.line + 1}" if mark else "?"
+        line = f"{mark.line + 1}" if (mark := getattr(bad, "problem_mark", None)) else "?"
         raise DeclarationError(f"{file}:{line}: not valid YAML: {getattr(bad, 'problem', bad)}") from None
     if document is None:
         raise DeclarationError(f"{file}:1: the file is empty")
@@ -568,7 +564,6 @@ def declaration_files(folder: Path | Traversable) -> list[Path | Traversable]:
     for child in sorted(folder.iterdir(), key=lambda c: c.name):
         component = child / "defs.yaml"
         if child.is_dir() and component.is_file():
-            head = component.read_text(encoding="utf-8")
-            if re.search(rf"^type:\s*{re.escape(COMPONENT_TYPE)}\s*$", head, re.MULTILINE):
+            if re.search(rf"^type:\s*{re.escape(COMPONENT_TYPE)}\s*$", component.read_text("utf-8"), re.MULTILINE):
                 found.append(component)
     return found

@@ -236,8 +236,7 @@ def _key(columns: list[DraftColumn], resource: str) -> tuple[str, bool]:
 
 def _sequence(columns: list[DraftColumn]) -> str | None:
     found = [c for c in columns if c.type == "timestamp" and SEQUENCE_NAME.match(c.path[-1].lower())]
-    found.sort(key=lambda c: not c.required)
-    return found[0].name if found else None
+    return min(found, key=lambda c: not c.required).name if found else None  # the first required one, else the first
 
 
 def _paging(document: object, selector: tuple[str, ...]) -> list[tuple[str, object]]:
@@ -290,7 +289,12 @@ def draft_source(sample: str, source: str, resource: str, path: str | None = Non
             raise DraftError(f"{what} {value!r} is not a lower-case identifier (letters, digits, _)")
     name, document = read_sample(sample)
     text = render(analyse(document, name, resource), source, resource, path, Path(name).name if sample != "-" else name)
-    _check(text, name)
+    # The draft parses as a declaration, as the module's docstring promises (a failure here is this module's bug).
+    attributes = next(value for key, value in yaml.compose(text).value if key.value == "attributes")
+    try:
+        parse_attributes(attributes, f"draft of {name}")
+    except DeclarationError as bad:  # pragma: no cover - a bug of render
+        raise DraftError(f"{name}: the draft does not parse: {bad}") from None
     return text
 
 
@@ -341,8 +345,7 @@ def render(draft: Draft, source: str, resource: str, path: str | None, sample: s
         '        # day: {param: date, format: "%Y-%m-%d"}',
         "      # TODO kind: entities (keyed records; their changes become an SCD2 history) or events (the rows of a",
     ]
-    day_columns = [c.name for c in draft.columns if c.type == "date"]
-    day_columns.sort(key=lambda n: not DAY_NAME.match(n))
+    day_columns = sorted((c.name for c in draft.columns if c.type == "date"), key=lambda n: not DAY_NAME.match(n))
     suggestion = f"day_column: {day_columns[0]}" if day_columns else "day_column: <a date column>"
     out += [
         f"      #   day: add {suggestion}, and remove mode, tracked and sequence)",
@@ -388,12 +391,3 @@ def render(draft: Draft, source: str, resource: str, path: str | None, sample: s
         "",
     ]
     return "\n".join(out)
-
-
-def _check(text: str, name: str) -> None:
-    """The draft parses as a declaration, as its docstring promises (a failure here is this module's bug)."""
-    attributes = next(value for key, value in yaml.compose(text).value if key.value == "attributes")
-    try:
-        parse_attributes(attributes, f"draft of {name}")
-    except DeclarationError as bad:  # pragma: no cover - a bug of render
-        raise DraftError(f"{name}: the draft does not parse: {bad}") from None

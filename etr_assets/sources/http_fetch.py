@@ -66,11 +66,13 @@ class SourceClient:
     def iter_record_texts(self, resource: Resource, day: dt.date | None) -> Iterator[list[str]]:
         """Each page's records, as the exact JSON text the API sent, until the paginator finds no next page; a next
         page already read, or paging past max_pages, is an ApiError instead of a loop."""
+        from dlt.sources.helpers.rest_client import paginators
         from requests import Request
 
         kind, selector = self.declaration.client.paginator.type, self.declaration.client.data_selector
         request = Request("GET", self._url(resource.path), params=self._params(resource, day))
-        paginator = self._paginator()
+        page = {"limit": self.page_size} if kind == PaginatorType.OFFSET else {}  # options in dlt's names
+        paginator = getattr(paginators, _PAGINATORS[kind])(**self.declaration.client.paginator.options, **page)
         paginator.init_request(request)
         endpoint, seen, number = _endpoint(request.url), set(), 0
 
@@ -229,14 +231,6 @@ class SourceClient:
                     session=session,
                 )
         raise AssertionError(declared.type)
-
-    def _paginator(self):
-        """dlt's paginator of the declared type, given the declared options (dlt's names: PAGINATOR_OPTIONS)."""
-        from dlt.sources.helpers.rest_client import paginators
-
-        kind, options = self.declaration.client.paginator.type, self.declaration.client.paginator.options
-        page = {"limit": self.page_size} if kind == PaginatorType.OFFSET else {}
-        return getattr(paginators, _PAGINATORS[kind])(**options, **page)
 
 
 # Each declared paginator type's class in dlt.sources.helpers.rest_client.paginators.

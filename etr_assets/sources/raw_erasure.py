@@ -97,8 +97,7 @@ def erase_raw_records(raw: RawZone, customer_ids, feeds: tuple[RawFeedSubject, .
             rewritten.append(raw.storage.uri(key))
             for customer_id, indexes in found.items():
                 removed[customer_id] = removed.get(customer_id, 0) + len(indexes)
-            manifest = raw.manifest(batch)
-            if manifest is not None and name in manifest.files:
+            if (manifest := raw.manifest(batch)) is not None and name in manifest.files:
                 dropped_by_batch[batch] = dropped_by_batch.get(batch, 0) + sum(1 for i in drop if lines[i].strip())
         for batch, count in dropped_by_batch.items():
             manifest = raw.manifest(batch)

@@ -121,8 +121,7 @@ def failure_response(faults: ApiFaults, path: str) -> tuple[int, dict, dict]:
 
 def truncates(faults: ApiFaults, path: str, page: int) -> bool:
     """Whether this page is cut off: every page after the first ``truncate_after_pages`` of a feed."""
-    n = faults.truncate_after_pages
-    return n > 0 and page > n and path.startswith(faults.fail_path_prefix)
+    return 0 < faults.truncate_after_pages < page and path.startswith(faults.fail_path_prefix)
 
 
 # Record faults: deterministic corruption and schema drift.
@@ -145,7 +144,6 @@ def apply_record_faults(
     if count := math.floor(len(served) * malformed_rate + 0.5):
         rank = lambda i: hashlib.sha256(f"etr:{seed}:malformed:{entity}:{day.isoformat()}:{i}".encode()).digest()
         kinds = MALFORMED_KINDS[entity]
-
         for k, index in enumerate(sorted(range(len(served)), key=rank)[:count]):
             served[index] = _malformed(served[index], entity, kinds[k % len(kinds)], k // len(kinds), day)
     return served
