@@ -49,7 +49,7 @@ def test_commits_outside_dagster_are_reported_and_dagsters_own_are_not(lake, set
     bronze, qualified = table_key(BRONZE_MERCHANTS).to_user_string(), BRONZE_MERCHANTS.qualified(settings.catalog)
     key = dg.AssetCheckKey(table_key(BRONZE_MERCHANTS), "commits_outside_dagster")
     check = next(c for c in pipeline.asset_checks if key in c.check_keys)
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
 
         def materialize() -> int:
             assets = list(pipeline.assets)
