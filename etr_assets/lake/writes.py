@@ -86,11 +86,11 @@ class JavaSnapshotFiles:
         self._spark, self._table, self._snapshot = spark, table, snapshot
 
     def _live_files(self, deletes: bool):
-        manifests = java_class(self._spark, "org.apache.iceberg.ManifestFiles")
+        manifest_files = java_class(self._spark, "org.apache.iceberg.ManifestFiles")
         io, specs = self._table.io(), self._table.specs()
-        manifests_read = self._snapshot.deleteManifests(io) if deletes else self._snapshot.dataManifests(io)
-        for manifest in java_elements(manifests_read):
-            reader = (manifests.readDeleteManifest if deletes else manifests.read)(manifest, io, specs)
+        manifests = self._snapshot.deleteManifests(io) if deletes else self._snapshot.dataManifests(io)
+        for manifest in java_elements(manifests):
+            reader = (manifest_files.readDeleteManifest if deletes else manifest_files.read)(manifest, io, specs)
             try:
                 yield from java_elements(reader)  # live entries only
             finally:
