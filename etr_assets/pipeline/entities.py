@@ -100,16 +100,20 @@ def _activity_of(silver_rows, day_column):
 
 def customer_activity(spark, catalog: str, days: list[dt.date]):
     """Each customer's activity up to each of `days`: the table's figures of the day before each run of consecutive
-    days plus silver's rows of the run; and the first days summed from all of silver (the day before was missing)."""
+    days plus silver's rows of the run; and the first days summed from all of silver (the day before was missing).
+    Returns the rows, the days started over, and the frames cached for them (unpersist them once the rows are
+    written)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     silver, table = spark.table(SILVER_TRANSACTIONS.qualified(catalog)), GOLD_CUSTOMER_ACTIVITY.qualified(catalog)
     figures = ["transactions", "approved_amount", "last_transaction_date"]
-    frames, started_over = [], []
+    frames, started_over, cached = [], [], []
     for run in consecutive_runs(days):
         before = run[0] - dt.timedelta(days=1)
+        # Read once, not once per use (the check below and twice in the plan): a customer's row each, cached.
         carried = spark.table(table).where(F.col("as_of_date") == F.lit(before)).select("customer_id", *figures)
+        cached.append(carried := carried.cache())
         earlier = silver.where(F.col("transaction_date") <= F.lit(before))
         if carried.isEmpty() and not earlier.isEmpty():  # silver has days the table never summed
             carried = _activity_of(earlier.withColumn("_all", F.lit(0)), "_all").drop("_all")
@@ -137,21 +141,33 @@ def customer_activity(spark, catalog: str, days: list[dt.date]):
         )
         frames.append(total.where(F.col("transactions") > 0))
     rows = functools.reduce(lambda a, b: a.unionByName(b), frames).withColumn("_computed_at", F.current_timestamp())
-    return conform(rows, GOLD_CUSTOMER_ACTIVITY), started_over
+    return conform(rows, GOLD_CUSTOMER_ACTIVITY), started_over, cached
 
 
 def build_customer_activity(spark, catalog: str, days: list[dt.date]) -> WriteResult:
     changes = ensure_table(spark, catalog, GOLD_CUSTOMER_ACTIVITY)
-    activity, started_over = customer_activity(spark, catalog, days)
+    activity, started_over, cached = customer_activity(spark, catalog, days)
     warnings = tuple(
         f"{GOLD_CUSTOMER_ACTIVITY.identifier} holds no figures for {day - dt.timedelta(days=1)}: {day} was summed "
         "from every earlier silver day (build the days before it first to keep a day's cost to its own rows)"
         for day in started_over
     )
     extra = {SUMMED_FROM_ALL_OF_SILVER: ", ".join(d.isoformat() for d in started_over) or "none"}
-    return write_days(
-        spark, catalog, GOLD_CUSTOMER_ACTIVITY, activity, days, "as_of_date", changes, extra=extra, warnings=warnings
-    )
+    try:
+        return write_days(
+            spark,
+            catalog,
+            GOLD_CUSTOMER_ACTIVITY,
+            activity,
+            days,
+            "as_of_date",
+            changes,
+            extra=extra,
+            warnings=warnings,
+        )
+    finally:
+        for frame in cached:
+            frame.unpersist()
 
 
 def customer_profiles(spark, catalog: str, days: list[dt.date]):
