@@ -59,6 +59,31 @@ def files_of_days(spark: SparkSession, table, column: str, first: dt.date, last:
         tasks.close()
 
 
+def rows_where_null(spark: SparkSession, qualified: str, column: str) -> int | None:
+    """The live rows of table `qualified` whose `column` is null, from the manifests of the files a scan for them
+    plans, no data file read: exact where each such file holds only such rows (its null count is its row count, as in
+    a partition of `column`) and each of its deletes deletes rows of that file alone (a deletion vector, a file-scoped
+    position delete file); None otherwise (a file of an older layout, an equality delete, no column stats)."""
+    expressions = java_class(spark, "org.apache.iceberg.expressions.Expressions")
+    referenced = java_class(spark, "org.apache.iceberg.util.ContentFileUtil").referencedDataFileLocation
+    table, rows = iceberg_table(spark, qualified), 0
+    field_id = table.schema().findField(column).fieldId()
+    tasks = table.newScan().includeColumnStats().filter(expressions.isNull(column)).planFiles()
+    try:
+        for task in java_elements(tasks):
+            data, nulls = task.file(), task.file().nullValueCounts()
+            if nulls is None or nulls.get(field_id) != data.recordCount():
+                return None
+            rows += data.recordCount()
+            for delete in java_elements(task.deletes()):
+                if str(delete.content()) != "POSITION_DELETES" or referenced(delete) != data.location():
+                    return None
+                rows -= delete.recordCount()
+    finally:
+        tasks.close()
+    return rows
+
+
 def day_field_positions(table, column: str) -> dict[int, int | None]:
     """Per partition spec id of `table`, where its day(`column`) field is among the spec's fields (None: nowhere, as
     in a spec from before the table was partitioned by day)."""

@@ -20,7 +20,7 @@ from etr_assets.lake.figures import Tagged, WriteResult, layer_figures
 from etr_assets.lake.quality import CheckOutcome, Severity, metrics_of, post_write_outcomes, record_metrics
 from etr_assets.lake.s3_costs import request_figures, s3a_request_counts
 from etr_assets.lake.specs import CURRENT_VERSIONS, TableSpec
-from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, table_location
+from etr_assets.lake.writes import CommitInfo, commit_of, current_snapshot_id, rows_where_null, table_location
 from etr_assets.pipeline import contract, entities, transactions
 from etr_assets.pipeline.contract import BronzeRequest, FinishedLayer, LayerRequest, RebuildRequest, Report
 from etr_assets.sources.raw_zone import RawZone
@@ -140,7 +140,9 @@ def _entity_history(feed: EntityFeed, spark, catalog, raw, request: RebuildReque
     started = time.time_ns() // 1000  # every version the apply writes carries a later `_ingested_at`
     result = entities.build_landing(spark, catalog, feed, request.dates, request.full_refresh)
     table = feed.landing.qualified(catalog)
-    current_rows = spark.sql(f"SELECT count(*) FROM {table} WHERE {CURRENT_VERSIONS}").first()[0]
+    current_rows = rows_where_null(spark, table, "_valid_to")  # no data file read
+    if current_rows is None:
+        current_rows = spark.sql(f"SELECT count(*) FROM {table} WHERE {CURRENT_VERSIONS}").first()[0]
     commit = commit_of(spark, table, result.snapshot_id) if result.changed else CommitInfo(table, None, None)
     extra = {
         # History is not written by day: what the step wrote is the versions it inserted and those it closed.

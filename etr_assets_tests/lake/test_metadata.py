@@ -21,7 +21,7 @@ from etr_assets.lake.metadata import (
     table_stats,
 )
 from etr_assets.lake.specs import MERGE_ON_READ, Column, TableSpec
-from etr_assets.lake.writes import commit_of, current_snapshot_id, iceberg_table
+from etr_assets.lake.writes import commit_of, current_snapshot_id, iceberg_table, rows_where_null
 from etr_assets_tests.lake.test_table_listing import listing
 
 COLUMNS = (Column("id", "bigint"), Column("day", "date"))
@@ -205,3 +205,40 @@ def test_a_partition_scoped_position_delete_file_makes_the_count_unknown(lake, s
     assert commit_of(lake, table, current_snapshot_id(lake, table)).table_rows == RowCount(
         None, PARTITION_SCOPED_UNKNOWN
     )
+
+
+@pytest.mark.parametrize("format_version", [2, 3])
+def test_a_partitions_null_rows_are_counted_from_its_files_alone_and_unknown_where_files_mix_them(
+    lake, settings, format_version
+):
+    """`rows_where_null`, a history's current versions: its files' null counts less their file-scoped deletes."""
+    columns = (Column("id", "bigint"), Column("_valid_to", "timestamp"))
+    tables = {}
+    for layout in ("months(_valid_to)", None):  # a history's partitions, then one file holding both kinds of row
+        spec = TableSpec(
+            "silver",
+            f"nulls_v{format_version}_{'partitioned' if layout else 'unpartitioned'}",
+            "null rows test table",
+            columns,
+            partition_by=(layout,) if layout else (),
+            format_version=format_version,
+            properties=dict(MERGE_ON_READ),
+        )
+        tables[layout] = table = spec.qualified(settings.catalog)
+        ensure_table(lake, settings.catalog, spec)
+        lake.sql(f"INSERT INTO {table} SELECT id, IF(id % 3 = 0, TIMESTAMP'2025-01-01', NULL) FROM range(0, 60)")
+        lake.sql(f"INSERT INTO {table} SELECT id, NULL FROM range(60, 80)")
+        # Versions closed (moved out of the null partition) and deleted, as an SCD2 apply does.
+        lake.sql(
+            f"MERGE INTO {table} t USING (SELECT id FROM range(0, 80, 4)) s ON t.id = s.id AND t._valid_to IS NULL "
+            "WHEN MATCHED AND t.id % 8 = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET _valid_to = TIMESTAMP'2025-02-01'"
+        )
+    partitioned, mixed = tables.values()
+    current = lake.sql(f"SELECT count(*) FROM {partitioned} WHERE _valid_to IS NULL").first()[0]
+    assert 0 < current < 80 and rows_where_null(lake, partitioned, "_valid_to") == current
+    assert rows_where_null(lake, mixed, "_valid_to") is None  # a file's null count is not its rows
+    lake.sql(
+        f"CALL {settings.catalog}.system.rewrite_data_files(table => '{partitioned.split('.', 1)[1]}', "
+        "options => map('min-input-files', '2', 'delete-file-threshold', '1'))"
+    )
+    assert rows_where_null(lake, partitioned, "_valid_to") == current
