@@ -155,8 +155,14 @@ class Lake:
         stored = 0
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.settings.bucket, Prefix="warehouse/"):
             stored += sum(obj["Size"] for obj in page.get("Contents", []))
-        live = sum(s.bytes for s in (table_stats(self.settings, spec) for spec in ALL_SPECS) if s.exists)
-        return {"stored_bytes": stored, "live_bytes": live, "amplification": round(stored / live, 3) if live else None}
+        tables = [s for s in (table_stats(self.settings, spec) for spec in ALL_SPECS) if s.exists]
+        live = sum(s.bytes for s in tables)
+        return {
+            "stored_bytes": stored,
+            "live_bytes": live,
+            "amplification": round(stored / live, 3) if live else None,
+            "by_table": {s.table: {"stored_bytes": s.stored_bytes, "live_bytes": s.bytes} for s in tables},
+        }
 
 
 def run_lake(
