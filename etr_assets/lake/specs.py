@@ -80,9 +80,10 @@ DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
         "commit.retry.min-wait-ms": "100",
         "commit.retry.max-wait-ms": "30000",
         "commit.retry.total-timeout-ms": "600000",
-        # Keep metadata.json history bounded (mitodl/ol-data-platform #2238).
+        # Keep metadata.json history bounded (mitodl/ol-data-platform #2238). Each version lists every snapshot kept:
+        # tens of them for a table appended at every step made metadata.json the lake's largest excess of bytes.
         "write.metadata.delete-after-commit.enabled": "true",
-        "write.metadata.previous-versions-max": "50",
+        "write.metadata.previous-versions-max": "10",
         METRICS_DEFAULT: "truncate(16)",
         # Every commit merges the newest manifests once 8 have piled up (Iceberg's default waits for 100): every
         # read and check lists all of them, so reads would grow with each commit until rewrite_manifests.
