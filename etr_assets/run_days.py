@@ -45,8 +45,7 @@ def last_complete_day(now: dt.datetime | None = None) -> dt.date:
 
 
 def _mistake(what: str, start: dt.date, now: dt.datetime | None) -> RunRequestError:
-    last = last_complete_day(now)
-    if last < start:
+    if (last := last_complete_day(now)) < start:
         return RunRequestError(f"{what}: no day can run yet: the first day, {start}, has not ended (UTC)")
     return RunRequestError(f"{what}: {FORMAT}, between {start} and {last}")
 

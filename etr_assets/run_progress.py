@@ -98,8 +98,7 @@ def follow(instance: DagsterInstance, worker: subprocess.Popen, job: str, tags, 
             if run is None:
                 runs = instance.get_runs(made)
                 mine = [r for r in runs if r.tags.get(PID_TAG) == str(worker.pid)]
-                run = next(iter(mine or (runs if ended else [])), None)
-                if run and out:
+                if (run := next(iter(mine or (runs if ended else [])), None)) and out:
                     progress = Progress(out, functools.partial(summarize_run, instance, run.run_id))
             while run is not None:
                 found = instance.get_records_for_run(run.run_id, cursor)

@@ -129,8 +129,7 @@ class Settings:
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         values = {}
         for field, (names, parse) in ENVIRONMENT.items():
-            raw = next((env[n].strip() for n in names if env.get(n, "").strip()), "")
-            if not raw:
+            if not (raw := next((env[n].strip() for n in names if env.get(n, "").strip()), "")):
                 continue
             try:
                 values[field] = parse(raw)

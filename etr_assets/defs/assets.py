@@ -101,8 +101,7 @@ def rerun_job(feed) -> str:
 
 def batch_run(instance: dg.DagsterInstance, open_batch) -> dg.DagsterRun | None:
     """The run that last had the batch: the newest re-run of it, else the run that started it (None: unknown)."""
-    reruns = instance.get_runs(filters=dg.RunsFilter(tags={STALE_TAG: open_batch.batch.key}), limit=1)
-    if reruns:
+    if reruns := instance.get_runs(filters=dg.RunsFilter(tags={STALE_TAG: open_batch.batch.key}), limit=1):
         return reruns[0]
     return instance.get_run_by_id(open_batch.run_id) if open_batch.run_id else None
 
@@ -148,13 +147,12 @@ def build_pending_batches_sensor(settings: Settings, jobs):
                 why = f"run {run.run_id[:8]} {run.status.value}, try {tries + 1} of {MAX_TRIES}" if ended else None
                 state = "downloaded" if open_batch.sealed else "download incomplete"
                 seen.append(f"{key} ({hours:.1f} h, {state}, {why or 'pending past the threshold'})")
-                tags = {STALE_TAG: key} | ({TRY_TAG: str(tries + 1)} if ended else {})
                 request = dg.RunRequest(
                     run_key=f"{key}#{tries + 1}" if ended else key,  # one run a try (a batch, past the threshold)
                     job_name=rerun_job(feed),
                     partition_key=open_batch.batch.day.isoformat(),
                     asset_selection=rerun_selection(feed, open_batch.sealed),
-                    tags=tags,
+                    tags={STALE_TAG: key} | ({TRY_TAG: str(tries + 1)} if ended else {}),
                 )
                 requests.append(request)
         if gave_up:

@@ -143,8 +143,7 @@ def record_days(context, figures: dict[str, object]) -> None:
     for day in requested:
         if metadata := as_metadata(days.get(day, {})) | ({"run_days": run_days} if len(requested) > 1 else {}):
             context.add_asset_metadata(metadata, partition_key=day)
-    unrequested = sorted(written_days(figures) - set(requested))
-    if not unrequested:
+    if not (unrequested := sorted(written_days(figures) - set(requested))):
         return
     context.log.warning(
         f"{context.asset_key.to_user_string()}: also wrote {', '.join(unrequested)} (not requested by this run of "
@@ -216,7 +215,6 @@ def table_asset(
     """A daily-partitioned Iceberg table's asset, with the checks its spec implies; `deps` read the same day. Its
     group: a declared source's name, else the table's layer (namespace)."""
     partitions, key = daily_partitions(settings), table_key(spec)
-    checks = table_check_specs(spec, partitions)
     return dg.multi_asset(
         name=key.to_python_identifier(),  # the step key, as an @asset of this key had
         specs=[
@@ -233,6 +231,6 @@ def table_asset(
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
         pool=table_pool(settings, spec),
-        check_specs=checks or None,
+        check_specs=table_check_specs(spec, partitions) or None,
         can_subset=True,
     )

@@ -23,6 +23,7 @@ CLOCK_SKEW_MS = 5 * 60 * 1000
 ROLLBACK_SLACK_MS = 1000
 # Runs that may be committing now: a commit precedes the event that names it.
 WRITING = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+JUDGE_FROM_TAG = "etr/judge_outside_from"  # {table: position} the sensor judged from, on the run it launches
 
 
 def writers_in_flight(
@@ -59,12 +60,11 @@ def _dagster_events(instance: dg.DagsterInstance, key: dg.AssetKey, after_ms: in
     """{snapshot id: when the newest event naming it was recorded (ms)}, from the asset's materializations and
     observations (maintenance's, erasure's, rollback's) recorded after `after_ms`."""
     named: dict[int, int] = {}
+    records_filter = dg.AssetRecordsFilter(asset_key=key, after_timestamp=after_ms / 1000)
     for fetch in (instance.fetch_materializations, instance.fetch_observations):
         cursor = None
         while True:
-            found = fetch(
-                dg.AssetRecordsFilter(asset_key=key, after_timestamp=after_ms / 1000), limit=500, cursor=cursor
-            )
+            found = fetch(records_filter, limit=500, cursor=cursor)
             for record in found.records:
                 value = str(getattr(record.asset_event.metadata.get("snapshot_id"), "value", ""))
                 if value.lstrip("-").isdigit():
@@ -123,12 +123,11 @@ def judge_outside(
 def outside_result(outcome: CheckOutcome, through: tuple[int, int]) -> dg.AssetCheckResult:
     """The check's result, with the position it judged through (where its next evaluation starts)."""
     result = check_results([outcome])[0]
-    position = {"judged_through_ms": through[0], "judged_through": str(through[1])}
     return dg.AssetCheckResult(
         passed=result.passed,
         severity=result.severity,
         description=result.description,
-        metadata={**result.metadata, **position},
+        metadata={**result.metadata, "judged_through_ms": through[0], "judged_through": str(through[1])},
     )
 
 
@@ -144,21 +143,16 @@ def outside_check(settings: Settings, spec: TableSpec) -> dg.AssetChecksDefiniti
     def commits_outside_dagster(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         instance = context.instance
         writers = writers_in_flight(instance, exclude_run=context.run.run_id)
-        since = judge_from(context.run.tags, spec) or recorded_position(instance, spec)
+        # Where the sensor that launched this run judged the table from, so the run reports what it found.
+        position = json.loads(context.run.tags.get(JUDGE_FROM_TAG, "{}")).get(spec.identifier)
+        since = tuple(position) if position else recorded_position(instance, spec)
         outcome, through, _ = judge_outside(settings, spec, instance, since, writers)
         return outside_result(outcome, through)
 
     return commits_outside_dagster
 
 
-JUDGE_FROM_TAG = "etr/judge_outside_from"  # {table: position} the sensor judged from, on the run it launches
 JOB = "judge_commits_outside_dagster"
-
-
-def judge_from(tags: dict[str, str], spec: TableSpec) -> tuple[int, int] | None:
-    """Where the sensor that launched this run judged `spec`'s table from, so the run reports what it found."""
-    position = json.loads(tags.get(JUDGE_FROM_TAG, "{}")).get(spec.identifier)
-    return tuple(position) if position else None
 
 
 def outside_commits_job(checks: list[dg.AssetChecksDefinition]):

@@ -177,8 +177,7 @@ def refusal(plan_context) -> str | None:
     of them, as `etr run` checks; a run of checks alone (*Execute* on a check) runs as it is."""
     layer = plan_context.job.get_definition().asset_layer
     daily = [layer.get(key).partitions_def for key in layer.selected_asset_keys]
-    partitions = next((p for p in daily if isinstance(p, dg.TimeWindowPartitionsDefinition)), None)
-    if partitions is None:
+    if (partitions := next((p for p in daily if isinstance(p, dg.TimeWindowPartitionsDefinition)), None)) is None:
         return None
     try:
         days_of_run(plan_context.dagster_run.tags, partitions.start.date(), job=plan_context.job_name)

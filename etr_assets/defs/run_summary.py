@@ -58,8 +58,7 @@ class RunSummary:
             lines.append(f"  erasure proof: {self.proof}")
         if self.failures:
             (step, reason), others = self.failures[0], [s for s, _ in self.failures[1:]]
-            more = f" (also failed: {', '.join(others)})" if others else ""
-            lines.append(f"  failed: {step}: {reason}{more}")
+            lines.append(f"  failed: {step}: {reason}" + (f" (also failed: {', '.join(others)})" if others else ""))
         return lines
 
 

@@ -143,9 +143,8 @@ def compact_day(spark: SparkSession, catalog: str, spec: TableSpec, column: str,
     """rewrite_data_files on `day`'s partition alone: its small files become one (every row kept)."""
     start, end = (f"TIMESTAMP '{moment:%Y-%m-%d 00:00:00}+00:00'" for moment in (day, day + dt.timedelta(days=1)))
     where = f"{column} >= {start} AND {column} < {end}"
-    options = f"map('min-input-files', '2', 'target-file-size-bytes', '{spec.target_file_size_bytes}')"
     call = (
         f"CALL {catalog}.system.rewrite_data_files(table => '{spec.identifier}', where => \"{where}\", "
-        f"options => {options})"
+        f"options => map('min-input-files', '2', 'target-file-size-bytes', '{spec.target_file_size_bytes}'))"
     )
     run_with_retries(lambda: spark.sql(call).collect(), f"compacting {day} of {spec.qualified(catalog)}")

@@ -147,5 +147,4 @@ def bootstrap_with_spark(spark: SparkSession, catalog: str, specs: Iterable[Tabl
     created, existing = [], []
     for spec in specs:
         (created if ensure_table(spark, catalog, spec).created else existing).append(spec.identifier)
-    created_ns = tuple(ns for ns in namespaces(specs) if ns not in before)
-    return BootstrapResult(created_ns, tuple(created), tuple(existing))
+    return BootstrapResult(tuple(ns for ns in namespaces(specs) if ns not in before), tuple(created), tuple(existing))

@@ -42,8 +42,7 @@ def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated,
     refused_keys = suppression.suppressed_keys(feed.quarantine)
     refused = result.quarantined.select(refused_keys.alias("_ids")).where(F.size("_ids") > 0).collect()
     dropped_accepted = sum(r["count"] for r in accepted_ids)
-    ids = {r[subject] for r in accepted_ids} | {i for r in refused for i in r["_ids"]}
-    if not ids:
+    if not (ids := {r[subject] for r in accepted_ids} | {i for r in refused for i in r["_ids"]}):
         return result, frozenset()
     kept = dataclasses.replace(
         result,

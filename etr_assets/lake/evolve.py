@@ -59,7 +59,6 @@ class TableChanges:
 
 def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts: list[str]) -> dict[str, list]:
     """What to alter, given the live columns {name: (type, nullable)}; raises UnsafeEvolution on refusals."""
-    where = spec.identifier
     problems, steps = [], {"add": [], "rename": [], "widen": [], "relax": [], "add_part": [], "drop_part": []}
     claimed = set()
     for column in spec.columns:
@@ -96,7 +95,7 @@ def plan(spec: TableSpec, live_columns: dict[str, tuple[str, bool]], live_parts:
     steps["add_part"] = [p for p in spec.partition_by if p not in live_parts]
     steps["drop_part"] = [p for p in live_parts if p not in spec.partition_by]
     if problems:
-        raise UnsafeEvolution(f"table {where}: refused before any change: " + "; ".join(problems))
+        raise UnsafeEvolution(f"table {spec.identifier}: refused before any change: " + "; ".join(problems))
     return steps
 
 

@@ -36,8 +36,7 @@ def exhaustion(
     texts = list(_texts(failure))
     memory = next((m.group(0).strip() for text in texts if (m := OUT_OF_MEMORY.search(text))), None)
     if memory is None and any(_is_hang_up(text) for text in texts):
-        code = (jvm_exit_code or spark_jvm_exit_code)()
-        if code == JVM_OUT_OF_MEMORY_EXIT:
+        if (code := (jvm_exit_code or spark_jvm_exit_code)()) == JVM_OUT_OF_MEMORY_EXIT:
             memory = f"java.lang.OutOfMemoryError: the JVM exited with code {code}"
     if memory is not None:
         heap = spark_conf.get("spark.driver.memory", "Spark's default 1g")
@@ -116,8 +115,7 @@ def _chain(failure: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     pending: list[BaseException | None] = [failure]
     while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
+        if (current := pending.pop()) is None or id(current) in seen:
             continue
         seen.add(id(current))
         yield current

@@ -103,8 +103,7 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
     small = sum(small_by_partition.values())
     mergeable = sum(count - 1 for count in small_by_partition.values())
     oldest_ms = min((s.timestamp_ms for s in metadata.snapshots), default=None)
-    rows = snapshot_row_count(table, snapshot)
-    stored = stored_bytes(table)
+    rows, stored = snapshot_row_count(table, snapshot), stored_bytes(table)
     health = TableHealth(
         table=spec.identifier,
         exists=True,
@@ -160,8 +159,7 @@ def judge(spec: TableSpec, health: TableHealth) -> tuple[str, tuple[str, ...]]:
     # Expiry removes snapshots past the retention age beyond the newest it always keeps: until one is, maintenance
     # cannot lower the count (a table committed to 20 times a day keeps 140 for a 7-day retention).
     retention_days = int(spec.table_properties["history.expire.max-snapshot-age-ms"]) / 86_400_000
-    expirable = health.snapshots > retained_snapshots(spec) and health.oldest_snapshot_age_days > retention_days
-    if expirable:
+    if health.snapshots > retained_snapshots(spec) and health.oldest_snapshot_age_days > retention_days:
         over("snapshots", health.snapshots, limits.max_snapshots)
     if health.snapshots > retained_snapshots(spec):  # expiry keeps that many, however old: nothing to fix below it
         over("oldest snapshot age", round(health.oldest_snapshot_age_days, 1), limits.max_snapshot_age_days, " days")

@@ -55,7 +55,6 @@ PARTITION_SCOPED_UNKNOWN = (
 def row_count(summary: Mapping[str, str], files: SnapshotFiles) -> RowCount:
     """The rows a `SELECT count(*)` of the snapshot returns, from its summary and, with position deletes, its
     manifests (why it is exact, and when it cannot tell: docs/quality-and-health.md#row-counts-from-metadata)."""
-
     num = lambda key: int(summary.get(key, 0) or 0)
     if num("total-equality-deletes"):
         return RowCount(None, EQUALITY_DELETES_UNKNOWN)
@@ -226,8 +225,7 @@ def table_stats(settings: Settings, spec: TableSpec | TableName) -> TableStats:
     metadata, snapshot = table.metadata, table.current_snapshot()
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
     num = lambda key: int(summary.get(key, 0) or 0)
-    rows = snapshot_row_count(table, snapshot)
-    stored = stored_bytes(table)
+    rows, stored = snapshot_row_count(table, snapshot), stored_bytes(table)
     return TableStats(
         table=spec.identifier,
         exists=True,
@@ -339,8 +337,7 @@ def utc_text(ms: int) -> str:
 def main_changes(table, since: tuple[int, int] | None, first_look: int) -> list[MainChange]:
     """The moves of main after `since` (a change's `position`), oldest first, read back from the end of the snapshot
     log so only what is new is read; `since` None: the last `first_look` moves. Expired snapshots are left out."""
-    metadata = table.metadata
-    log = metadata.snapshot_log
+    metadata, log = table.metadata, table.metadata.snapshot_log
     new = []
     for index in range(len(log) - 1, -1, -1):
         entry = log[index]
@@ -352,8 +349,7 @@ def main_changes(table, since: tuple[int, int] | None, first_look: int) -> list[
     changes = []
     for index in reversed(new):
         entry = log[index]
-        snapshot = metadata.snapshot_by_id(entry.snapshot_id)
-        if snapshot is None:
+        if (snapshot := metadata.snapshot_by_id(entry.snapshot_id)) is None:
             continue
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
         num = lambda key, summary=summary: int(summary.get(key, 0) or 0)

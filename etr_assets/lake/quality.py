@@ -96,8 +96,7 @@ def split_by_record_rules(df: DataFrame, spec: TableSpec) -> tuple[DataFrame, Da
     """(rows keeping every per-record expectation of `spec`, the others with the first broken as `reason`)."""
     from pyspark.sql import functions as F
 
-    rules = [c for c in spec.expectations if c.per_record]
-    if not rules:
+    if not (rules := [c for c in spec.expectations if c.per_record]):
         return df, None
     reason = F.coalesce(*[F.when(~F.coalesce(F.expr(c.predicate), F.lit(True)), F.lit(c.description)) for c in rules])
     marked = df.withColumn("_broken", reason)

@@ -28,8 +28,7 @@ CONFLICT_MARKERS = (
 def _error_text(error: BaseException) -> str:
     """The error with its Java exception, if any (py4j's own message only says which call failed)."""
     text = f"{type(error).__name__}: {error}"
-    java = getattr(error, "java_exception", None)
-    if java is not None:
+    if (java := getattr(error, "java_exception", None)) is not None:
         text = f"{java.toString()} ({text.splitlines()[0]})"
     return text
 

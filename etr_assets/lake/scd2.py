@@ -210,8 +210,7 @@ def _can_extend(
         return head, None, none, f"{target} was written since the cursor (it was empty then)"
     if head == cursor.log_snapshot_id:
         return head, base, none, None
-    reloaded, why = _replaced_days(spark, log, head, cursor.log_snapshot_id)
-    return head, base, reloaded, why
+    return head, base, *_replaced_days(spark, log, head, cursor.log_snapshot_id)
 
 
 def _replaced_days(spark, log: ObservationLog, head: int, since: int) -> tuple[frozenset, str | None]:
@@ -220,8 +219,7 @@ def _replaced_days(spark, log: ObservationLog, head: int, since: int) -> tuple[f
     from pyiceberg.table.snapshots import Operation
 
     table, name, day = iceberg_table(spark, log.table), log.table, log.snapshot_day
-    chain = lineage_since(snapshot_in_metadata(table), head, since)
-    if chain is None:
+    if (chain := lineage_since(snapshot_in_metadata(table), head, since)) is None:
         return frozenset(), (
             f"snapshot {since} of {name} is not an ancestor of its current one (rolled back, or expired)"
         )
@@ -229,8 +227,7 @@ def _replaced_days(spark, log: ObservationLog, head: int, since: int) -> tuple[f
     if others:  # a delete snapshot is an erasure: it must reach every version, which only the recompute rewrites
         sid, op = others[-1]
         return frozenset(), f"snapshot {sid} ({op.value}) of {name} changed rows in place (an erasure, or a rewrite)"
-    overwrites = [sid for sid, op in chain if op == Operation.OVERWRITE]
-    if not overwrites:
+    if not (overwrites := [sid for sid, op in chain if op == Operation.OVERWRITE]):
         return frozenset(), None
     if table.snapshot(since) is None:  # expired: the replaced rows can no longer be read by time travel
         return frozenset(), f"snapshot {since} of {name} expired, so the rows its overwrites replaced are gone"
@@ -307,8 +304,7 @@ def apply_incremental(spark: SparkSession, catalog: str, spec: TableSpec, log: O
             cached.append(planned.cache())
             counts = _Settled.of(planned)
             notes.append(counts.note())
-            in_scope = counts.deep
-            if in_scope:
+            if in_scope := counts.deep:
                 # Materialized without its lineage: every plan below joins it, and a cached frame would carry its
                 # whole plan (the classification's) into each of them, for Spark to plan again and again.
                 scope = settled.where(F.col("_kind") == Kind.DEEP).select(key).localCheckpoint()

@@ -378,8 +378,7 @@ def _rebuild(spec: TableSpec, log: ObservationLog, table, records, affected, sna
     their log rows that may hold observations since their `_lo` and every snapshot since the earliest `_lo`."""
     from pyspark.sql import functions as F
 
-    spark, scd2 = table.sparkSession, spec.scd2
-    key = scd2.key
+    spark, scd2, key = table.sparkSession, spec.scd2, spec.scd2.key
     carried = [c.name for c in spec.columns if c.name not in _VERSION_COLUMNS] + list(_LINEAGE)
     # Both are read several times below and hold the affected keys only: materialized once, without the lineage a
     # cached frame would carry into every plan below (Spark plans each of them again for every job).

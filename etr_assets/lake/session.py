@@ -43,8 +43,7 @@ def iceberg_runtime_jar() -> str:
             "(./dev setup does), or set ETR_SPARK_JARS / ETR_SPARK_PACKAGES / ETR_ICEBERG_PROVIDED=true"
         )
     folder = Path(list(spec.submodule_search_locations)[0]) / "jars"
-    found = sorted(glob.glob(str(folder / f"iceberg-spark-runtime-3.5_{SCALA}-*.jar")))
-    if not found:
+    if not (found := sorted(glob.glob(str(folder / f"iceberg-spark-runtime-3.5_{SCALA}-*.jar")))):
         raise JarNotFound(f"no iceberg-spark-runtime-3.5_{SCALA} jar in {folder}")
     return found[-1]
 
@@ -56,8 +55,7 @@ def jars_dir() -> Path:
 def s3_profile_jars() -> list[str]:
     jars = [str(jars_dir() / name) for name in S3A_JARS]
     jars += sorted(glob.glob(POSTGRES_JDBC_GLOB))[:1]
-    missing = [j for j in jars if not Path(j).exists()]
-    if missing or len(jars) < 3:
+    if (missing := [j for j in jars if not Path(j).exists()]) or len(jars) < 3:
         raise JarNotFound(
             f"the s3 profile needs {', '.join(S3A_JARS)} in {jars_dir()} and Debian's libpostgresql-jdbc-java; "
             f"missing: {', '.join(missing) or 'postgresql JDBC driver'}. Run: ./dev setup --tests"

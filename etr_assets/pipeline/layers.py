@@ -140,8 +140,7 @@ def _entity_history(feed: EntityFeed, spark, catalog, raw, request: RebuildReque
     started = time.time_ns() // 1000  # every version the apply writes carries a later `_ingested_at`
     result = entities.build_landing(spark, catalog, feed, request.dates, request.full_refresh)
     table = feed.landing.qualified(catalog)
-    current_rows = rows_where_null(spark, table, "_valid_to")  # no data file read
-    if current_rows is None:
+    if (current_rows := rows_where_null(spark, table, "_valid_to")) is None:  # no data file read
         current_rows = spark.sql(f"SELECT count(*) FROM {table} WHERE {CURRENT_VERSIONS}").first()[0]
     commit = commit_of(spark, table, result.snapshot_id) if result.changed else CommitInfo(table, None, None)
     extra = {

@@ -123,12 +123,10 @@ class DeclaredSource:
         return (*(f.bronze for f in raw), *(f.quarantine for f in raw), *(f.landing for f in self.entity_feeds))
 
 
-def _column(field) -> Column:
-    return Column(field.name, field.type, field.doc, required=field.required, pii=field.pii, path=field.path)
-
-
 def _feed(source: SourceDeclaration, resource: Resource) -> RawFeed | EntityFeed:
-    columns = {field.name: _column(field) for field in resource.columns}
+    columns = {
+        f.name: Column(f.name, f.type, f.doc, required=f.required, pii=f.pii, path=f.path) for f in resource.columns
+    }
     fields = tuple(columns.values())
     checks = tuple(Check(c.description, c.sql) for c in resource.checks)
     freshness = QualityRules(freshness_window=dt.timedelta(hours=resource.freshness_hours))

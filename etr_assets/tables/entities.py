@@ -9,9 +9,7 @@ _CUSTOMERS, _MERCHANTS = source("bnpl").feeds["customers"], source("bnpl").feeds
 BRONZE_CUSTOMERS, LANDING_CUSTOMERS = _CUSTOMERS.raw.bronze, _CUSTOMERS.landing
 BRONZE_MERCHANTS, LANDING_MERCHANTS = _MERCHANTS.raw.bronze, _MERCHANTS.landing
 
-_SMALL = {TARGET_FILE_SIZE: str(32 * MIB)}
 _CUSTOMER = {c.name: c for c in BRONZE_CUSTOMERS.columns}
-_CREDIT_LIMIT = LANDING_CUSTOMERS.column("credit_limit")
 
 _ACTIVITY = (
     Column("transactions", "bigint", "Transactions up to and including the day", required=True),
@@ -21,7 +19,7 @@ _COMPUTED_AT = Column("_computed_at", "timestamp", "When gold computed the row",
 _PER_CUSTOMER_DAY = {  # the layout of both gold tables keyed by (day, customer)
     "partition_by": ("days(as_of_date)",),
     "write_order": ("as_of_date", "customer_id"),
-    "properties": _SMALL,
+    "properties": {TARGET_FILE_SIZE: str(32 * MIB)},
     "subject_column": "customer_id",
 }
 
@@ -51,7 +49,7 @@ GOLD_CUSTOMER_PROFILES = TableSpec(
     columns=(
         Column("as_of_date", "date", "Day the profile describes (end of day, UTC)", required=True),
         *(_CUSTOMER[n] for n in ("customer_id", "first_name", "last_name", "email", "city", "country", "risk_segment")),
-        _CREDIT_LIMIT,
+        LANDING_CUSTOMERS.column("credit_limit"),
         *_ACTIVITY,
         Column("last_transaction_date", "date", "Most recent transaction up to the day"),
         Column("credit_used_ratio", "double", "approved_amount / credit_limit"),

@@ -30,9 +30,7 @@ _BNPL = source("bnpl")
 TRANSACTIONS: RawFeed = _BNPL.raw_feed("transactions")
 CUSTOMERS: EntityFeed = _BNPL.feeds["customers"]
 MERCHANTS: EntityFeed = _BNPL.feeds["merchants"]
-QUARANTINE_TRANSACTIONS, QUARANTINE_CUSTOMERS, QUARANTINE_MERCHANTS = (
-    feed.quarantine for feed in (TRANSACTIONS, CUSTOMERS.raw, MERCHANTS.raw)
-)
+QUARANTINE_TRANSACTIONS, QUARANTINE_CUSTOMERS = (feed.quarantine for feed in (TRANSACTIONS, CUSTOMERS.raw))
 # Every declared endpoint's feed, whichever source declared it.
 RAW_FEEDS: tuple[RawFeed, ...] = tuple(feed for declared in SOURCES for feed in declared.raw_feeds)
 ENTITY_FEEDS: tuple[EntityFeed, ...] = tuple(feed for declared in SOURCES for feed in declared.entity_feeds)

@@ -122,8 +122,7 @@ def subject_keys_sql(spec: TableSpec) -> str:
 def ids_frame(spark: SparkSession, ids: tuple[int, ...]) -> DataFrame:
     from pyspark.sql import types as T
 
-    schema = T.StructType([T.StructField("_erase_id", T.LongType(), False)])
-    return local_frame(spark, [(i,) for i in ids], schema)
+    return local_frame(spark, [(i,) for i in ids], T.StructType([T.StructField("_erase_id", T.LongType(), False)]))
 
 
 def _named_ids(df: DataFrame, keys_sql: str, ids_df: DataFrame, *by) -> list:
