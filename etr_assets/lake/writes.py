@@ -71,7 +71,8 @@ def rows_where_null(spark: SparkSession, qualified: str, column: str) -> int | N
     tasks = table.newScan().includeColumnStats().filter(expressions.isNull(column)).planFiles()
     try:
         for task in java_elements(tasks):
-            data, nulls = task.file(), task.file().nullValueCounts()
+            data = task.file()
+            nulls = data.nullValueCounts()
             if nulls is None or nulls.get(field_id) != data.recordCount():
                 return None
             rows += data.recordCount()
