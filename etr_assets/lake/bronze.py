@@ -55,6 +55,12 @@ def _suppress(result: Validated, feed: RawFeed, suppression) -> tuple[Validated,
     return kept, frozenset(ids)
 
 
+def _union(frames: list):
+    """By name, in halves: a union is analysed whole when made, so a chain of a range's days costs their square."""
+    half = len(frames) // 2
+    return frames[0] if not half else _union(frames[:half]).unionByName(_union(frames[half:]))
+
+
 def load_bronze_days(
     spark: SparkSession,
     catalog: str,
@@ -85,14 +91,7 @@ def load_bronze_days(
     carry = tuple(c for c in (feed.quarantine.subject_column, feed.key_column) if c)
     files = [uri for batch in chosen.values() for uri in raw.file_uris(batch)]
     checked = read_validated_days(
-        spark,
-        files,
-        list(chosen),
-        batch_day_of_file,
-        feed.api_columns,
-        feed.bronze.checks,
-        feed.record_day_column,
-        carry,
+        spark, files, [*chosen], batch_day_of_file, feed.api_columns, feed.bronze.checks, feed.record_day_column, carry
     )
     bronze = feed.bronze.qualified(catalog)
     dropped: dict[dt.date, frozenset[int]] = {}
@@ -124,11 +123,10 @@ def load_bronze_days(
         if blocking := sorted(day for day in refused if day in requested):
             raise BadInputError(refused[blocking[0]])
         for day in refused:  # an earlier batch still refused: it waits, the requested days go ahead
-            skipped[chosen[day].key] = refused[day]
+            skipped[chosen.pop(day).key] = refused[day]
             checked.pop(day).release()
-            chosen.pop(day)
             days = [d for d in days if d != day]
-        accepted = quarantined = None
+        accepted, quarantined = [], []  # each day's rows, unioned in halves (`_union`)
         for day, result in checked.items():
             batch_id, now = F.lit(chosen[day].batch_id), F.current_timestamp()
             batch_columns = {"_batch_id": batch_id, "_ingested_at": now}
@@ -143,20 +141,22 @@ def load_bronze_days(
                 note = F.lit(" is in the snapshot: its history stays as it was")
                 held = F.concat(F.col("reason"), F.lit(f"; {feed.key_column} "), key.cast("string"), note)
                 bad = bad.withColumn("reason", F.when(key.isNotNull(), held).otherwise(F.col("reason")))
-            accepted = rows if accepted is None else accepted.unionByName(rows)
-            quarantined = bad if quarantined is None else quarantined.unionByName(bad)
+            accepted.append(rows)
+            quarantined.append(bad)
 
         changes = ensure_table(spark, catalog, feed.bronze)
         ensure_table(spark, catalog, feed.quarantine)
         # A task per ROWS_PER_WRITER rows, no shuffle (hash gave a day one task); a first load is an append.
         writers = math.ceil(sum(r.accepted_count for r in checked.values()) / ROWS_PER_WRITER)
-        df = conform(accepted, feed.bronze).coalesce(max(1, min(spark.sparkContext.defaultParallelism, writers)))
+        df = conform(_union(accepted), feed.bronze).coalesce(
+            max(1, min(spark.sparkContext.defaultParallelism, writers))
+        )
         options = {"distribution-mode": "none"}
         if any(loaded.get(day) for day in days):
             commit = replace_days(spark, bronze, df, feed.day_column, days, options=options)
         else:
             commit = append(spark, bronze, df, options)
-        quarantined = conform(quarantined, feed.quarantine)
+        quarantined = conform(_union(quarantined), feed.quarantine)
         replace_days(spark, feed.quarantine.qualified(catalog), quarantined, "_batch_day", days)
     finally:
         for result in checked.values():
