@@ -27,20 +27,18 @@ DAYS = ("2025-01-01", "2025-01-02")
 PER_DAY = 30
 SELECTION = "*silver/bnpl_transactions_clean"
 DAGSTER = str(Path(sys.executable).parent / "dagster")
-ETR = str(Path(sys.executable).parent / "etr")
 
 
-def step_windows(dagster_home: Path, end=DagsterEventType.STEP_SUCCESS) -> dict[str, list[tuple[float, float]]]:
+def step_windows(instance, end=DagsterEventType.STEP_SUCCESS) -> dict[str, list[tuple[float, float]]]:
     """(start, `end` event) of every step by step key, across all runs of the instance (end=STEP_START: started)."""
     windows: dict[str, list[tuple[float, float]]] = {}
-    with DagsterInstance.from_config(str(dagster_home)) as instance:
-        for run in instance.get_runs():
-            starts = {}
-            for entry in instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, end}):
-                if entry.dagster_event.event_type == DagsterEventType.STEP_START:
-                    starts[entry.step_key] = entry.timestamp
-                if entry.dagster_event.event_type == end:
-                    windows.setdefault(entry.step_key, []).append((starts[entry.step_key], entry.timestamp))
+    for run in instance.get_runs():
+        starts = {}
+        for entry in instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, end}):
+            if entry.dagster_event.event_type == DagsterEventType.STEP_START:
+                starts[entry.step_key] = entry.timestamp
+            if entry.dagster_event.event_type == end:
+                windows.setdefault(entry.step_key, []).append((starts[entry.step_key], entry.timestamp))
     return windows
 
 
@@ -49,19 +47,20 @@ HOLDER = ("the-test-holds-the-slot", "held_by_the_test")  # (run id, step key) o
 
 
 def queued_runs(dagster_home: Path, processes: list[subprocess.Popen], logs: list[Path]) -> set[str]:
-    """The runs waiting for BRONZE_POOL once every process has one there; fails if a bronze step starts first."""
+    """The runs waiting for BRONZE_POOL once every process has one there; fails if a bronze step starts first. One
+    instance for every poll: opening one is most of a poll's cost."""
     deadline = time.monotonic() + 300
-    while True:
-        for process, log in zip(processes, logs):
-            assert process.poll() is None, f"a run ended while the test held the slot:\n{tail(log.read_text())}"
-        started = step_windows(dagster_home, DagsterEventType.STEP_START).get("bronze__bnpl_transactions_raw")
-        assert not started, "a bronze step started while the test held the pool's only slot"
-        with DagsterInstance.from_config(str(dagster_home)) as instance:
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        while True:
+            for process, log in zip(processes, logs):
+                assert process.poll() is None, f"a run ended while the test held the slot:\n{tail(log.read_text())}"
+            started = step_windows(instance, DagsterEventType.STEP_START).get("bronze__bnpl_transactions_raw")
+            assert not started, "a bronze step started while the test held the pool's only slot"
             waiting = instance.event_log_storage.get_concurrency_info(BRONZE_POOL).pending_run_ids
-        if len(waiting) == len(processes):
-            return waiting
-        assert time.monotonic() < deadline, f"only {len(waiting)} run(s) reached the bronze pool"
-        time.sleep(0.5)
+            if len(waiting) == len(processes):
+                return waiting
+            assert time.monotonic() < deadline, f"only {len(waiting)} run(s) reached the bronze pool"
+            time.sleep(0.5)
 
 
 def slot_holders(dagster_home: Path, pool: str) -> set[str]:
@@ -87,11 +86,17 @@ def start_materialize(env: dict[str, str], day: str, **output) -> subprocess.Pop
 
 @pytest.mark.slow
 def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY), PYTHONWARNINGS="ignore")
-    # What ./dev does for its instance: the storage created once (two processes creating SQLite schemas at once would
-    # race) and the pools created before any run (Dagster creates them lazily, racily).
-    subprocess.run([ETR, "prepare-instance"], env=env, capture_output=True, check=True, timeout=120)
+    from etr_assets.instance import prepare_instance
+
+    # One shuffle partition, as the suite's other runs (conftest.py; isolated_env drops every ETR_* variable).
+    env = isolated_env(
+        tmp_path, ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY), ETR_SPARK_SHUFFLE_PARTITIONS="1", PYTHONWARNINGS="ignore"
+    )
+    # What ./dev does for its instance (`etr prepare-instance`, in process: the test is not about the command): the
+    # storage created once (two processes creating SQLite schemas at once would race) and the pools created before
+    # any run (Dagster creates them lazily, racily).
+    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
+    prepare_instance()
     home = Path(env["DAGSTER_HOME"])
     with DagsterInstance.from_config(str(home)) as instance:
         assert instance.event_log_storage.claim_concurrency_slot(BRONZE_POOL, *HOLDER).is_claimed
@@ -114,8 +119,8 @@ def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
 
     with DagsterInstance.from_config(str(home)) as instance:
         assert {r.status for r in instance.get_runs()} == {DagsterRunStatus.SUCCESS}
+        windows = step_windows(instance)
     assert slot_holders(home, BRONZE_POOL) == set()
-    windows = step_windows(home)
     for step in ("bronze__bnpl_transactions_raw", "silver__bnpl_transactions_clean"):
         (first, second) = sorted(windows[step])
         assert first[1] <= second[0], f"{step}: the two runs wrote at the same time: {first} and {second}"
