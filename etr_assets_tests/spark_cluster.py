@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from etr_assets_tests.infra import free_port
+from etr_assets_tests.quick_jvm import JIT_AND_GC
 
 START_TIMEOUT_S = 120
 
@@ -67,6 +68,9 @@ def standalone_cluster(work_dir: Path, worker_cores: int = 1, worker_memory: str
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(work_dir),
         "SPARK_DAEMON_MEMORY": "256m",
+        # The master, the worker and the executors it starts (they inherit its environment) compile with C1 only
+        # and the serial GC, as the suite's other JVMs (quick_jvm.py): SPARK_SUBMIT_OPTS reaches only drivers.
+        "JAVA_TOOL_OPTIONS": JIT_AND_GC,
     }
     port, ui_port = free_port(), free_port()
     master_url = f"spark://127.0.0.1:{port}"
