@@ -19,7 +19,11 @@ runs each minute), the tick, the run queue (the tick's end to `RUN_STARTING`: th
 at once, a table's pool), the launch (to `RUN_START`: a process, imports, the definitions), the run (Spark's start
 included); then what runs of later ticks added. Also: when each run materialized each table, and the gold days
 re-derived more than once. Prints JSON, times in seconds after the correction run's end, with the load average at
-start and end; stops every process it started. `--keep` keeps the temporary folder (lake, instance, logs)."""
+start and end; stops every process it started. `--keep` keeps the temporary folder (lake, instance, logs).
+
+`main(tick_every=S)` (a smoke test's) has the daemon evaluate the sensor every S seconds instead of each minute: the
+same sensor and jobs (etr_assets.definitions with only the sensor's interval changed, `sooner_definitions`), a shorter
+wait for its tick; the queue, the launches and the runs as they are."""
 
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import dagster as dg
+
 from bench.common import machine, revision
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +51,7 @@ CORRECTION_SEED = "99"  # the provider re-sends the day with other data: the syn
 FIRST_DAY = dt.date(2025, 1, 1)  # ETR_START_DATE and the first day built (the one corrected)
 POLL_S = 1.0
 STOP_GRACE_S = 30
+TICK_EVERY_ENV = "BENCH_SENSOR_INTERVAL_S"  # the sensor's interval in `sooner_definitions`
 
 
 def isolated_env(root: Path, per_day: int) -> dict[str, str]:
@@ -60,6 +67,36 @@ def isolated_env(root: Path, per_day: int) -> dict[str, str]:
         "ETR_API_TRANSACTIONS_PER_DAY": str(per_day),
         "PYTHONWARNINGS": "ignore",
     }
+
+
+def sooner_workspace(root: Path, env: dict[str, str], seconds: int) -> str:
+    """A workspace of the code location of workspace.yaml (its name too) whose sensor ticks every `seconds`."""
+    workspace = root / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n  - python_module:\n      module_name: bench.propagation_latency\n"
+        "      attribute: sooner_definitions\n      location_name: etr_assets\n"
+    )
+    env[TICK_EVERY_ENV] = str(seconds)
+    return str(workspace)
+
+
+@dg.definitions
+def sooner_definitions() -> dg.Definitions:
+    """etr_assets.definitions with the sensor evaluated every $BENCH_SENSOR_INTERVAL_S seconds (Dagster has no public
+    way to change a sensor's interval: the copy's is set where its constructor keeps it)."""
+    import copy
+
+    from dagster._record import copy as copy_record
+
+    from etr_assets.definitions import defs
+
+    sensors = []
+    for sensor in defs.sensors:
+        if sensor.name == SENSOR:
+            sensor = copy.copy(sensor)
+            sensor._min_interval = int(os.environ[TICK_EVERY_ENV])
+        sensors.append(sensor)
+    return copy_record(defs, sensors=sensors)
 
 
 def run_command(command: list[str], env: dict[str, str], log: Path) -> float:
@@ -82,12 +119,12 @@ def tail(path: Path, lines: int = 30) -> str:
 
 
 @contextlib.contextmanager
-def daemon(env: dict[str, str], log: Path):
-    """`dagster-daemon run` on the repository's workspace, in a new process group (its code server and the runs it
+def daemon(env: dict[str, str], log: Path, workspace: str = "workspace.yaml"):
+    """`dagster-daemon run` on `workspace` (the repository's), in a new process group (its code server and the runs it
     launches are in it); SIGINT to that group at the end, SIGKILL if it is still there after STOP_GRACE_S."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+            [str(BIN / "dagster-daemon"), "run", "-w", workspace],
             cwd=REPO,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -182,10 +219,15 @@ def run_timeline(instance, run_id: str) -> dict:
 
 
 def main(
-    days: int = 30, per_day: int = 50_000, timeout: float = 1800.0, keep: bool = False, confirm: bool = True
+    days: int = 30,
+    per_day: int = 50_000,
+    timeout: float = 1800.0,
+    keep: bool = False,
+    confirm: bool = True,
+    tick_every: int | None = None,
 ) -> dict:
     """The run of the module's docstring; `confirm=False` skips waiting for the tick after the last run (up to a
-    minute: a smoke test's)."""
+    minute), `tick_every` sets the sensor's interval in seconds (the smoke test's: both shorten the waits)."""
     from dagster import DagsterInstance, RunsFilter
     from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
@@ -198,11 +240,12 @@ def main(
     log, daemon_log = root / "commands.log", root / "daemon.log"
     try:
         env = isolated_env(root, per_day)
+        workspace = sooner_workspace(root, env, tick_every) if tick_every else "workspace.yaml"
         run_command(["etr", "prepare-instance"], env, log)
         built_s = run_command(["etr", "run", f"{FIRST_DAY}..{last_day}"], env, log)
         with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
             (build,) = instance.get_run_records(RunsFilter(job_name="etr_pipeline"))
-            run_command(["dagster", "sensor", "start", SENSOR, "-w", "workspace.yaml"], env, log)
+            run_command(["dagster", "sensor", "start", SENSOR, "-w", workspace], env, log)
             origin_id, selector_id = wait_for("the sensor's state", lambda: sensor_ids(instance), 60, log)
 
             def ticks(after: float | None = None):
@@ -212,7 +255,7 @@ def main(
             def sensor_runs() -> list:
                 return instance.get_runs(filters=RunsFilter(tags={"dagster/sensor_name": SENSOR}))
 
-            with daemon(env, daemon_log) as proc:
+            with daemon(env, daemon_log, workspace) as proc:
                 daemon_began = time.time()
                 first_tick = wait_for("the sensor's first tick", ticks, 300, daemon_log)[0]
                 if proc.poll() is not None:
