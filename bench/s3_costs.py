@@ -1,7 +1,8 @@
 """What a day costs on S3: every S3 request of a daily run, by kind and by layer, and the bytes the lake keeps.
 
-    python -m bench.s3_costs [DAYS [PER_DAY [SMALL_PER_DAY [WEEKLY]]]]
-    (defaults: 30 days of 50,000 transactions, a second lake of 5,000, every table of the first maintained every 7 days)
+    python -m bench.s3_costs [DAYS [PER_DAY [SMALL_PER_DAY [WEEKLY [TABLES]]]]]
+    (defaults: 30 days of 50,000 transactions, a second lake of 5,000, every table of the first maintained every 7 days;
+    TABLES, comma-separated, limits the weekly maintenance to those tables: a smoke test's, each table's is alike)
 
 The `s3` profile as a deployment runs it: Spark through S3A on moto's S3 server on loopback, the Iceberg JDBC catalog
 on a private PostgreSQL, the raw zone on the same bucket through boto3. The server counts every request it answers
@@ -54,6 +55,7 @@ class Lake:
     def __init__(self, spark, settings, raw, api, counted, s3):
         self.spark, self.settings, self.raw, self.api, self.counted, self.s3 = spark, settings, raw, api, counted, s3
         self.weekly = 7  # every table maintained every this many days (the weekly schedule)
+        self.weekly_tables: list[str] = []  # the tables it maintains, if not every table
         self.day_ends: list[float] = []  # the wall-clock end of each simulated day (the expiry calendar)
 
     def client(self):
@@ -132,13 +134,20 @@ class Lake:
         return s3a_request_counts(self.spark, self.settings.catalog) + self.raw.storage.requests
 
     def maintain(self, number: int) -> list[str]:
-        """The health sensor's choice (every table that WARNs) and, every seventh day, the weekly schedule's (all)."""
+        """The health sensor's choice (every table that WARNs) and, every seventh day, the weekly schedule's (all, or
+        `weekly_tables`)."""
         from etr_assets.lake.health import table_health
         from etr_assets.lake.maintenance import maintain_table
         from etr_assets.tables import ALL_SPECS
 
         weekly = number % self.weekly == 0
-        due = [s for s in ALL_SPECS if (h := table_health(self.settings, s)).exists and (weekly or h.needs_maintenance)]
+        covered = self.weekly_tables or [s.identifier for s in ALL_SPECS]
+        due = [
+            s
+            for s in ALL_SPECS
+            if (h := table_health(self.settings, s)).exists
+            and (weekly and s.identifier in covered or h.needs_maintenance)
+        ]
         week_back = number - 7  # the day whose end is the retention's cutoff on the simulated calendar
         cutoff = dt.datetime.fromtimestamp(self.day_ends[week_back - 1] if week_back >= 1 else 0, dt.UTC)
         for spec in due:
@@ -166,7 +175,16 @@ class Lake:
 
 
 def run_lake(
-    spark, jdbc_url: str, endpoint: str, counted, home: Path, days: int, per_day: int, name: str, weekly: int = 7
+    spark,
+    jdbc_url: str,
+    endpoint: str,
+    counted,
+    home: Path,
+    days: int,
+    per_day: int,
+    name: str,
+    weekly: int = 7,
+    weekly_tables: list[str] | None = None,
 ) -> list[dict]:
     """A fresh lake (bucket, catalog) of `per_day` transactions a day, run for `days` days; each day's figures."""
     import dataclasses
@@ -189,7 +207,7 @@ def run_lake(
     rows = []
     with serve(ApiConfig(transactions_per_day=per_day, seed=settings.api_seed)) as api:
         lake = Lake(spark, settings, s3_raw_zone(s3_client(endpoint, settings.region), bucket), api, counted, s3)
-        lake.weekly = weekly
+        lake.weekly, lake.weekly_tables = weekly, weekly_tables or []
         for number in range(1, days + 1):
             counted.counts.clear()
             started = time.perf_counter()
@@ -312,6 +330,7 @@ def main(argv: list[str]) -> dict:
     per_day = int(argv[1]) if len(argv) > 1 else 50_000
     small_per_day = int(argv[2]) if len(argv) > 2 else per_day // 10
     weekly = int(argv[3]) if len(argv) > 3 else 7  # the big lake's; a smoke test maintains sooner
+    weekly_tables = argv[4].split(",") if len(argv) > 4 else []  # a smoke test's: fewer tables, each as any other
     if days < 2 or not 0 < small_per_day < per_day:
         raise SystemExit("bench s3_costs: DAYS >= 2, and 0 < SMALL_PER_DAY < PER_DAY")
 
@@ -324,11 +343,11 @@ def main(argv: list[str]) -> dict:
             spark = get_spark(first, extra={"spark.hadoop.fs.s3a.endpoint.region": region})
             # The second size's two days are the fit's, never a weekly maintenance day (as in a 7-day week)
             small = run_lake(spark, jdbc_url, endpoint, counted, Path(home), 2, small_per_day, "small")
-            big = run_lake(spark, jdbc_url, endpoint, counted, Path(home), days, per_day, "big", weekly)
+            big = run_lake(spark, jdbc_url, endpoint, counted, Path(home), days, per_day, "big", weekly, weekly_tables)
             spark.stop()
     result = {
         "title": "What a day costs on S3",
-        "command": "python -m bench.s3_costs " + " ".join(map(str, (days, per_day, small_per_day, weekly))),
+        "command": " ".join(map(str, ("python -m bench.s3_costs", days, per_day, small_per_day, weekly, *argv[4:5]))),
         "machine": {"start": started_machine, "end": machine()},
         "revision": revision(),
         "summary": summarise(big, small, per_day, small_per_day),
