@@ -32,8 +32,9 @@ from etr_assets.lake.scd2 import (
     apply_log,
     read_cursor,
 )
+from etr_assets.lake.session import java_elements
 from etr_assets.lake.specs import MERGE_ON_READ, SCD2_COLUMNS, STATE_HASH_PROPERTY, Column, Scd2
-from etr_assets.lake.writes import current_snapshot_id, replace_days
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table, replace_days
 from etr_assets_tests.lake.test_scd2_recompute import (
     RECORD_SCHEMA,
     SPEC,
@@ -64,9 +65,46 @@ def rows_without_ingest_time(spark, qualified: str) -> set[tuple]:
     return {tuple(r) for r in df.collect()}
 
 
+WRONG_STATE_HASH = f"_state_hash IS NULL OR _state_hash <> {SPEC.state_hash_sql}"
+
+
 def wrong_state_hashes(spark, qualified: str) -> int:
     """Versions whose stored `_state_hash` is missing or not the hash of their tracked columns."""
-    return spark.table(qualified).where(f"_state_hash IS NULL OR _state_hash <> {SPEC.state_hash_sql}").count()
+    return spark.table(qualified).where(WRONG_STATE_HASH).count()
+
+
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """SPEC's table read once, for every check of one step: a model test checks after each apply, and each of its
+    checks used to read the table again (a Spark job each)."""
+
+    rows: list
+    columns: list[str]
+
+    @property
+    def versions(self) -> set[tuple]:
+        """As `table_rows` gives them."""
+        return {(r["id"], r["a"], r["b"], r["_valid_from"], r["_valid_to"]) for r in self.rows}
+
+    def without(self, *dropped: str) -> set[tuple]:
+        """As `rows_without_ingest_time` and `versions_of` give them."""
+        return {tuple(r[c] for c in self.columns if c not in dropped) for r in self.rows}
+
+    @property
+    def wrong_state_hashes(self) -> int:
+        """As `wrong_state_hashes` counts them."""
+        return sum(bool(r["_wrong_state_hash"]) for r in self.rows)
+
+
+def read(spark, catalog: str) -> Read:
+    frame = spark.table(SPEC.qualified(catalog))
+    rows = frame.withColumn("_wrong_state_hash", F.expr(WRONG_STATE_HASH)).collect()
+    return Read(rows, frame.columns)
+
+
+def snapshot_count(spark, qualified: str) -> int:
+    """The rows of the table's `snapshots` metadata table, from its metadata without a Spark job."""
+    return sum(1 for _ in java_elements(iceberg_table(spark, qualified).snapshots()))
 
 
 def scenario(seed: int, mode: str, snapshot_hours=(12, 24, 36, 48, 59)):
@@ -89,17 +127,15 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
         result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, mode))
         # After the first build each day is one new batch after the watermark: compared with current rows only.
         assert result.method == (Scd2Method.RECOMPUTE if number == 0 else Scd2Method.CURRENT), result.reason
-        rows, versions = table_rows(lake, catalog)
-        check_invariants(rows)
-        assert versions == model(batches[: number + 1], mode)
-        assert wrong_state_hashes(lake, SPEC.qualified(catalog)) == 0
+        history = read(lake, catalog)
+        check_invariants(history.rows)
+        assert history.versions == model(batches[: number + 1], mode)
+        assert history.wrong_state_hashes == 0
     # Every column, lineage included, is what recomputing from every observation gives.
     apply_log(lake, catalog, REFERENCE, ObservationLog(log, lambda rows: rows, mode), full_refresh=True)
-    assert rows_without_ingest_time(lake, SPEC.qualified(catalog)) == rows_without_ingest_time(
-        lake, REFERENCE.qualified(catalog)
-    )
+    assert history.without("_ingested_at") == rows_without_ingest_time(lake, REFERENCE.qualified(catalog))
 
-    snapshots = lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0]
+    snapshots = snapshot_count(lake, SPEC.qualified(catalog))
     again = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, mode))
     assert (again.method, again.changed) == (Scd2Method.UNCHANGED, False)
     # The last batch downloaded again: in a full snapshot its time is not after the watermark (a record would beat
@@ -108,7 +144,7 @@ def test_in_order_batches_extend_history_and_equal_the_full_recompute(lake, sett
     append(lake, log, dict(batches[-1], rows=[r[:4] + ("replay",) + r[5:] for r in batches[-1]["rows"]]))
     replay = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, mode))
     assert replay.method in (Scd2Method.CURRENT, Scd2Method.WINDOW) and not replay.changed, replay.reason
-    assert lake.sql(f"SELECT count(*) FROM {SPEC.qualified(catalog)}.snapshots").first()[0] == snapshots
+    assert snapshot_count(lake, SPEC.qualified(catalog)) == snapshots
 
 
 @pytest.mark.slow
@@ -458,8 +494,9 @@ def test_a_table_built_before_state_hashes_gets_them_filled_by_evolution_then_ta
     append(lake, log, batches[2])
     result = apply_log(lake, catalog, SPEC, ObservationLog(log, lambda rows: rows, FeedMode.FULL))
     assert result.method == Scd2Method.CURRENT, result.reason
-    assert table_rows(lake, catalog)[1] == model(batches[:3], FeedMode.FULL)
-    assert wrong_state_hashes(lake, table) == 0
+    history = read(lake, catalog)
+    assert history.versions == model(batches[:3], FeedMode.FULL)
+    assert history.wrong_state_hashes == 0
 
 
 def apply_directly(lake, catalog: str, log: str, batch: dict):
@@ -482,8 +519,9 @@ def test_a_current_version_without_a_stored_state_hash_is_rewritten_with_one(lak
     lake.sql(f"UPDATE {table} SET _state_hash = NULL WHERE _is_current")
     result = apply_directly(lake, catalog, log, batches[1])
     assert result.method == Scd2Method.WINDOW and f"{unhashed} they cannot settle" in result.reason, result.reason
-    assert table_rows(lake, catalog)[1] == model(batches[:2], FeedMode.FULL)
-    assert wrong_state_hashes(lake, table) == 0
+    history = read(lake, catalog)
+    assert history.versions == model(batches[:2], FeedMode.FULL)
+    assert history.wrong_state_hashes == 0
 
 
 @pytest.mark.slow
@@ -592,10 +630,12 @@ def test_the_daily_path_on_a_merge_on_read_table_gives_the_models_history(lake, 
     assert [r[0] for r in lake.sql(f"SELECT name FROM {table}.refs").collect()] == ["main"]
 
 
+LINEAGE = ("_ingested_at", "_batch_id", "_source_file")
+
+
 def versions_of(spark, qualified: str) -> set[tuple]:
     """Every column a recompute decides (lineage, and when a row was written, aside)."""
-    lineage = ("_ingested_at", "_batch_id", "_source_file")
-    return {tuple(r) for r in spark.table(qualified).drop(*lineage).collect()}
+    return {tuple(r) for r in spark.table(qualified).drop(*LINEAGE).collect()}
 
 
 @pytest.mark.slow
@@ -633,15 +673,13 @@ def test_late_and_redelivered_batches_rewrite_what_they_change_and_equal_the_mod
             assert result.method != Scd2Method.RECOMPUTE, result.reason
         else:
             assert result.method in (Scd2Method.CURRENT, Scd2Method.WINDOW), result.reason
-        rows, versions = table_rows(lake, settings.catalog)
-        check_invariants(rows)
-        assert versions == model(applied, mode), f"after {batch['id']} ({result.method}: {result.reason})"
-        assert wrong_state_hashes(lake, SPEC.qualified(settings.catalog)) == 0
+        history = read(lake, settings.catalog)
+        check_invariants(history.rows)
+        assert history.versions == model(applied, mode), f"after {batch['id']} ({result.method}: {result.reason})"
+        assert history.wrong_state_hashes == 0
     assert late >= 3
     apply_log(lake, settings.catalog, REFERENCE, ObservationLog(log, lambda rows: rows, mode), full_refresh=True)
-    assert versions_of(lake, SPEC.qualified(settings.catalog)) == versions_of(
-        lake, REFERENCE.qualified(settings.catalog)
-    )
+    assert history.without(*LINEAGE) == versions_of(lake, REFERENCE.qualified(settings.catalog))
 
 
 DAY_LOG_SCHEMA = f"{RECORD_SCHEMA}, _as_of date"
@@ -696,9 +734,10 @@ def test_a_late_day_splits_versions_resumes_re_sent_records_closes_absent_keys_a
     assert late.method == Scd2Method.WINDOW, late.reason
     # Keys 1 and 2 from hour 27/28, key 3 from the end of day 2; read: days 2 to 4 (their 3 snapshots), not day 1.
     assert "change 3 key(s) from 2025-01-02 03:00:00" in late.reason and "(3 snapshot(s))" in late.reason, late.reason
-    rows, versions = table_rows(lake, catalog)
+    history = read(lake, catalog)
+    rows = history.rows
     check_invariants(rows)
-    assert versions == {
+    assert history.versions == {
         (1, "x", 1, at(1), at(27)),
         (1, "y", 1, at(27), at(80)),
         (1, "z", 1, at(80), None),
@@ -712,12 +751,12 @@ def test_a_late_day_splits_versions_resumes_re_sent_records_closes_absent_keys_a
     resumed = next(r for r in rows if r["id"] == 2 and r["_valid_from"] == at(60))
     assert (resumed["updated_at"], resumed["_batch_id"]) == (at(60), "d3")
     apply_log(lake, catalog, REFERENCE, ObservationLog(log, without_day, FeedMode.FULL, held), full_refresh=True)
-    assert rows_without_ingest_time(lake, table) == rows_without_ingest_time(lake, REFERENCE.qualified(catalog))
+    assert history.without("_ingested_at") == rows_without_ingest_time(lake, REFERENCE.qualified(catalog))
 
-    snapshots = lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
+    snapshots = snapshot_count(lake, table)
     again = deliver(2, "d2-again")
     assert (again.method, again.changed, again.snapshot_id) == (Scd2Method.CURRENT, False, None), again.reason
-    assert lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots
+    assert snapshot_count(lake, table) == snapshots
 
 
 def as_of_day(batch: dict) -> dt.date:
@@ -771,14 +810,15 @@ def test_reloaded_days_rewrite_what_they_change_and_equal_the_model_and_the_reco
         replace_days(lake, log, frame, "_as_of", [as_of_day(batch)])
         return build()
 
-    def assert_recomputed(step: str, result):
-        rows, _ = table_rows(lake, catalog)
-        check_invariants(rows)
+    def assert_recomputed(step: str, result) -> Read:
+        history = read(lake, catalog)
+        check_invariants(history.rows)
         build(REFERENCE, full_refresh=True)
-        assert versions_of(lake, table) == versions_of(lake, REFERENCE.qualified(catalog)), (
+        assert history.without(*LINEAGE) == versions_of(lake, REFERENCE.qualified(catalog)), (
             f"after {step} ({result.method}: {result.reason})"
         )
-        assert wrong_state_hashes(lake, table) == 0
+        assert history.wrong_state_hashes == 0
+        return history  # the table as the step left it
 
     local_frame(lake, [r for b in batches for r in delivered(b, b["id"])["rows"]], DAY_LOG_SCHEMA).writeTo(log).append()
     assert build().method == Scd2Method.RECOMPUTE
@@ -787,14 +827,14 @@ def test_reloaded_days_rewrite_what_they_change_and_equal_the_model_and_the_reco
         for step, content in (("other content", garbled(rng, batch)), ("true content", None)):
             result = reload(delivered(batch, f"{batch['id']}-{step[:5]}", content))
             assert result.method == Scd2Method.WINDOW and "reloaded day(s)" in result.reason, result.reason
-            assert_recomputed(f"{batch['id']} reloaded with {step}", result)
-        assert table_rows(lake, catalog)[1] == model(batches, mode)
+            history = assert_recomputed(f"{batch['id']} reloaded with {step}", result)
+        assert history.versions == model(batches, mode)
 
-        snapshots = lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
+        snapshots = snapshot_count(lake, table)
         for batch_id in (f"{batch['id']}-again", f"{batch['id']}-again"):  # a new batch id, then the same rows
             same = reload(delivered(batch, batch_id))
             assert (same.method, same.changed) == (Scd2Method.WINDOW, False), same.reason
-        assert lake.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots
+        assert snapshot_count(lake, table) == snapshots
 
     lake.sql(f"DELETE FROM {log} WHERE _as_of = DATE'{as_of_day(batches[0])}'")  # whole files: a delete snapshot
     erased = build()
