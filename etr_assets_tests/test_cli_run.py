@@ -37,7 +37,7 @@ from etr_assets_tests.test_cli_subprocess import (
     Done,
     finish,
     isolated_env,
-    run,
+    prepare_instance,
     start,
 )
 
@@ -230,7 +230,7 @@ def test_a_valid_day_reads_as_a_report_a_line_a_step_and_its_summary_last(tmp_pa
     started, and the synthetic API started again after the run. `etr run DAY`: a line a step, the API and Spark
     announced as they start, once each, then the run's id and summary, last."""
     env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY="20")
-    run(["etr", "prepare-instance"], env)  # what ./dev does first
+    prepare_instance(env)  # what ./dev does first
     done = run_merged(["etr", "run", "2025-01-01"], env)
     assert done.returncode == 0, done.describe()
 
@@ -271,7 +271,7 @@ def test_a_failed_run_says_which_step_and_why_and_verbose_gives_dagsters_whole_l
     """A run refused by the API (a wrong token): each raw step's line says it failed and why, one line counts the
     steps not run, the summary ends the output; `--verbose` prints Dagster's whole log instead (DEBUG lines)."""
     env = isolated_env(tmp_path, ETR_API_URL=api.url, ETR_API_TOKEN="not-the-token")
-    run(["etr", "prepare-instance"], env)
+    prepare_instance(env)
     quiet, verbose = (
         run_merged(["etr", "run", "2025-01-01"], env),
         run_merged(["etr", "run", "--verbose", "2025-01-01"], env),

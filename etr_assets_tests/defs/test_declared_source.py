@@ -180,14 +180,14 @@ def test_a_run_killed_mid_fetch_leaves_its_batch_unloaded_and_the_next_run_loads
     import time
     from pathlib import Path
 
-    from etr_assets_tests.test_cli_subprocess import isolated_env
+    from etr_assets_tests.test_cli_subprocess import isolated_env, prepare_instance
 
     etr = str(Path(sys.executable).parent / "etr")
     day = DAYS[0]
     with serve(CONFIG, faults=StoresFaults(page_delay_seconds=1.0)) as api:
         env = isolated_env(tmp_path, STORES_API_URL=api.url, STORES_API_KEY=CONFIG.api_key, PYTHONWARNINGS="ignore")
         env |= {"ETR_START_DATE": DAYS[0].isoformat()}
-        subprocess.run([etr, "prepare-instance"], env=env, capture_output=True, check=True, timeout=120)
+        prepare_instance(env)
         raw = local_raw_zone(Path(env["ETR_HOME"]) / "raw")
         command = [etr, "run", "--job", "stores_ingest", day.isoformat()]
         killed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
