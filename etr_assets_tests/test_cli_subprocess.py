@@ -55,7 +55,8 @@ ORDER BY layer, day
 
 
 def isolated_env(root: Path, **extra: str) -> dict[str, str]:
-    """The caller's environment without any ETR_* / DAGSTER_*, pointed at homes under `root`."""
+    """The caller's environment without any ETR_* / DAGSTER_*, pointed at homes under `root`, with the suite's JVM
+    settings (a 1 GB heap, one shuffle partition)."""
     etr_home, dagster_home = root / "etr", root / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
     if not (dagster_home / "dagster.yaml").exists():
@@ -66,6 +67,7 @@ def isolated_env(root: Path, **extra: str) -> dict[str, str]:
         "ETR_HOME": str(etr_home),
         "DAGSTER_HOME": str(dagster_home),
         "ETR_SPARK_DRIVER_MEMORY": SUITE_DRIVER_MEMORY,
+        "ETR_SPARK_SHUFFLE_PARTITIONS": "1",  # the suite's, as conftest.py sets for its other runs
         # The suite's lake: the shipped sources and the one its tests declare (conftest.py).
         "ETR_SOURCE_DIRS": os.environ.get("ETR_SOURCE_DIRS", ""),
     }

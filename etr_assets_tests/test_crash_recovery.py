@@ -59,7 +59,7 @@ from etr_assets.tables.transactions import (
     SILVER_TRANSACTIONS,
 )
 from etr_assets_tests.models import TRACKED, in_order_history
-from etr_assets_tests.test_cli_subprocess import isolated_env
+from etr_assets_tests.test_cli_subprocess import isolated_env, prepare_instance
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -390,12 +390,8 @@ def consistency_problems(spark, catalog: str, raw) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_once(
-    lake, settings, tmp_path, monkeypatch
-):
+def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_once(lake, settings, tmp_path):
     from dagster import DagsterRunStatus
-
-    from etr_assets.instance import prepare_instance
 
     catalog = settings.catalog
     # Read what the runs commit: no cached table metadata in this session's catalog (set before first use).
@@ -407,19 +403,11 @@ def test_killing_a_run_at_any_moment_then_rerunning_ingests_each_record_exactly_
     runs: list[Run] = []
     kills: list[dict] = []
     began = time.monotonic()
-    # One shuffle partition, as the suite's other runs (conftest.py; isolated_env drops every ETR_* variable).
-    env = isolated_env(
-        tmp_path,
-        ETR_CATALOG=catalog,
-        ETR_API_PAGE_SIZE=str(PAGE_SIZE),
-        ETR_SPARK_SHUFFLE_PARTITIONS="1",
-        PYTHONWARNINGS="ignore",
-    )
+    env = isolated_env(tmp_path, ETR_CATALOG=catalog, ETR_API_PAGE_SIZE=str(PAGE_SIZE), PYTHONWARNINGS="ignore")
     assert Path(env["ETR_HOME"]) == settings.home
     # What ./dev does for its instance (`etr prepare-instance`, in process: the test is not about the command): the
     # storage created once and one slot per table pool, before any run.
-    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
-    prepare_instance()
+    prepare_instance(env)
     instance = Instance(Path(env["DAGSTER_HOME"]))
 
     def note_kill(run: Run, planned: float) -> None:

@@ -25,7 +25,7 @@ from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
 from etr_assets.defs.run_guard import OOM_TAG, PID_TAG, oom_kills
 from etr_assets.defs.run_summary import summarize_run
-from etr_assets_tests.test_cli_subprocess import isolated_env
+from etr_assets_tests.test_cli_subprocess import isolated_env, prepare_instance
 from etr_assets_tests.test_dagster_dev import stop_group, tail
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def dagster(env: dict[str, str], *args: str) -> None:
 @pytest.mark.timeout(600)
 def test_a_run_killed_under_the_daemon_is_explained_and_its_slot_freed_at_the_next_tick(tmp_path):
     env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY="30", PYTHONWARNINGS="ignore")
-    subprocess.run([str(BIN / "etr"), "prepare-instance"], env=env, capture_output=True, check=True, timeout=120)
+    prepare_instance(env)
     log = tmp_path / "daemon.log"
     with log.open("w") as out:
         daemon = subprocess.Popen(

@@ -26,7 +26,7 @@ from etr_assets.sources.raw_zone import local_raw_zone
 from etr_assets.sources.synthetic_api import ApiConfig, serve
 from etr_assets.sources.synthetic_faults import ApiFaults
 from etr_assets_tests.daemon import launch_queued, tick, workspace
-from etr_assets_tests.test_cli_subprocess import isolated_env
+from etr_assets_tests.test_cli_subprocess import isolated_env, prepare_instance
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -55,7 +55,7 @@ def test_a_failed_fetch_is_retried_at_the_next_tick_as_etr_pipeline_then_given_u
         env = isolated_env(tmp_path, PYTHONWARNINGS="ignore", ETR_API_URL=api.url, ETR_API_TOKEN=api.config.token)
         for name, value in env.items():  # the code server this test starts, and the runs it launches, inherit it
             monkeypatch.setenv(name, value)
-        subprocess.run([str(BIN / "etr"), "prepare-instance"], env=env, capture_output=True, check=True, timeout=120)
+        prepare_instance(env)
         night = subprocess.run(
             [str(BIN / "dagster"), "asset", "materialize", "-m", "etr_assets.definitions"]
             + ["--select", "raw/bnpl_transactions", "--partition", DAY],

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
-from etr_assets_tests.test_cli_subprocess import isolated_env, tail
+from etr_assets_tests.test_cli_subprocess import isolated_env, prepare_instance, tail
 
 DAYS = ("2025-01-01", "2025-01-02")
 PER_DAY = 30
@@ -85,18 +85,12 @@ def start_materialize(env: dict[str, str], day: str, **output) -> subprocess.Pop
 
 
 @pytest.mark.slow
-def test_concurrent_runs_take_turns_on_each_table(tmp_path, monkeypatch):
-    from etr_assets.instance import prepare_instance
-
-    # One shuffle partition, as the suite's other runs (conftest.py; isolated_env drops every ETR_* variable).
-    env = isolated_env(
-        tmp_path, ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY), ETR_SPARK_SHUFFLE_PARTITIONS="1", PYTHONWARNINGS="ignore"
-    )
+def test_concurrent_runs_take_turns_on_each_table(tmp_path):
+    env = isolated_env(tmp_path, ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY), PYTHONWARNINGS="ignore")
     # What ./dev does for its instance (`etr prepare-instance`, in process: the test is not about the command): the
     # storage created once (two processes creating SQLite schemas at once would race) and the pools created before
     # any run (Dagster creates them lazily, racily).
-    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
-    prepare_instance()
+    prepare_instance(env)
     home = Path(env["DAGSTER_HOME"])
     with DagsterInstance.from_config(str(home)) as instance:
         assert instance.event_log_storage.claim_concurrency_slot(BRONZE_POOL, *HOLDER).is_claimed

@@ -50,7 +50,6 @@ def test_assets_on_a_standalone_cluster_give_what_the_source_served(tmp_path, se
             ETR_SPARK_MASTER=master,
             ETR_SPARK_EXECUTOR_MEMORY="512m",
             ETR_API_TRANSACTIONS_PER_DAY=str(PER_DAY),
-            ETR_SPARK_SHUFFLE_PARTITIONS="1",  # as the suite's other runs (isolated_env drops every ETR_* variable)
         )
         materialize_subprocess(env, "--partition-range", f"{DAYS[0]}...{DAYS[-1]}")
 
