@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from etr_assets_tests.conftest import SUITE_DRIVER_MEMORY
+from etr_assets_tests.test_cli_subprocess import isolated_env
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -64,18 +63,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def isolated_env(root: Path) -> dict[str, str]:
-    """The caller's environment without any ETR_* / DAGSTER_HOME, pointed at homes under `root`."""
-    etr_home, dagster_home = root / "etr", root / "dagster"
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "etr_assets" / "conf" / "dagster.yaml", dagster_home / "dagster.yaml")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETR_", "DAGSTER_"))}
-    env |= {"ETR_HOME": str(etr_home), "DAGSTER_HOME": str(dagster_home), "PYTHONWARNINGS": "ignore"}
-    env["FRESHNESS_DAEMON_INTERVAL_SECONDS"] = "2"  # Dagster's default is 30
-    env["ETR_SPARK_DRIVER_MEMORY"] = SUITE_DRIVER_MEMORY  # the suite's heap, not a share of the machine
-    return env
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -207,7 +194,8 @@ def wait_for_freshness(port: int, key: tuple[str, ...], log: Path) -> dict[tuple
 @pytest.mark.slow
 def test_dev_ui_serves_the_code_location_and_stops_on_sigint(tmp_path: Path) -> None:
     port = free_port()
-    env = isolated_env(tmp_path) | {"ETR_UI_PORT": str(port)}
+    # Dagster's freshness daemon every 2 s instead of 30.
+    env = isolated_env(tmp_path, ETR_UI_PORT=str(port), FRESHNESS_DAEMON_INTERVAL_SECONDS="2")
     for unset in ("VIRTUAL_ENV", "PYTHONWARNINGS"):  # as a new shell: ./dev ui sets both itself
         env.pop(unset, None)
     log = tmp_path / "dev-ui.log"
