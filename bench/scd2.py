@@ -69,6 +69,7 @@ FULL_RUN_MAX_KEYS = 3_000_000
 LATE_MAX_KEYS = 1_000_000  # the late day against the daily apply reads a log of 30 days of the list
 LATE_REPEATS = None  # the late day against the daily apply: best of this many (None: --repeats)
 REPLAY_SHARE = 10  # replays are timed at this share only (a replay changes nothing whatever the share)
+WARM_UP = True  # the daily path applied once untimed before its first timed run, at the first size
 
 
 def _write_batch(lake: Lake, df, name: str) -> str:
@@ -159,6 +160,7 @@ def one_size(
     recompute, the replays, the late day), which would slow what follows them in this JVM (docs/benchmarks.md)."""
     state = _Size.load(lake, keys)
     compared = {share: state.compare(share, warm_up and share == SHARES[0], repeats) for share in SHARES}
+    # The last share's compare left the tables at its batch 1, where its checks and replays start (`the_rest`).
     return [row for share in SHARES for row in state.the_rest(share, compared[share], replay_recompute)]
 
 
@@ -174,14 +176,13 @@ class _Size:
     starts: dict  # table -> its batch-0 snapshot
     cursor: object
     batches: dict = dataclasses.field(default_factory=dict)  # share -> batch 1's files
+    applied: int | None = None  # the share whose batch 1 the tables hold (None: every table at batch 0)
 
     @classmethod
     def load(cls, lake: Lake, keys: int) -> _Size:
         spark = lake.spark
-        specs = {
-            role: dataclasses.replace(LANDING_CUSTOMERS, name=f"customers_{role}_{keys}")
-            for role in ("ours", "extend", "seed")
-        }
+        roles = ("ours", "extend", "seed") if keys <= FULL_RUN_MAX_KEYS else ("extend", "seed")  # no recompute above
+        specs = {role: dataclasses.replace(LANDING_CUSTOMERS, name=f"customers_{role}_{keys}") for role in roles}
         for spec in specs.values():
             ensure_table(spark, lake.catalog, spec)
         first = _write_batch(lake, batch(spark, keys, 0, 0), "batch0")
@@ -192,7 +193,8 @@ class _Size:
         observations_of(spark, history_days).writeTo(size.log).using("iceberg").create()
         apply_log(spark, lake.catalog, specs["extend"], ObservationLog(size.log, as_records, FeedMode.FULL))
         # Batch 0's history once (the first apply_log recomputes it from the same observations), copied for ours.
-        spark.table(size.table("extend")).writeTo(size.table("ours")).append()
+        if "ours" in specs:
+            spark.table(size.table("extend")).writeTo(size.table("ours")).append()
         size.starts = {t: _current(spark, t) for t in (*map(size.table, specs), size.log)}
         size.cursor = read_cursor(spark, size.table("extend"))
         return size
@@ -207,6 +209,8 @@ class _Size:
     def restart(self, *roles: str) -> None:
         """The tables of `roles` (default: every table and the log) back at batch 0 (the cursor is a table property:
         rollback leaves it)."""
+        if not roles:
+            self.applied = None
         tables = [self.table(role) for role in roles] or list(self.starts)
         for table in tables:
             _rollback(self.lake, table, self.starts[table])
@@ -230,6 +234,8 @@ class _Size:
     def compare(self, share: int, warm_up: bool, repeats: int) -> dict:
         """The floor, and the seed's statements and the daily path best of `repeats` each, on batch 1 at `share`."""
         spark, keys, extended = self.lake.spark, self.keys, self.table("extend")
+        if self.applied is not None:
+            self.restart()
         second = self.batches[share] = _write_batch(self.lake, batch(spark, keys, share, 1), f"batch1_{share}")
         floor = str(self.lake.path("floor", str(keys)))
         floor_s, _, _ = measure(spark, lambda: spark.read.parquet(second).write.mode("append").parquet(floor))
@@ -255,7 +261,7 @@ class _Size:
                     daily_commits = _snapshot_count(spark, extended) - snapshots_before
         _agrees_with_seed(spark, extended, self.table("seed"))  # both hold batch 1 now
         seed_replay = measure(spark, lambda: self.seed(share)) if share == REPLAY_SHARE and self.full else None
-        self.restart()
+        self.applied = share  # set back to batch 0 by whatever runs next, unless it starts from here
         return {
             "floor_s": floor_s,
             "seed": _best(seed_runs),
@@ -271,15 +277,19 @@ class _Size:
     def the_rest(self, share: int, compared: dict, replay_recompute: bool) -> list[dict]:
         """The recompute (and its versions checked against the daily path's), the replays and the late day, at
         `share`; with the rows of `compared`."""
-        spark, keys, ours_spec = self.lake.spark, self.keys, self.specs["ours"]
+        spark, keys, ours_spec = self.lake.spark, self.keys, self.specs.get("ours")
         (seed_s, seed_c, seed_commits), seed_times = compared["seed"]
         (extend_s, extend_c, extended_result), daily_times = compared["daily"]
         seed_replay_s, _, seed_replay_commits = compared["seed_replay"] or (None, None, None)
         replays, common = compared["seed_replay"] is not None, common_of(keys, share, extended_result)
         ours_s, ours_c, ours_replay_s, replay, daily_replay_s, late_rows = None, {}, None, None, None, []
         if self.full:
-            self.log_batch(share)
-            self.extend()  # untimed: batch 1 again, for the checks and the replays below
+            in_place = self.applied == share  # the daily path's table and the log at batch 1 already (compare)
+            if not in_place:
+                if self.applied is not None:
+                    self.restart()
+                self.log_batch(share)
+                self.extend()  # untimed: batch 1 again, for the checks and the replays below
             records = observations_of(spark, self.history_days + [self.batches[share]])
 
             def apply_ours():
@@ -293,9 +303,10 @@ class _Size:
                 daily_replay_s, _, _ = measure(
                     spark, lambda: replay_daily(spark, self.lake, self.specs["extend"], self.log)
                 )
-                self.seed(share)  # untimed: the seed's table at batch 1 too, for its late day
+                if not in_place:
+                    self.seed(share)  # untimed: the seed's table at batch 1 too, for its late day
                 late_rows = late_day(self.lake, keys, common, self.specs["extend"], self.log, self.table("seed"))
-            self.restart()
+            self.applied = -1  # changed past batch 1: set back by whatever runs next
         rows = [
             {
                 **common,
@@ -469,9 +480,8 @@ def run(lake: Lake, scale: float, repeats: int = 1, sizes: list[int] | None = No
     memory, rows, peaks = JvmPeak(lake.spark), [], []
     for keys in key_counts:
         memory.start()
-        rows += one_size(
-            lake, keys, replay_recompute=keys == key_counts[0], warm_up=keys == key_counts[0], repeats=repeats
-        )
+        first = keys == key_counts[0]
+        rows += one_size(lake, keys, replay_recompute=first, warm_up=WARM_UP and first, repeats=repeats)
         peaks.append({"keys": keys, "peak_rss_mib": memory.stop(), "heap_max_mib": memory.heap_max_mib()})
 
     def field_of(keys, share, method, field):

@@ -17,8 +17,10 @@ def test_scd2_counts_changes_and_replays_commit_nothing(run, monkeypatch):
     monkeypatch.setattr(scd2, "FLOOR_SHARE", 10)
     monkeypatch.setattr(scd2, "FULL_RUN_MAX_KEYS", 100)
     monkeypatch.setattr(scd2, "TARGET_FROM_KEYS", 1)
+    monkeypatch.setattr(scd2, "WARM_UP", False)  # no untimed daily apply first: the test session is warm, figures only
     # The late day against the daily apply (its own tables, at the larger size): a short and a longer history, each
-    # day applied once, with no untimed late day first (at --repeats 2 and 30 days it was half of this test's CPU).
+    # day applied once, with no untimed late day first (at --repeats 2 and 30 days it was half of this test's CPU): the
+    # daily apply that makes the late day's starting state is the daily path's counted run.
     monkeypatch.setattr(scd2, "LATE_REPEATS", 1)
     monkeypatch.setattr(scd2_late, "WARM_UP", False)
     monkeypatch.setattr(scd2_late, "LATE_HISTORY_DAYS", (2, 3))
