@@ -167,7 +167,7 @@ def one_size(
 @dataclasses.dataclass
 class _Size:
     """One size's tables at the batch-0 state every timed run starts from: the seed's, the daily path's (`extend`)
-    with its observation log and cursor, and the recompute's (`ours`)."""
+    with its observation log and cursor, and the recompute's (`ours`, up to FULL_RUN_MAX_KEYS)."""
 
     lake: Lake
     keys: int
