@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
 from etr_assets.defs.run_guard import OOM_TAG, PID_TAG, oom_kills
@@ -70,11 +70,15 @@ def test_a_run_killed_under_the_daemon_is_explained_and_its_slot_freed_at_the_ne
             (run,) = instance.get_runs()
 
             def holding():
+                """The run, once it holds the pool's slot and its step has started: the slot is claimed just before
+                the step's start is logged, and a kill in between leaves no step to name."""
                 current = instance.get_run_by_id(run.run_id)
                 claimed = {slot.run_id for slot in storage.get_concurrency_info(POOL).claimed_slots}
-                return current if run.run_id in claimed and PID_TAG in current.tags else None
+                started = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)
+                in_step = any(record.dagster_event.step_key == STEP for record in started)
+                return current if run.run_id in claimed and PID_TAG in current.tags and in_step else None
 
-            run = wait_for(f"slot of {POOL} claimed by the run", holding, log)
+            run = wait_for(f"slot of {POOL} claimed by the run and {STEP} started", holding, log)
             os.kill(int(run.tags[PID_TAG]), signal.SIGKILL)
             killed_at = time.monotonic()
 
