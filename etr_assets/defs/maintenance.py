@@ -142,9 +142,8 @@ def _maintain_op(settings: Settings, spec: TableSpec, observed: bool):
         name=f"maintain__{op_suffix(spec)}",
         ins={"selected": dg.In(dg.Nothing)},
         pool=maintenance_pool(settings, spec),
-        description=f"Compacts {spec.identifier}, rewrites its manifests, expires old snapshots, removes superseded "
-        "metadata and orphan files; health before and after go to monitoring.table_maintenance_log and this step's "
-        "output.",
+        description=f"Compacts {spec.identifier}, rewrites its manifests, expires old snapshots, removes orphan "
+        "files; health before and after go to monitoring.table_maintenance_log and this step's output.",
     )
     def maintain(context: dg.OpExecutionContext, lake: LakeResource):
         if not table_health(settings, spec).exists:
@@ -169,7 +168,6 @@ def _maintain_op(settings: Settings, spec: TableSpec, observed: bool):
             "snapshots_expired": result.expiry.expired_snapshots,
             "files_deleted_by_expiry": result.expiry.deleted_files,
             "orphans_removed": len(result.orphans.removed),
-            "superseded_metadata_removed": len(result.superseded_metadata),
             "seconds": round(result.seconds, 2),
             "snapshot_id": str(after.current_snapshot_id) if after.current_snapshot_id is not None else "none",
         }

@@ -110,7 +110,6 @@ TABLE_MAINTENANCE_LOG = _bookkeeping(
     Column("expired_snapshots", "bigint", "Snapshots expire_snapshots removed"),
     Column("expired_files", "bigint", "Files expiry deleted (data, delete, manifest and manifest-list files)"),
     Column("orphan_files_removed", "bigint", "Files no snapshot referenced, older than the orphan age, deleted"),
-    Column("superseded_metadata_removed", "bigint", "metadata.json versions older than the metadata log, deleted"),
     Column("seconds", "double", "How long maintenance of this table took"),
     Column("audit_branches_dropped", "string", "Write-audit-publish branches older than the grace period, dropped"),
 )

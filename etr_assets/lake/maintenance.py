@@ -1,11 +1,10 @@
-"""Table maintenance with Iceberg's Spark procedures: compaction, manifests, expiry, superseded metadata, orphans
-(docs/maintenance.md). Each step is a plain function, reusable alone (erasure expires snapshots right away)."""
+"""Table maintenance with Iceberg's Spark procedures: compaction, manifests, expiry, orphans (docs/maintenance.md).
+Each step is a plain function, reusable alone (erasure expires snapshots right away)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -14,11 +13,9 @@ from etr_assets.lake.bookkeeping import TABLE_MAINTENANCE_LOG, record_rows
 from etr_assets.lake.health import TableHealth, retained_snapshots, table_health
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.scd2 import BRANCH_PREFIX as SCD2_BRANCH_PREFIX
-from etr_assets.lake.session import java_elements
 from etr_assets.lake.specs import TableSpec
 from etr_assets.lake.timetravel import naive_utc
 from etr_assets.lake.wap import AUDIT_BRANCH_PREFIX
-from etr_assets.lake.writes import iceberg_table
 from etr_assets.settings import Settings
 
 if TYPE_CHECKING:
@@ -77,7 +74,6 @@ class MaintenanceResult:
     started_at: dt.datetime
     finished_at: dt.datetime
     audit_branches_dropped: tuple[str, ...] = ()
-    superseded_metadata: tuple[str, ...] = ()  # metadata.json versions older than the table's metadata log
 
     @property
     def seconds(self) -> float:
@@ -109,7 +105,6 @@ class MaintenanceResult:
             "expired_snapshots": self.expiry.expired_snapshots,
             "expired_files": self.expiry.deleted_files,
             "orphan_files_removed": len(self.orphans.removed),
-            "superseded_metadata_removed": len(self.superseded_metadata),
             "seconds": self.seconds,
             "audit_branches_dropped": ", ".join(self.audit_branches_dropped) or None,
         }
@@ -202,39 +197,6 @@ def expire_snapshots(
     )
 
 
-# A metadata.json's version, the number its name starts with: vN.metadata.json (Hadoop tables),
-# NNNNN-<uuid>.metadata.json (catalog tables), either also compressed (.gz.metadata.json, .metadata.json.gz).
-_METADATA_VERSION = re.compile(r"^v?(\d+)(-[^/]+?)?(\.gz)?\.metadata\.json(\.gz)?$")
-
-
-def metadata_version(location: str) -> int | None:
-    """The version of the metadata.json at `location`; None for any other file."""
-    match = _METADATA_VERSION.match(location.rsplit("/", 1)[-1])
-    return int(match.group(1)) if match else None
-
-
-def remove_superseded_metadata(spark: SparkSession, catalog: str, spec: TableSpec) -> tuple[str, ...]:
-    """Delete the table's metadata.json versions older than every version its metadata log keeps (the current one
-    and the `write.metadata.previous-versions-max` before it), through the table's own FileIO. Iceberg can delete
-    the one that leaves the log at each commit (`write.metadata.delete-after-commit.enabled`), three S3 requests a
-    commit once the log is full; the tables here leave them to this step. Safe beside running writers: a commit
-    writes a version above the current one, never below the log's oldest."""
-    table = iceberg_table(spark, spec.qualified(catalog))
-    metadata = table.operations().current()
-    current = metadata.metadataFileLocation()
-    kept = {current, *(entry.file() for entry in java_elements(metadata.previousFiles()))}
-    oldest_kept = min(version for location in kept if (version := metadata_version(location)) is not None)
-    io = table.io()
-    superseded = [
-        location
-        for info in java_elements(io.listPrefix(current.rsplit("/", 1)[0] + "/"))
-        if (version := metadata_version(location := info.location())) is not None and version < oldest_kept
-    ]
-    if superseded:
-        io.deleteFiles(superseded)
-    return tuple(superseded)
-
-
 def orphan_file_arguments(spec: TableSpec, older_than: dt.datetime) -> dict[str, str]:
     """The named arguments of remove_orphan_files (s3/s3a/s3n treated as one scheme; other mismatches fail)."""
     return {
@@ -280,22 +242,11 @@ def maintain_table(
     compaction = compact(spark, catalog, spec, has_delete_files=before.delete_files > 0)
     manifests = rewrite_manifests(spark, catalog, spec)
     expiry = expire_snapshots(spark, catalog, spec, older_than=snapshots_older_than)
-    superseded = remove_superseded_metadata(spark, catalog, spec)
     orphans = remove_orphan_files(spark, catalog, spec)
     after = table_health(settings, spec)
     finished_at = started_at + dt.timedelta(seconds=time.perf_counter() - clock)
     result = MaintenanceResult(
-        spec.identifier,
-        before,
-        after,
-        compaction,
-        manifests,
-        expiry,
-        orphans,
-        started_at,
-        finished_at,
-        dropped,
-        superseded,
+        spec.identifier, before, after, compaction, manifests, expiry, orphans, started_at, finished_at, dropped
     )
     record_rows(spark, catalog, TABLE_MAINTENANCE_LOG, [result.log_row(run_id)])
     return result

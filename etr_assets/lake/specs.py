@@ -82,9 +82,7 @@ DEFAULT_PROPERTIES: Mapping[str, str] = MappingProxyType(
         "commit.retry.total-timeout-ms": "600000",
         # Keep metadata.json history bounded (mitodl/ol-data-platform #2238). Each version lists every snapshot kept:
         # tens of them for a table appended at every step made metadata.json the lake's largest excess of bytes.
-        # Maintenance deletes the older ones in one pass (maintenance.remove_superseded_metadata): at each commit,
-        # as Iceberg can, they cost every daily run three S3 requests a commit.
-        "write.metadata.delete-after-commit.enabled": "false",
+        "write.metadata.delete-after-commit.enabled": "true",
         "write.metadata.previous-versions-max": "10",
         METRICS_DEFAULT: "truncate(16)",
         # Every commit merges the newest manifests once 8 have piled up (Iceberg's default waits for 100): every

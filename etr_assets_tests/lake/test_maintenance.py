@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import os
 import threading
@@ -16,10 +15,8 @@ from etr_assets.lake.evolve import ensure_table
 from etr_assets.lake.maintenance import (
     expire_snapshots,
     maintain_table,
-    metadata_version,
     orphan_file_arguments,
     remove_orphan_files,
-    remove_superseded_metadata,
 )
 from etr_assets.lake.quality import Severity
 from etr_assets.lake.specs import Column, HealthThresholds, TableSpec
@@ -91,7 +88,6 @@ def test_maintenance_compacts_applies_deletes_expires_and_logs_before_and_after(
     assert (row["snapshots_before"], row["snapshots_after"]) == (7, 2)
     assert row["expired_snapshots"] == result.expiry.expired_snapshots and row["removed_delete_files"] == 1
     assert row["rewritten_data_files"] == 6 and row["orphan_files_removed"] == 0
-    assert row["superseded_metadata_removed"] == len(result.superseded_metadata)
     assert "mergeable small-file share" in row["reasons_before"]
     print(f"maintenance of a 6-file table took {result.seconds:.1f} s")
 
@@ -136,46 +132,6 @@ def test_orphan_removal_treats_s3_and_s3a_as_one_scheme_and_fails_on_other_misma
     }
     with pytest.raises(ValueError, match="has no time zone"):
         orphan_file_arguments(SPEC, dt.datetime(2025, 1, 1))
-
-
-def metadata_files(settings, spec: TableSpec) -> list[str]:
-    folder = Path(urlparse(settings.warehouse).path) / spec.namespace / spec.name / "metadata"
-    return sorted(p.name for p in folder.glob("v*.metadata.json"))
-
-
-def test_superseded_metadata_stays_through_commits_and_maintenance_deletes_what_the_log_no_keeps(lake, settings):
-    """Commits leave every metadata.json (each delete would cost a daily run requests on S3); maintenance deletes
-    the versions older than the metadata log, and the table, its snapshots and its log read as before."""
-    spec = dataclasses.replace(SPEC, properties={**SPEC.properties, "write.metadata.previous-versions-max": "3"})
-    ensure_table(lake, settings.catalog, spec)
-    table = spec.qualified(settings.catalog)
-    for n in range(5):
-        insert(lake, table, n * 10)
-    assert metadata_files(settings, spec) == [f"v{n}.metadata.json" for n in range(1, 7)]
-    snapshots = lake.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at").collect()
-
-    removed = remove_superseded_metadata(lake, settings.catalog, spec)
-    # v6 is current; its log keeps v3, v4, v5.
-    assert sorted(Path(urlparse(p).path).name for p in removed) == ["v1.metadata.json", "v2.metadata.json"]
-    assert metadata_files(settings, spec) == [
-        "v3.metadata.json",
-        "v4.metadata.json",
-        "v5.metadata.json",
-        "v6.metadata.json",
-    ]
-    assert ids(lake, table) == [n * 10 + k for n in range(5) for k in range(2)]
-    first = lake.sql(f"SELECT count(*) FROM {table} VERSION AS OF {snapshots[0][0]}").first()[0]
-    assert first == 2  # every snapshot is still there to travel to
-    assert remove_superseded_metadata(lake, settings.catalog, spec) == ()
-
-
-def test_a_metadata_version_is_read_from_every_naming_iceberg_uses():
-    assert metadata_version("file:/w/db/t/metadata/v12.metadata.json") == 12
-    assert metadata_version("s3://b/w/db/t/metadata/00012-1f0c7d3e-5b1a-4c5e-9f0e-2d7a1b3c4d5e.metadata.json") == 12
-    assert metadata_version("s3://b/w/db/t/metadata/00007-1f0c.gz.metadata.json") == 7
-    assert metadata_version("file:/w/db/t/metadata/v3.metadata.json.gz") == 3
-    for other in ("snap-1-1-abc.avro", "abc-m0.avro", "version-hint.text", "v1.metadata.json.tmp"):
-        assert metadata_version(f"file:/w/db/t/metadata/{other}") is None
 
 
 def test_maintenance_during_a_concurrent_writer_loses_no_row(lake, settings, ledger_with_a_delete):

@@ -25,9 +25,7 @@ def test_every_table_gets_the_house_properties(spec):
     assert props["write.parquet.compression-codec"] == "zstd"
     assert int(props["write.target-file-size-bytes"]) > 0
     assert int(props["commit.retry.num-retries"]) >= 3
-    # Earlier metadata.json versions bounded, deleted by maintenance rather than at every commit.
-    assert props["write.metadata.previous-versions-max"] == "10"
-    assert props["write.metadata.delete-after-commit.enabled"] == "false"
+    assert props["write.metadata.delete-after-commit.enabled"] == "true"
     # Daily data is partitioned by day; SCD2 histories by the month a version closed (current versions apart).
     assert (
         spec.partition_by[0].startswith("days(") if spec.scd2 is None else spec.partition_by == ("months(_valid_to)",)
