@@ -187,10 +187,9 @@ def load_table(settings: Settings, spec: TableSpec | TableName):
 
 def catalog(settings: Settings):
     """pyiceberg's view of the profile's catalog (s3: the JDBC catalog's database; aws: Glue), one per process and
-    catalog: a SqlCatalog holds a SQLAlchemy engine whose pool keeps its connections open until the garbage
-    collector finds it, so one made per table reading (health reads every table at each tick) ran PostgreSQL out of
-    connections within two weeks of daily runs. Credentials are never properties: boto3 and pyarrow read the
-    environment or role."""
+    catalog: a SqlCatalog's engine keeps its pool's connections until the garbage collector finds it, and one per
+    table reading ran a benchmark's PostgreSQL out of connections. Credentials are never properties: boto3 and
+    pyarrow read the environment or role."""
     if settings.profile == Profile.LOCAL:
         raise ValueError("the local profile's Hadoop catalog has no pyiceberg catalog; use load_table")
     return _catalog(
