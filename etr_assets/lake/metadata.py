@@ -185,43 +185,31 @@ def load_table(settings: Settings, spec: TableSpec | TableName):
         return None
 
 
+@functools.lru_cache(maxsize=8)
 def catalog(settings: Settings):
     """pyiceberg's view of the profile's catalog (s3: the JDBC catalog's database; aws: Glue), one per process and
-    catalog: a SqlCatalog's engine keeps its pool's connections until the garbage collector finds it, and one per
+    settings: a SqlCatalog's engine keeps its pool's connections until the garbage collector finds it, and one per
     table reading ran a benchmark's PostgreSQL out of connections. Credentials are never properties: boto3 and
     pyarrow read the environment or role."""
-    if settings.profile == Profile.LOCAL:
-        raise ValueError("the local profile's Hadoop catalog has no pyiceberg catalog; use load_table")
-    return _catalog(
-        settings.profile,
-        settings.catalog,
-        settings.warehouse,
-        settings.jdbc_url if settings.profile == Profile.S3 else "",
-        (settings.jdbc_user, settings.jdbc_password),
-        settings.s3_endpoint,
-        settings.region,
-        settings.glue_endpoint if settings.profile == Profile.AWS else "",
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _catalog(profile, name, warehouse, jdbc_url, credentials, s3_endpoint, region, glue_endpoint):
-    s3 = {"s3.endpoint": s3_endpoint, "s3.path-style-access": "true"} if s3_endpoint else {}
-    if profile == Profile.S3:
+    s3 = {"s3.endpoint": settings.s3_endpoint, "s3.path-style-access": "true"} if settings.s3_endpoint else {}
+    if settings.profile == Profile.S3:
         from pyiceberg.catalog.sql import SqlCatalog
 
         # jdbc:postgresql://host:port/db -> postgresql+psycopg2://user:password@host:port/db
-        parsed, (user, password) = urlparse(jdbc_url.removeprefix("jdbc:")), credentials
-        auth = user + (f":{password}" if password else "")
+        parsed = urlparse(settings.jdbc_url.removeprefix("jdbc:"))
+        auth = settings.jdbc_user + (f":{settings.jdbc_password}" if settings.jdbc_password else "")
         netloc = f"{auth}@{parsed.netloc}" if auth else parsed.netloc
         uri = f"{parsed.scheme}+psycopg2://{netloc}{parsed.path}"
-        return SqlCatalog(name, uri=uri, warehouse=warehouse, **s3, **({"s3.region": region} if s3 else {}))
-    from pyiceberg.catalog.glue import GlueCatalog
+        region = {"s3.region": settings.region} if s3 else {}
+        return SqlCatalog(settings.catalog, uri=uri, warehouse=settings.warehouse, **s3, **region)
+    if settings.profile == Profile.AWS:
+        from pyiceberg.catalog.glue import GlueCatalog
 
-    props = {"client.region": region, "warehouse": warehouse, **s3}
-    if glue_endpoint:
-        props["glue.endpoint"] = glue_endpoint
-    return GlueCatalog(name, **props)
+        props = {"client.region": settings.region, "warehouse": settings.warehouse, **s3}
+        if settings.glue_endpoint:
+            props["glue.endpoint"] = settings.glue_endpoint
+        return GlueCatalog(settings.catalog, **props)
+    raise ValueError("the local profile's Hadoop catalog has no pyiceberg catalog; use load_table")
 
 
 def _first_line(error: BaseException) -> str:
