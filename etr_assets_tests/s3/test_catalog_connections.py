@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from etr_assets_tests.infra import postgres_server
 from etr_assets_tests.s3.conftest import s3_profile_settings
 
@@ -9,7 +11,8 @@ from etr_assets_tests.s3.conftest import s3_profile_settings
 def client_connections(jdbc_url: str) -> int:
     import psycopg2
 
-    with psycopg2.connect(jdbc_url.removeprefix("jdbc:"), user="postgres") as connection:
+    # psycopg2's own `with` ends a transaction, not the connection
+    with contextlib.closing(psycopg2.connect(jdbc_url.removeprefix("jdbc:"), user="postgres")) as connection:
         with connection.cursor() as cursor:
             others = "backend_type = 'client backend' AND pid <> pg_backend_pid()"
             cursor.execute(f"SELECT count(*) FROM pg_stat_activity WHERE {others}")
