@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from etr_assets_tests.test_cli_subprocess import isolated_env
 
 ETR = str(Path(sys.executable).parent / "etr")
 
 
+@pytest.mark.slow
 def test_prepare_instance_writes_the_config_migrates_and_creates_every_pool_once(tmp_path):
     from dagster import DagsterInstance
 

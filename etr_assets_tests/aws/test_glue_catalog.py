@@ -21,6 +21,7 @@ from etr_assets_tests.aws.conftest import REGION
 from etr_assets_tests.infra import list_keys, s3_client
 
 
+@pytest.mark.slow
 def test_bootstrap_creates_every_database_and_table_once(aws_settings, moto_endpoint):
     glue = catalog(aws_settings)
     first = bootstrap_catalog(glue, ALL_SPECS, aws_settings.warehouse, aws_settings.format_version)

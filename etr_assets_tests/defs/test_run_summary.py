@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -144,6 +145,7 @@ def test_an_instance_without_runs_has_no_summary():
         assert summarize_run(instance) is None
 
 
+@pytest.mark.slow
 def test_run_summary_without_an_id_takes_the_newest_finished_run_not_one_launching(tmp_path):
     """The issue's: `etr run-summary` picked a run still being launched (NOT_STARTED, 0 assets, exit 1). Without an
     id it takes the newest run that finished (succeeded, failed or canceled); none: one line, exit 1."""

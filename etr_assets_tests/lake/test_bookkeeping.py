@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from etr_assets.lake.bookkeeping import DATA_QUALITY_METRICS, MAX_FILES_PER_DAY, TABLE_CHANGES, record_rows
 from etr_assets.lake.metadata import load_table
 from etr_assets.lake.quality import Metric, record_metrics
@@ -22,6 +24,7 @@ def files_by_day(settings, spec) -> dict[str, int]:
     return days
 
 
+@pytest.mark.slow
 def test_a_log_written_by_every_run_stays_within_its_bound_of_files_and_keeps_every_row(lake, settings):
     """30 layer runs each record their check metrics (as `pipeline.layers` does): one append each, 30 files before
     compaction on write; now at most MAX_FILES_PER_DAY, and all 30 runs' rows."""
@@ -39,6 +42,7 @@ def test_a_log_written_by_every_run_stays_within_its_bound_of_files_and_keeps_ev
     assert set(operations) == {"append", "replace"} and operations.count("append") == LAYER_RUNS
 
 
+@pytest.mark.slow
 def test_a_past_day_is_compacted_into_one_file_and_only_the_days_written_are_rewritten(lake, settings):
     assert TABLE_CHANGES.day_column == "executed_at"
     qualified = TABLE_CHANGES.qualified(settings.catalog)

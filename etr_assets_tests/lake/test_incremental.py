@@ -34,6 +34,7 @@ def modes(result) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_first_loads_append_and_an_unchanged_day_is_neither_read_nor_rewritten(lake, settings, fetched_raw):
     bronze_first = pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D0])
     assert bronze_first.commit.operation == "append"  # a first load: downstream can read it incrementally
@@ -72,6 +73,7 @@ def test_a_read_plan_walks_lineage_on_metadata_without_a_spark_job(lake, setting
     assert lake.sparkContext.statusTracker().getJobIdsForGroup(group) == []
 
 
+@pytest.mark.slow
 def test_the_days_a_snapshot_changed_are_read_from_its_own_manifests(lake, settings, fetched_raw):
     """Which days the snapshots since a cursor touched is read from those snapshots' own manifests: a manifest an
     older snapshot wrote is never opened (here it is gone from disk), however many the table keeps."""
@@ -175,6 +177,7 @@ def test_after_a_rollback_the_cursor_is_the_restored_commits_and_a_lost_one_read
     assert lost.extra["bronze_rows_read"] == bronze.where(F.col("transaction_date") == D0).count()
 
 
+@pytest.mark.slow
 def test_compaction_snapshots_do_not_force_full_reads(lake, settings, fetched_raw):
     pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D0])
     pipeline.load_bronze(lake, settings.catalog, fetched_raw, [D1])

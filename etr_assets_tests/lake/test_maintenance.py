@@ -55,6 +55,7 @@ def ledger_with_a_delete(lake, settings) -> str:
     return table
 
 
+@pytest.mark.slow
 def test_maintenance_compacts_applies_deletes_expires_and_logs_before_and_after(lake, settings, ledger_with_a_delete):
     rows_before = ids(lake, ledger_with_a_delete)
     result = maintain_table(lake, settings, SPEC, run_id="run-1")
@@ -134,6 +135,7 @@ def test_orphan_removal_treats_s3_and_s3a_as_one_scheme_and_fails_on_other_misma
         orphan_file_arguments(SPEC, dt.datetime(2025, 1, 1))
 
 
+@pytest.mark.slow
 def test_maintenance_during_a_concurrent_writer_loses_no_row(lake, settings, ledger_with_a_delete):
     appended: list[int] = []
     errors: list[Exception] = []
@@ -157,6 +159,7 @@ def test_maintenance_during_a_concurrent_writer_loses_no_row(lake, settings, led
     assert result.compaction.rewritten_data_files >= 6
 
 
+@pytest.mark.slow
 def test_audit_branches_left_by_failed_or_killed_runs_are_dropped_once_stale_and_logged(
     lake, settings, ledger_with_a_delete, monkeypatch
 ):

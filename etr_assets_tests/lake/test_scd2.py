@@ -216,6 +216,7 @@ def test_the_daily_path_reads_only_the_current_versions_partition(lake, settings
         lake.table(table).collect()  # the test can fail: a read of every version needs the removed files
 
 
+@pytest.mark.slow
 def test_the_daily_path_moves_its_cursor_in_the_commit_that_publishes_it(lake, settings):
     """No version of the table's metadata shows main at an apply's snapshot with the cursor still before it: a
     failure between two commits would leave the table looking written by someone else, and the next build would
@@ -922,6 +923,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 def test_the_daily_path_opens_a_version_exactly_when_a_tracked_value_changes(lake, settings):
     catalog, table = settings.catalog, TRACKED_SPEC.qualified(settings.catalog)
     ensure_table(lake, catalog, TRACKED_SPEC)

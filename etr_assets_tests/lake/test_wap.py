@@ -40,6 +40,7 @@ def refs(lake, spec, settings):
     return {r[0] for r in lake.sql(f"SELECT name FROM {spec.qualified(settings.catalog)}.refs").collect()}
 
 
+@pytest.mark.slow
 def test_passing_checks_publish_to_main_and_drop_the_branch(lake, settings):
     load_day(lake, settings, [RECORD, {**RECORD, "transaction_id": 2, "amount": "20.00"}])
     silver = pipeline.build_silver(lake, settings.catalog, [DAY], audit_branch="audit_ok")
@@ -53,6 +54,7 @@ def test_passing_checks_publish_to_main_and_drop_the_branch(lake, settings):
     assert refs(lake, SILVER_TRANSACTIONS, settings) == {"main"} == refs(lake, GOLD_DAILY_SUMMARY, settings)
 
 
+@pytest.mark.slow
 def test_failing_checks_leave_main_unchanged_and_keep_the_branch(lake, settings):
     load_day(lake, settings, [RECORD])
     pipeline.build_silver(lake, settings.catalog, [DAY], audit_branch="audit_first")

@@ -87,6 +87,7 @@ def test_silver_is_typed_deduplicated_and_latest_update_wins(lake, settings, fet
     assert schema["amount"] == "decimal(10,2)" and schema["transaction_date"] == "date"
 
 
+@pytest.mark.slow
 def test_gold_matches_a_plain_python_summary(lake, settings, fetched_raw, api):
     pipeline.load_bronze(lake, settings.catalog, fetched_raw, DAYS)
     pipeline.build_silver(lake, settings.catalog, DAYS)
@@ -183,6 +184,7 @@ def test_too_many_bad_records_fail_before_writing_and_the_batch_stays_pending(la
     assert result.rows == 1 and result.extra["records_quarantined"] == 2 and fetched_raw.is_complete(batch)
 
 
+@pytest.mark.slow
 def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconcile(lake, settings, fetched_raw):
     day = dt.date(2025, 3, 4)
     good_lines = [json.dumps({**GOOD, "transaction_id": i, "loyalty_points": 5}) for i in range(1, 21)]
@@ -310,6 +312,7 @@ def test_missing_download_is_a_clear_error(lake, settings, fetched_raw):
         pipeline.load_bronze(lake, settings.catalog, fetched_raw, [dt.date(2025, 4, 1)])
 
 
+@pytest.mark.slow
 def test_an_empty_reply_for_a_loaded_day_fails_and_leaves_the_day_until_a_run_says_the_shrink_is_intended(
     lake, settings, fetched_raw
 ):

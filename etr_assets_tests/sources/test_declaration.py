@@ -162,6 +162,7 @@ def test_two_sources_of_one_name_are_refused(tmp_path):
         load_sources((tmp_path,))
 
 
+@pytest.mark.slow
 def test_dg_check_defs_reports_the_same_line(tmp_path):
     """`dg check defs` on the project with a folder of declarations holding a mistake: it fails with the line."""
     import os
