@@ -136,7 +136,7 @@ def test_a_sensor_tick_requests_maintenance_for_exactly_the_unhealthy_table(lake
     assert isinstance(queued, SkipReason)
 
 
-# Not marked slow (2.8 CPU s): it maintains `messy`, so it must run after this file's other tests, and the slow
+# Not marked slow: it maintains `messy`, so it must run after this file's other tests, and the slow
 # tests run first.
 def test_the_maintenance_job_maintains_the_chosen_table_and_the_sensor_then_rests(lake_settings, spark):
     defs = health_checks_definitions(lake_settings)
