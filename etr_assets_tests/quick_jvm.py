@@ -58,11 +58,11 @@ spark.stop()
 def _archive_key() -> str:
     import pyspark
 
-    from etr_assets.lake.session import iceberg_runtime_jar
+    from etr_assets.lake.session import iceberg_runtime_jar, local_fs_jar
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60).stderr
     jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    text = "\n".join([java, *jars, iceberg_runtime_jar(), JIT_AND_GC, NO_CODEGEN])
+    text = "\n".join([java, *jars, iceberg_runtime_jar(), str(local_fs_jar()), JIT_AND_GC, NO_CODEGEN])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

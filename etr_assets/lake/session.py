@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import importlib.util
 import os
 from collections.abc import Iterator
@@ -24,6 +25,9 @@ LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
 # Jars the `s3` profile needs beside Spark's hadoop-client 3.3.4 (docs/stack.md); setup fetches them here.
 S3A_JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
 POSTGRES_JDBC_GLOB = "/usr/share/java/postgresql*.jar"
+# The local profile's warehouse file system without a chmod process per file written (lake/local_fs.py builds it).
+LOCAL_FS_SOURCE = Path(__file__).with_name("java") / "PosixLocalFileSystem.java"
+LOCAL_FS_CLASS = "etr.hadoop.PosixLocalFileSystem"
 # Looked up by short name on nearly every DataFrame call: imported, py4j skips failed wildcard lookups in every jar.
 HOT_CLASSES = (
     "org.apache.spark.sql.functions",
@@ -50,6 +54,17 @@ def iceberg_runtime_jar() -> str:
 
 def jars_dir() -> Path:
     return Path(os.environ.get("ETR_JARS_DIR", Path(__file__).resolve().parents[2] / ".jars"))
+
+
+def local_fs_jar_path() -> Path:
+    """Where `python -m etr_assets.lake.local_fs` puts the local file system's jar: named by its source's hash."""
+    return jars_dir() / f"etr-local-fs-{hashlib.sha256(LOCAL_FS_SOURCE.read_bytes()).hexdigest()[:12]}.jar"
+
+
+def local_fs_jar() -> Path | None:
+    """The local profile's file system without a chmod process per file, once compiled from this source."""
+    jar = local_fs_jar_path()
+    return jar if jar.exists() else None
 
 
 def s3_profile_jars() -> list[str]:
@@ -132,6 +147,11 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     if master.startswith("local") or ("://" in master and urlparse(master).hostname in ("127.0.0.1", "localhost")):
         # Nothing listens beyond loopback on a laptop, or for a cluster on this machine (executors call back here).
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+        if settings.profile == Profile.LOCAL and (jar := local_fs_jar()) is not None:
+            # The warehouse's files written without a chmod process each (lake/local_fs.py); the executors of a
+            # cluster on this machine read the same jar.
+            conf |= {"spark.hadoop.fs.file.impl": LOCAL_FS_CLASS}
+            conf |= {f"spark.{side}.extraClassPath": str(jar) for side in ("driver", "executor")}
     if settings.executor_memory:
         conf["spark.executor.memory"] = settings.executor_memory
     if jars := jars_for(settings):

@@ -1,0 +1,58 @@
+"""The local profile's warehouse file system without a `chmod` process per file (java/PosixLocalFileSystem.java).
+
+Hadoop's local file system sets each new file's and directory's permissions by starting `chmod` unless Hadoop's native
+library is loaded, and pyspark ships none: a Spark + Iceberg JVM then forks for every data file, manifest, manifest
+list and metadata.json it writes (docs/stack.md). The class is compiled once per source (`./dev setup`, with the JDK's
+javac) into a jar named by the source's hash; without it, sessions keep Hadoop's LocalFileSystem.
+
+    python -m etr_assets.lake.local_fs   # compile it now (nothing to do when the jar is there)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from etr_assets.lake.session import LOCAL_FS_SOURCE, local_fs_jar, local_fs_jar_path
+
+
+def build() -> Path:
+    """Compile the class against pyspark's Hadoop jars into `local_fs_jar_path()`: written whole, then renamed."""
+    import pyspark
+
+    javac = shutil.which("javac")
+    if javac is None:
+        raise FileNotFoundError("javac (a JDK 17) is needed to compile " + LOCAL_FS_SOURCE.name)
+    jar = local_fs_jar_path()
+    classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+    with tempfile.TemporaryDirectory(prefix="etr-local-fs-") as scratch:
+        out = Path(scratch) / "classes"
+        done = subprocess.run(
+            [javac, "--release", "17", "-cp", classpath, "-d", str(out), str(LOCAL_FS_SOURCE)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"javac failed on {LOCAL_FS_SOURCE}: {done.stderr.strip()[-2000:]}")
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        partial = jar.with_name(f".{jar.name}.{Path(scratch).name}")
+        with zipfile.ZipFile(partial, "w") as archive:
+            for compiled in sorted(out.rglob("*.class")):
+                archive.write(compiled, compiled.relative_to(out).as_posix())
+        partial.replace(jar)
+    for stale in jar.parent.glob("etr-local-fs-*.jar"):
+        if stale != jar:
+            stale.unlink(missing_ok=True)
+    return jar
+
+
+if __name__ == "__main__":
+    if local_fs_jar() is None:
+        try:
+            print(f"==> compiled {build()}", file=sys.stderr)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            print(f"the local file system without chmod processes was not built ({exc})", file=sys.stderr)
+            sys.exit(1)
