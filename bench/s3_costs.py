@@ -210,6 +210,7 @@ def run_lake(
         lake.weekly, lake.weekly_tables = weekly, weekly_tables or []
         for number in range(1, days + 1):
             counted.counts.clear()
+            counted.mark = str(number)
             started = time.perf_counter()
             row = lake.run_day(number)
             row |= {"per_day": per_day, "seconds": round(time.perf_counter() - started, 1)}

@@ -95,8 +95,12 @@ class CountedRequests:
         import threading
 
         self.label = ""
+        self.mark = ""  # in the request log beside the label: a benchmark's day number
         self.counts: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
+        # ETR_S3_REQUEST_LOG=FILE: each request as a JSON line (label, kind, method, key), to find which tables'
+        # and files' requests grow from one day to another.
+        self.log_path = os.environ.get("ETR_S3_REQUEST_LOG")
 
     def wrap(self, app):
         from etr_assets.sources.s3_requests import classify
@@ -108,9 +112,24 @@ class CountedRequests:
                 )
                 with self.lock:
                     self.counts[(self.label, kind)] += 1
+                    if self.log_path:
+                        self._log(kind, environ)
             return app(environ, start_response)
 
         return counting
+
+    def _log(self, kind: str, environ) -> None:
+        import json
+
+        line = {
+            "mark": self.mark,
+            "label": self.label,
+            "kind": kind,
+            "method": environ["REQUEST_METHOD"],
+            "key": environ["PATH_INFO"],
+        }
+        with open(self.log_path, "a") as log:
+            log.write(json.dumps(line) + "\n")
 
     def of(self, label: str | None = None):
         """Counts by kind, of one label or of all."""
