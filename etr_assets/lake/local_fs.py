@@ -1,9 +1,6 @@
-"""The local profile's warehouse file system without a `chmod` process per file (java/PosixLocalFileSystem.java).
-
-Hadoop's local file system sets each new file's and directory's permissions by starting `chmod` unless Hadoop's native
-library is loaded, and pyspark ships none: a Spark + Iceberg JVM then forks for every data file, manifest, manifest
-list and metadata.json it writes (docs/stack.md). The class is compiled once per source (`./dev setup`, with the JDK's
-javac) into a jar named by the source's hash; without it, sessions keep Hadoop's LocalFileSystem.
+"""Compiles the local profile's warehouse file system (java/PosixLocalFileSystem.java: no `chmod` process per file,
+docs/stack.md) with the JDK's javac into a jar named by the source's hash; `./dev setup` runs it. Without it, sessions
+keep Hadoop's LocalFileSystem.
 
     python -m etr_assets.lake.local_fs   # compile it now (nothing to do when the jar is there)
 """
