@@ -53,6 +53,15 @@ def test_passing_checks_publish_to_main_and_drop_the_branch(lake, settings):
     assert lake.table(SILVER_TRANSACTIONS.qualified(settings.catalog)).count() == 2
     assert refs(lake, SILVER_TRANSACTIONS, settings) == {"main"} == refs(lake, GOLD_DAILY_SUMMARY, settings)
 
+    # Three metadata versions a day: the branch made, the write, and main fast-forwarded with the branch dropped
+    # in one commit (each version is a metadata file written and, past the table's limit, an old one deleted).
+    versions = f"SELECT count(*) FROM {SILVER_TRANSACTIONS.qualified(settings.catalog)}.metadata_log_entries"
+    before = lake.sql(versions).first()[0]
+    day2 = DAY + dt.timedelta(days=1)
+    load_day(lake, settings, [{**RECORD, "transaction_id": 3, "transaction_date": day2.isoformat()}], day2)
+    pipeline.build_silver(lake, settings.catalog, [day2], audit_branch="audit_ok2")
+    assert lake.sql(versions).first()[0] - before == 3
+
 
 @pytest.mark.slow
 def test_failing_checks_leave_main_unchanged_and_keep_the_branch(lake, settings):
