@@ -17,7 +17,7 @@ from etr_assets.lake.frames import conform
 from etr_assets.lake.quality import CheckOutcome, Severity
 from etr_assets.lake.timetravel import record_change
 from etr_assets.lake.validate import Validated, read_validated_days
-from etr_assets.lake.writes import append, current_snapshot_id, replace_days
+from etr_assets.lake.writes import append, current_snapshot_id, files_of_days, iceberg_table, replace_days
 from etr_assets.sources.raw_zone import Batch, RawZone, batch_day_of_file
 
 if TYPE_CHECKING:
@@ -156,8 +156,11 @@ def load_bronze_days(
             commit = replace_days(spark, bronze, df, feed.day_column, days, options=options)
         else:
             commit = append(spark, bronze, df, options)
-        quarantined = conform(_union(quarantined), feed.quarantine)
-        replace_days(spark, feed.quarantine.qualified(catalog), quarantined, "_batch_day", days)
+        refused_into = feed.quarantine.qualified(catalog)
+        # Nothing refused and nothing to replace: no commit (an empty overwrite still writes a snapshot each day).
+        if not days or any(r.quarantined_count for r in checked.values()) or holds_days(spark, refused_into, days):
+            quarantined = conform(_union(quarantined), feed.quarantine)
+            replace_days(spark, refused_into, quarantined, "_batch_day", days)
     finally:
         for result in checked.values():
             result.release()
@@ -243,3 +246,9 @@ def abandon_batch(
     snapshot = current_snapshot_id(spark, bronze) if spark.catalog.tableExists(bronze) else None
     why, after = f"raw batch {batch.key} abandoned: {reason}", "none" if snapshot is None else str(snapshot)
     return record_change(spark, catalog, bronze, "ABANDON_BATCH", None, after, why, run_id)
+
+
+def holds_days(spark: SparkSession, quarantine: str, days: list[dt.date]) -> bool:
+    """Whether the quarantine holds a file of a batch day from the first of `days` to the last (its manifests read,
+    no data file)."""
+    return bool(files_of_days(spark, iceberg_table(spark, quarantine), "_batch_day", min(days), max(days)))

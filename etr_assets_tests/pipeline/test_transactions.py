@@ -221,6 +221,17 @@ def test_bad_records_are_quarantined_with_reason_file_and_line_and_counts_reconc
     again = lake.sql(f"SELECT count(*) FROM {settings.catalog}.bronze.quarantine_transactions").first()[0]
     assert again == 4
 
+    # The source fixes the day: its quarantined records go with the reload. A clean day adds no quarantine commit.
+    quarantine_table = f"{settings.catalog}.bronze.quarantine_transactions"
+    plant_batch(fetched_raw, day, good_lines)
+    pipeline.load_bronze(lake, settings.catalog, fetched_raw, [day])
+    assert lake.sql(f"SELECT count(*) FROM {quarantine_table}").first()[0] == 0
+    snapshots = lake.sql(f"SELECT count(*) FROM {quarantine_table}.snapshots").first()[0]
+    next_day = day + dt.timedelta(days=1)
+    plant_batch(fetched_raw, next_day, [json.dumps({**GOOD, "transaction_date": next_day.isoformat()})])
+    assert pipeline.load_bronze(lake, settings.catalog, fetched_raw, [next_day]).rows == 1
+    assert lake.sql(f"SELECT count(*) FROM {quarantine_table}.snapshots").first()[0] == snapshots
+
 
 def test_a_value_not_exactly_of_its_type_is_quarantined_never_cast_and_unencodable_text_only_sinks_its_record(
     lake, settings, fetched_raw
