@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 from etr_assets.lake.metadata import load_table, snapshot_row_count
@@ -77,29 +78,13 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
     manifests = (
         [m for m in snapshot.manifests(table.io) if m.has_added_files() or m.has_existing_files()] if snapshot else []
     )
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(manifests)))) as pool:
-        entries = list(pool.map(lambda m: (m, m.fetch_manifest_entry(table.io, discard_deleted=True)), manifests))
-
-    from pyiceberg.manifest import ManifestContent
-
     small_limit = int(spec.target_file_size_bytes * SMALL_FILE_RATIO)
-    data_files = data_bytes = delete_files = delete_bytes = small_bytes = 0
-    small_by_partition: Counter = Counter()
-    partitions = set()
-    for manifest, manifest_entries in entries:
-        for entry in manifest_entries:
-            file = entry.data_file
-            if manifest.content != ManifestContent.DATA:
-                delete_files += 1
-                delete_bytes += file.file_size_in_bytes
-                continue
-            data_files += 1
-            data_bytes += file.file_size_in_bytes
-            partition = (manifest.partition_spec_id, tuple(file.partition[i] for i in range(len(file.partition))))
-            partitions.add(partition)
-            if file.file_size_in_bytes < small_limit:
-                small_by_partition[partition] += 1
-                small_bytes += file.file_size_in_bytes
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(manifests)))) as pool:
+        read = list(pool.map(lambda m: _manifest_figures(table.io, m, small_limit), manifests))
+    small_by_partition = sum((f.small_by_partition for f in read), Counter())
+    data_files, data_bytes = sum(f.data_files for f in read), sum(f.data_bytes for f in read)
+    delete_files, delete_bytes = sum(f.delete_files for f in read), sum(f.delete_bytes for f in read)
+    small_bytes, partitions = sum(f.small_bytes for f in read), frozenset().union(*(f.partitions for f in read))
     small = sum(small_by_partition.values())
     mergeable = sum(count - 1 for count in small_by_partition.values())
     oldest_ms = min((s.timestamp_ms for s in metadata.snapshots), default=None)
@@ -130,6 +115,64 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
     )
     status, reasons = judge(spec, health)
     return dataclasses.replace(health, status=status, reasons=reasons, measured_seconds=time.perf_counter() - started)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ManifestFigures:
+    """What health counts in one manifest's live entries."""
+
+    data_files: int = 0
+    data_bytes: int = 0
+    delete_files: int = 0
+    delete_bytes: int = 0
+    small_bytes: int = 0
+    small_by_partition: Counter = dataclasses.field(default_factory=Counter)  # (spec id, partition) -> small files
+    partitions: frozenset = frozenset()
+
+
+# A manifest never changes once written: each is read once per process (the health sensor's code server reads every
+# table each day, and between two readings a table gains a manifest or two of up to 8 kept per kind).
+_MANIFESTS_KEPT = 4096
+_read_manifests: OrderedDict[tuple[str, int], _ManifestFigures] = OrderedDict()
+_read_lock = threading.Lock()
+
+
+def _manifest_figures(io, manifest, small_limit: int) -> _ManifestFigures:
+    from pyiceberg.manifest import ManifestContent
+
+    key = (manifest.manifest_path, small_limit)
+    with _read_lock:
+        if (known := _read_manifests.get(key)) is not None:
+            _read_manifests.move_to_end(key)
+            return known
+    data = manifest.content == ManifestContent.DATA
+    counts: Counter = Counter()
+    small_by_partition: Counter = Counter()
+    partitions = set()
+    for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+        file = entry.data_file
+        counts["files"] += 1
+        counts["bytes"] += file.file_size_in_bytes
+        if data:
+            partition = (manifest.partition_spec_id, tuple(file.partition[i] for i in range(len(file.partition))))
+            partitions.add(partition)
+            if file.file_size_in_bytes < small_limit:
+                small_by_partition[partition] += 1
+                counts["small_bytes"] += file.file_size_in_bytes
+    figures = _ManifestFigures(
+        data_files=counts["files"] if data else 0,
+        data_bytes=counts["bytes"] if data else 0,
+        delete_files=0 if data else counts["files"],
+        delete_bytes=0 if data else counts["bytes"],
+        small_bytes=counts["small_bytes"],
+        small_by_partition=small_by_partition,
+        partitions=frozenset(partitions),
+    )
+    with _read_lock:
+        _read_manifests[key] = figures
+        while len(_read_manifests) > _MANIFESTS_KEPT:
+            _read_manifests.popitem(last=False)
+    return figures
 
 
 def retained_snapshots(spec: TableSpec) -> int:

@@ -76,6 +76,37 @@ def test_many_tiny_appends_and_deletes_make_a_table_warn_with_the_reasons_named(
     print(f"health of a 10-snapshot table measured in {health.measured_seconds * 1000:.0f} ms")
 
 
+def test_a_reading_reads_only_the_manifests_it_has_not_read_and_counts_as_a_first_reading(lake, settings, monkeypatch):
+    """Manifests never change: the health sensor's daily reading reads those written since (S3 GETs that would
+    otherwise grow with the manifests a table keeps), and says what a first reading says."""
+    from pyiceberg.manifest import ManifestFile
+
+    from etr_assets.lake import health
+
+    spec = spec_named("reread", properties=MERGE_ON_READ)
+    table, now = spec.qualified(settings.catalog), dt.datetime.now(dt.UTC)
+    ensure_table(lake, settings.catalog, spec)
+    for n in range(3):
+        insert(lake, table, n * 10, "2025-01-01", rows=2)
+    read, fetch = set(), ManifestFile.fetch_manifest_entry
+    monkeypatch.setattr(
+        ManifestFile, "fetch_manifest_entry", lambda m, *a, **k: read.add(m.manifest_path) or fetch(m, *a, **k)
+    )
+    manifests = lambda: {r[0] for r in lake.sql(f"SELECT path FROM {table}.manifests").collect()}  # noqa: E731
+    kept = manifests()
+    assert table_health(settings, spec, now).manifests == 3 and read == kept
+
+    insert(lake, table, 100, "2025-01-02", rows=2)
+    lake.sql(f"DELETE FROM {table} WHERE id = 10")  # a delete manifest beside the append's
+    read.clear()
+    again = table_health(settings, spec, now)
+    assert again.manifests == 5 and read == manifests() - kept and len(read) == 2
+    health._read_manifests.clear()
+    first = table_health(settings, spec, now)
+    assert read == manifests() and (again.data_files, again.delete_files, again.rows) == (4, 1, 7)
+    assert dataclasses.replace(again, measured_seconds=0) == dataclasses.replace(first, measured_seconds=0)
+
+
 def test_thresholds_come_from_the_spec_and_far_past_a_limit_is_an_error(lake, settings):
     keeps_one = {"history.expire.min-snapshots-to-keep": "1"}
     limits = HealthThresholds(max_snapshots=1, max_manifests=2, error_factor=2, max_snapshot_age_days=30)
