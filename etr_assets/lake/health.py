@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from etr_assets.lake.metadata import load_table, snapshot_row_count
@@ -121,57 +120,46 @@ def table_health(settings: Settings, spec: TableSpec, now: dt.datetime | None = 
 class _ManifestFigures:
     """What health counts in one manifest's live entries."""
 
-    data_files: int = 0
-    data_bytes: int = 0
-    delete_files: int = 0
-    delete_bytes: int = 0
-    small_bytes: int = 0
-    small_by_partition: Counter = dataclasses.field(default_factory=Counter)  # (spec id, partition) -> small files
-    partitions: frozenset = frozenset()
+    data_files: int
+    data_bytes: int
+    delete_files: int
+    delete_bytes: int
+    small_bytes: int
+    small_by_partition: Counter  # (spec id, partition) -> small data files
+    partitions: frozenset
 
 
 # A manifest never changes once written: each is read once per process (the health sensor's code server reads every
 # table each day, and between two readings a table gains a manifest or two of up to 8 kept per kind).
 _MANIFESTS_KEPT = 4096
-_read_manifests: OrderedDict[tuple[str, int], _ManifestFigures] = OrderedDict()
-_read_lock = threading.Lock()
+_read_manifests: dict[tuple[str, int], _ManifestFigures] = {}  # emptied when full
 
 
 def _manifest_figures(io, manifest, small_limit: int) -> _ManifestFigures:
     from pyiceberg.manifest import ManifestContent
 
     key = (manifest.manifest_path, small_limit)
-    with _read_lock:
-        if (known := _read_manifests.get(key)) is not None:
-            _read_manifests.move_to_end(key)
-            return known
+    if (known := _read_manifests.get(key)) is not None:
+        return known
     data = manifest.content == ManifestContent.DATA
-    counts: Counter = Counter()
+    files = size = small_bytes = 0
     small_by_partition: Counter = Counter()
     partitions = set()
     for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
         file = entry.data_file
-        counts["files"] += 1
-        counts["bytes"] += file.file_size_in_bytes
+        files, size = files + 1, size + file.file_size_in_bytes
         if data:
             partition = (manifest.partition_spec_id, tuple(file.partition[i] for i in range(len(file.partition))))
             partitions.add(partition)
             if file.file_size_in_bytes < small_limit:
                 small_by_partition[partition] += 1
-                counts["small_bytes"] += file.file_size_in_bytes
-    figures = _ManifestFigures(
-        data_files=counts["files"] if data else 0,
-        data_bytes=counts["bytes"] if data else 0,
-        delete_files=0 if data else counts["files"],
-        delete_bytes=0 if data else counts["bytes"],
-        small_bytes=counts["small_bytes"],
-        small_by_partition=small_by_partition,
-        partitions=frozenset(partitions),
-    )
-    with _read_lock:
-        _read_manifests[key] = figures
-        while len(_read_manifests) > _MANIFESTS_KEPT:
-            _read_manifests.popitem(last=False)
+                small_bytes += file.file_size_in_bytes
+    deletes = (0, 0) if data else (files, size)
+    counted = (files, size) if data else (0, 0)
+    figures = _ManifestFigures(*counted, *deletes, small_bytes, small_by_partition, frozenset(partitions))
+    if len(_read_manifests) >= _MANIFESTS_KEPT:
+        _read_manifests.clear()
+    _read_manifests[key] = figures
     return figures
 
 
