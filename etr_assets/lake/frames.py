@@ -101,28 +101,6 @@ def conform(df: DataFrame, spec: TableSpec) -> DataFrame:
     )
 
 
-def session_with(spark: SparkSession, settings: dict[str, str]) -> SparkSession:
-    """A clone of `spark`'s session (its settings, catalogs and views) with `settings` set: a step gets the settings
-    it needs while the caller's session, which other work in the process may be using, never changes. The clone's
-    catalogs cache tables apart from the caller's: read what it committed through a refreshed table
-    (`writes.iceberg_table`)."""
-    from pyspark.sql import SparkSession
-
-    clone = spark._jsparkSession.cloneSession()
-    for key, value in settings.items():
-        clone.conf().set(key, value)
-    return SparkSession(spark.sparkContext, clone)
-
-
-def rebound(frame: DataFrame, session: SparkSession) -> DataFrame:
-    """`frame`'s plan, as analyzed, planned and run by `session`: the same plan, so a cache either session makes
-    serves both."""
-    from pyspark.sql import DataFrame
-
-    plan = frame._jdf.queryExecution().analyzed()
-    return DataFrame(session._jvm.org.apache.spark.sql.Dataset.ofRows(session._jsparkSession, plan), session)
-
-
 @contextlib.contextmanager
 def temp_view(spark: SparkSession, frame: DataFrame, prefix: str) -> Iterator[str]:
     """A temporary view of `frame` (made in `frame`'s session), named `prefix` and 12 random hex digits, dropped

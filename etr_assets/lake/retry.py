@@ -22,7 +22,6 @@ CONFLICT_MARKERS = (
     "could not be found in the latest snapshot",  # a manifest rewrite whose manifests a concurrent commit merged
     "Requirement failed: branch main has changed",
     "Cannot fast-forward: main is not an ancestor",  # main moved while a branch was written (scd2)
-    "main moved since the apply read it",  # main moved before an SCD2 apply's branch was made (scd2.BASE_MOVED)
 )
 
 

@@ -13,9 +13,8 @@ import uuid
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from etr_assets.errors import CommitConflictError
 from etr_assets.lake.feeds import FeedMode
-from etr_assets.lake.frames import conform, rebound, session_with, temp_view
+from etr_assets.lake.frames import conform, temp_view
 from etr_assets.lake.incremental import changed_only_by, days_changed_by, lineage_since, snapshot_in_metadata
 from etr_assets.lake.retry import run_with_retries
 from etr_assets.lake.scd2_recompute import (
@@ -35,7 +34,7 @@ from etr_assets.lake.scd2_recompute import (
     write_difference,
 )
 from etr_assets.lake.specs import CURRENT_VERSIONS, CURSOR_PROPERTY, STATE_HASH_COLUMN, TableSpec
-from etr_assets.lake.writes import branch_session, current_snapshot_id, iceberg_table
+from etr_assets.lake.writes import current_snapshot_id, iceberg_table
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,7 +42,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 BRANCH_PREFIX = "scd2_apply_"  # a branch per apply, dropped when published (or when the apply fails)
-BASE_MOVED = "main moved since the apply read it"  # a commit conflict (lake.retry.CONFLICT_MARKERS)
 # The log's new rows are one day's files, small enough that Iceberg would read them all in one task; a task per file
 # (or row group) lets every core hash and sort them (the daily path reads them twice).
 NEW_ROWS_SPLIT_BYTES = 1 << 20
@@ -358,14 +356,14 @@ def apply_incremental(spark: SparkSession, catalog: str, spec: TableSpec, log: O
             added = delta.where(F.col("_action") == Action.INSERT).select(*spec.column_names)
             versions = added if versions is None else versions.unionByName(added)
 
-        def write(session: SparkSession) -> None:
+        def write(into: str) -> None:
             if staged is not None:
-                _delete_closed(session, spec, target, rebound(staged, session), closes <= broadcast_up_to)
+                _delete_closed(spark, spec, into, staged, closes <= broadcast_up_to)
             if updated or deleted:
-                merging = _planned_with(session, BROADCAST_THRESHOLD, str(DELTA_BROADCAST_BYTES), delta)
-                write_difference(merging.sparkSession, spec, target, merging, inserts=False)
+                merging = _planned_with(spark, BROADCAST_THRESHOLD, str(DELTA_BROADCAST_BYTES), delta)
+                write_difference(merging.sparkSession, spec, into, merging, inserts=False)
             if versions is not None:
-                rebound(versions, session).writeTo(target).append()
+                versions.writeTo(into).append()
 
         cursor_set = _publish(spark, target, gained, write, watermark_after)
         snapshot = current_snapshot_id(spark, target)
@@ -536,28 +534,21 @@ def _new_versions(records, spec: TableSpec, settled, counts: _Settled, broadcast
     return conform(versions, spec)
 
 
-def _publish(spark, target: str, gained: Gained, write: Callable[[SparkSession], None], watermark: int) -> bool:
-    """`write(session)` on a branch, then main fast-forwarded to it with the cursor set in the same commit: all at
-    once, and only if main is still at `gained.base`, which the classification read (the branch is made by the
-    first of `write`'s commits, at main's snapshot then: `writes.branch_session`). Returns whether the cursor was
-    set. (An empty table has no snapshot to branch from: written in place, the cursor not yet moved, so a failure
-    between the writes is recomputed.)"""
+def _publish(spark, target: str, gained: Gained, write: Callable[[str], None], watermark: int) -> bool:
+    """`write(into)` on a branch made at `gained.base`, then main fast-forwarded to it with the cursor set in the same
+    commit: all at once, and only if nobody committed to main since `gained.base`, which the classification read.
+    Returns whether the cursor was set. (An empty table has no snapshot to branch from: written in place, the cursor
+    not yet moved, so a failure between the writes is recomputed.)"""
     if gained.base is None:
-        write(spark)
+        write(target)
         return False
     branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+    iceberg_table(spark, target).manageSnapshots().createBranch(branch, gained.base).commit()
     try:
-        write(branch_session(spark, target, branch))
+        write(f"{target}.branch_{branch}")
         table = iceberg_table(spark, target)
-        if table.refs().get(branch) is None:  # nothing committed: nothing to publish
-            return False
-        # Main moved before the branch was made (the branch holds that commit too) or after (the fast-forward below
-        # fails): either way the classification read a stale table, and the attempt reruns on fresh state.
-        if (main := table.refs().get("main").snapshotId()) != gained.base:
-            raise CommitConflictError(
-                f"{target}: {BASE_MOVED}: the apply read snapshot {gained.base}, main is at {main}"
-            )
         transaction = table.newTransaction()
+        # Fails if main moved since the base (a commit conflict: the attempt reruns on fresh state).
         transaction.manageSnapshots().fastForwardBranch("main", branch).removeBranch(branch).commit()
         cursor = Scd2Cursor(table.refs().get(branch).snapshotId(), gained.head, watermark)
         transaction.updateProperties().set(CURSOR_PROPERTY, cursor.to_json()).commit()
@@ -609,5 +600,13 @@ def _with_retries(spark: SparkSession, target: str, attempt):
 
 
 def _planned_with(spark: SparkSession, key: str, value: str, frame: DataFrame) -> DataFrame:
-    """`frame` planned and run by a clone of the caller's session with `key` set (`frames.session_with`)."""
-    return rebound(frame, session_with(spark, {key: value}))
+    """`frame` planned and run by the caller's session cloned (settings, catalogs, views) with `key` set: a step gets
+    the setting it needs while the caller's session, which other work in the process may be using, never changes.
+    The plan is the same, so a cache either session makes serves both."""
+    from pyspark.sql import DataFrame, SparkSession
+
+    clone = spark._jsparkSession.cloneSession()
+    clone.conf().set(key, value)
+    session = SparkSession(spark.sparkContext, clone)
+    plan = frame._jdf.queryExecution().analyzed()
+    return DataFrame(session._jvm.org.apache.spark.sql.Dataset.ofRows(session._jsparkSession, plan), session)

@@ -324,7 +324,6 @@ class TableSpec:
         state = {}
         if self.scd2 is not None:
             state[STATE_HASH_PROPERTY] = self.state_hash_sql
-            state[WAP_ENABLED] = "true"  # an apply writes to a branch its first commit makes (writes.branch_session)
             if self.holds_personal_data:  # a hash of personal values: no bounds of it in manifests either
                 personal[METRICS_COLUMN_PROPERTY.format(STATE_HASH_COLUMN)] = PERSONAL_DATA_METRICS
         pinned = {FORMAT_VERSION: str(self.format_version)} if self.format_version else {}

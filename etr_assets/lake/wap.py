@@ -35,10 +35,11 @@ def evaluate(
 
 
 def write_audit_publish(spark: SparkSession, catalog: str, spec: TableSpec, branch: str, days: list[dt.date], write):
-    """`write(branch)` writes to the branch (made by its first commit, at main's current snapshot, if it does not
-    exist); check it; publish. Returns (write's result, outcomes)."""
+    """`write(branch)` writes to the branch; check it; publish. Returns (write's result, outcomes)."""
     qualified = spec.qualified(catalog)
-    result = write(branch)  # its first commit makes the branch (`writes.branch_session`)
+    # a branch of main, written as `<table>.branch_<name>` so no session-wide setting leaks
+    spark.sql(f"ALTER TABLE {qualified} CREATE BRANCH IF NOT EXISTS `{branch}`")
+    result = write(branch)
     outcomes = evaluate(spark, qualified, spec, branch, days)
     if failed := [o for o in outcomes if not o.passed]:
         raise AuditFailed(

@@ -9,17 +9,13 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from etr_assets.errors import SpecError
-from etr_assets.lake.frames import rebound, session_with
 from etr_assets.lake.metadata import PositionDeleteFile, RowCount, row_count
 from etr_assets.lake.session import java_class, java_elements
-from etr_assets.lake.specs import WAP_ENABLED
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 WRITE_ID_PROPERTY = "etr.write-id"
-WAP_BRANCH = "spark.wap.branch"  # where a session's writes to a table with write.wap.enabled go
 EPOCH = dt.date(1970, 1, 1)  # what Iceberg's day() partition values count from
 
 
@@ -197,23 +193,8 @@ def replace_days(
     does not check rows against: `df` must hold rows of `days` only. `options`: of this write only."""
     from pyspark.sql import functions as F
 
-    if branch:
-        df = rebound(df, branch_session(spark, qualified, branch))
-    return _write(
-        spark, qualified, df, qualified, options, lambda w: w.overwrite(F.col(date_column).isin(sorted(days)))
-    )
-
-
-def branch_session(spark: SparkSession, qualified: str, branch: str) -> SparkSession:
-    """A clone of `spark`'s session whose writes to `qualified` go to `branch`, the first of them creating it at
-    main's current snapshot in its own commit: one metadata version fewer than creating the branch first. Only a
-    table with write.wap.enabled takes the setting; on any other the writes would land on main, so it refuses."""
-    if iceberg_table(spark, qualified, refresh=False).properties().get(WAP_ENABLED) != "true":
-        raise SpecError(
-            f"{qualified}: writing to branch '{branch}' needs the table property {WAP_ENABLED}=true, which its spec "
-            "sets: bring the table to its spec first (etr_assets.lake.evolve.ensure_table)"
-        )
-    return session_with(spark, {WAP_BRANCH: branch})
+    target = f"{qualified}.branch_{branch}" if branch else qualified
+    return _write(spark, qualified, df, target, options, lambda w: w.overwrite(F.col(date_column).isin(sorted(days))))
 
 
 def append(spark: SparkSession, qualified: str, df: DataFrame, options: dict[str, str] | None = None) -> CommitInfo:
