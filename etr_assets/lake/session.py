@@ -28,6 +28,9 @@ POSTGRES_JDBC_GLOB = "/usr/share/java/postgresql*.jar"
 # The local profile's warehouse file system without a chmod process per file written (lake/local_fs.py builds it).
 LOCAL_FS_SOURCE = Path(__file__).with_name("java") / "PosixLocalFileSystem.java"
 LOCAL_FS_CLASS = "etr.hadoop.PosixLocalFileSystem"
+# The s3 profile's S3A and Iceberg FileIO deleting a file in one request, not three (lake/s3a_io.py builds them).
+S3A_IO_SOURCES = tuple(sorted((Path(__file__).with_name("java") / "s3a").glob("*.java")))
+S3A_FS_CLASS, S3A_IO_CLASS = "etr.hadoop.SingleRequestS3AFileSystem", "etr.hadoop.SingleRequestDeleteFileIO"
 # Looked up by short name on nearly every DataFrame call: imported, py4j skips failed wildcard lookups in every jar.
 HOT_CLASSES = (
     "org.apache.spark.sql.functions",
@@ -67,6 +70,18 @@ def local_fs_jar() -> Path | None:
     return jar if jar.exists() else None
 
 
+def s3a_io_jar_path() -> Path:
+    """Where `python -m etr_assets.lake.s3a_io` puts the s3 profile's classes: named by their sources' hash."""
+    digest = hashlib.sha256(b"".join(source.read_bytes() for source in S3A_IO_SOURCES)).hexdigest()[:12]
+    return jars_dir() / f"etr-s3a-io-{digest}.jar"
+
+
+def s3a_io_jar() -> Path | None:
+    """The s3 profile's single-request deletes, once compiled from these sources."""
+    jar = s3a_io_jar_path()
+    return jar if jar.exists() else None
+
+
 def s3_profile_jars() -> list[str]:
     jars = [str(jars_dir() / name) for name in S3A_JARS]
     jars += sorted(glob.glob(POSTGRES_JDBC_GLOB))[:1]
@@ -85,7 +100,7 @@ def jars_for(settings: Settings) -> list[str]:
     if not (settings.provided_iceberg or settings.spark_packages or settings.profile == Profile.AWS):
         jars.append(iceberg_runtime_jar())
     if settings.profile == Profile.S3:
-        jars += s3_profile_jars()
+        jars += s3_profile_jars() + ([str(jar)] if (jar := s3a_io_jar()) else [])
     return jars
 
 
@@ -107,6 +122,8 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
             f"{prefix}.jdbc.schema-version": "V1",
             f"{prefix}.warehouse": settings.warehouse,
         }
+        if s3a_io_jar() is not None:  # each file Iceberg deletes in one request, as S3FileIO does (lake/s3a_io.py)
+            conf[f"{prefix}.io-impl"] = S3A_IO_CLASS
         credentials = {"user": settings.jdbc_user, "password": settings.jdbc_password}
         conf |= {f"{prefix}.jdbc.{key}": value for key, value in credentials.items() if value}
     else:  # aws: Glue Data Catalog with S3FileIO, as Glue 5.0 / EMR expect
@@ -160,7 +177,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         conf["spark.jars.packages"] = ",".join(settings.spark_packages)
     if settings.profile == Profile.S3:
         conf |= {
-            "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "spark.hadoop.fs.s3a.impl": S3A_FS_CLASS if s3a_io_jar() else "org.apache.hadoop.fs.s3a.S3AFileSystem",
             "spark.hadoop.fs.s3a.path.style.access": "true",
             "spark.hadoop.fs.s3a.buffer.dir": str(scratch / "s3a"),
             "spark.hadoop.fs.s3a.endpoint.region": settings.region,

@@ -17,7 +17,8 @@ SPEC = TableSpec(
     "maintenance on S3",
     (Column("id", "bigint"), Column("day", "date")),
     partition_by=("days(day)",),
-    properties={"write.delete.mode": "merge-on-read"},
+    # Two earlier metadata.json kept: from the fourth commit on, each deletes the oldest through the table's FileIO.
+    properties={"write.delete.mode": "merge-on-read", "write.metadata.previous-versions-max": "2"},
     health=HealthThresholds(min_mergeable_small_files=2),  # five tiny files must count as worth merging here
 )
 

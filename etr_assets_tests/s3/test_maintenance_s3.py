@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from etr_assets_tests.infra import (
+    counting_moto_server,
     create_bucket,
     list_keys,
-    moto_server,
     postgres_server,
     require_s3_profile_jars,
     s3_client,
@@ -33,7 +33,9 @@ def test_maintenance_on_s3a_keeps_every_live_file_and_health_reads_the_postgres_
 
     require_s3_profile_jars()
     monkeypatch.setattr(test_s3_profile, "JOB", JOB)  # reuse its runner (own process group, killed on timeout)
-    with moto_server() as endpoint, postgres_server() as jdbc_url:
+    requests = tmp_path / "requests.jsonl"
+    monkeypatch.setenv("ETR_S3_REQUEST_LOG", str(requests))  # the server logs each request it answers
+    with counting_moto_server() as (endpoint, _), postgres_server() as jdbc_url:
         bucket = f"etr-lake-{uuid.uuid4().hex[:10]}"
         client = s3_client(endpoint, REGION)
         create_bucket(client, bucket)
@@ -50,3 +52,20 @@ def test_maintenance_on_s3a_keeps_every_live_file_and_health_reads_the_postgres_
         health = table_health(settings, maintenance_job.SPEC)  # pyiceberg on PostgreSQL + moto, no JVM
         assert (health.status, health.data_files, health.delete_files, health.rows) == ("OK", 1, 0, 9)
         assert health.metadata_file_bytes > 0
+    # Each file Iceberg deleted (old metadata.json at commits, expired manifests and data files), one request: S3A's
+    # own delete asks first what the path is (a HEAD after the file's last read) and then lists its parent.
+    deleted = single_request_deletes(requests, f"/{bucket}/warehouse/")
+    assert len(deleted) >= 5 and all(deleted.values()), {k: v for k, v in deleted.items() if not v}
+
+
+def single_request_deletes(log: Path, prefix: str) -> dict[str, bool]:
+    """Each key under `prefix` the server deleted -> whether nothing but its DELETE followed its last write or read."""
+    import json
+
+    since_used: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines():
+        request = json.loads(line)
+        key, kind = request["key"], request["kind"]
+        if key.startswith(prefix):
+            since_used[key] = [] if kind in ("PUT", "GET", "MULTIPART") else [*since_used.get(key, []), kind]
+    return {key: kinds == ["DELETE"] for key, kinds in since_used.items() if "DELETE" in kinds}
