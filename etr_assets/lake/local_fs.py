@@ -52,10 +52,16 @@ def compile_jar(sources: list[Path], classpath: list[str], jar: Path) -> Path:
     return jar
 
 
-if __name__ == "__main__":
-    if local_fs_jar() is None:
+def build_once(built: Path | None, build_jar, what: str) -> int:
+    """A setup step's exit status: 0 when the jar is `built` or compiled now by `build_jar`; 1, saying why, if not."""
+    if built is None:
         try:
-            print(f"==> compiled {build()}", file=sys.stderr)
+            print(f"==> compiled {build_jar()}", file=sys.stderr)
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            print(f"the local file system without chmod processes was not built ({exc})", file=sys.stderr)
-            sys.exit(1)
+            print(f"{what} not built ({exc})", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(build_once(local_fs_jar(), build, "the local file system without chmod processes was"))

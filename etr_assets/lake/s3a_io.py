@@ -8,11 +8,10 @@ S3A jars are there. Without it, the s3 profile keeps S3A's delete (docs/maintena
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
-from etr_assets.lake.local_fs import compile_jar
+from etr_assets.lake.local_fs import build_once, compile_jar
 from etr_assets.lake.session import S3A_IO_SOURCES, S3A_JARS, iceberg_runtime_jar, jars_dir, s3a_io_jar, s3a_io_jar_path
 
 
@@ -25,9 +24,4 @@ def build() -> Path:
 
 
 if __name__ == "__main__":
-    if s3a_io_jar() is None:
-        try:
-            print(f"==> compiled {build()}", file=sys.stderr)
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            print(f"the s3 profile's single-request deletes were not built ({exc})", file=sys.stderr)
-            sys.exit(1)
+    sys.exit(build_once(s3a_io_jar(), build, "the s3 profile's single-request deletes were"))
