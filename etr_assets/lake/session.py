@@ -59,27 +59,30 @@ def jars_dir() -> Path:
     return Path(os.environ.get("ETR_JARS_DIR", Path(__file__).resolve().parents[2] / ".jars"))
 
 
+def _compiled_jar_path(name: str, sources) -> Path:
+    """Where setup puts the jar compiled from `sources`: named `name` and their contents' hash."""
+    digest = hashlib.sha256(b"".join(source.read_bytes() for source in sources)).hexdigest()[:12]
+    return jars_dir() / f"{name}-{digest}.jar"
+
+
 def local_fs_jar_path() -> Path:
-    """Where `python -m etr_assets.lake.local_fs` puts the local file system's jar: named by its source's hash."""
-    return jars_dir() / f"etr-local-fs-{hashlib.sha256(LOCAL_FS_SOURCE.read_bytes()).hexdigest()[:12]}.jar"
+    """Where `python -m etr_assets.lake.local_fs` puts the local file system's jar."""
+    return _compiled_jar_path("etr-local-fs", [LOCAL_FS_SOURCE])
 
 
 def local_fs_jar() -> Path | None:
     """The local profile's file system without a chmod process per file, once compiled from this source."""
-    jar = local_fs_jar_path()
-    return jar if jar.exists() else None
+    return jar if (jar := local_fs_jar_path()).exists() else None
 
 
 def s3a_io_jar_path() -> Path:
-    """Where `python -m etr_assets.lake.s3a_io` puts the s3 profile's classes: named by their sources' hash."""
-    digest = hashlib.sha256(b"".join(source.read_bytes() for source in S3A_IO_SOURCES)).hexdigest()[:12]
-    return jars_dir() / f"etr-s3a-io-{digest}.jar"
+    """Where `python -m etr_assets.lake.s3a_io` puts the s3 profile's classes."""
+    return _compiled_jar_path("etr-s3a-io", S3A_IO_SOURCES)
 
 
 def s3a_io_jar() -> Path | None:
     """The s3 profile's single-request deletes, once compiled from these sources."""
-    jar = s3a_io_jar_path()
-    return jar if jar.exists() else None
+    return jar if (jar := s3a_io_jar_path()).exists() else None
 
 
 def s3_profile_jars() -> list[str]:
